@@ -1,0 +1,148 @@
+//! The MPI functions jaxmpi calls, resolved once when the library is loaded.
+//!
+//! Prototypes are written against a generic handle type `H`, so one table serves every
+//! family: MPICH's `int` handles and the pointer-sized ones of Open MPI and the MPI-5 ABI.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use libloading::Library;
+
+/// `MPI_Count` is a 64-bit integer in every family.
+pub type Count = i64;
+/// `MPI_Aint` is pointer-sized in every family.
+pub type Aint = isize;
+/// Pointer to a family's `MPI_Status` (see `RawStatus`).
+pub type StatusPtr = *mut c_void;
+/// `MPI_User_function`. The datatype argument is a pointer to a handle; jaxmpi's callbacks
+/// never read it, so one type serves all families.
+pub type UserFunction = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_void);
+
+/// Copies a function pointer of type `F` out of `lib`.
+///
+/// # Safety
+/// `F` must be the exact C prototype of the symbol `name`.
+unsafe fn resolve<F: Copy>(lib: &Library, name: &str) -> Result<F, String> {
+    let mut cname = name.as_bytes().to_vec();
+    cname.push(0);
+    // SAFETY: the caller guarantees `F` matches the symbol; the library outlives the copy
+    // because backends keep it loaded for the life of the process.
+    match unsafe { lib.get::<F>(&cname) } {
+        Ok(symbol) => Ok(*symbol),
+        Err(_) => Err(name.to_string()),
+    }
+}
+
+/// Declares a struct of function pointers and a `load` that resolves all of them, failing
+/// with the name of the first one missing.
+macro_rules! function_table {
+    ($(#[$doc:meta])* struct $table:ident<$h:ident> { $($name:ident($($arg:ty),* $(,)?);)* }) => {
+        $(#[$doc])*
+        #[allow(non_snake_case)]
+        pub struct $table<$h> {
+            $(pub $name: unsafe extern "C" fn($($arg),*) -> c_int,)*
+        }
+
+        impl<$h: Copy> $table<$h> {
+            pub fn load(lib: &Library) -> Result<Self, String> {
+                // SAFETY: every prototype above is the one the MPI standard gives for
+                // that name, with handles as `H`.
+                unsafe { Ok($table { $($name: resolve(lib, stringify!($name))?,)* }) }
+            }
+        }
+    };
+}
+
+function_table! {
+    /// Every function of MPI 3.0 jaxmpi needs; a library lacking one is not usable.
+    struct Functions<H> {
+        MPI_Get_version(*mut c_int, *mut c_int);
+        MPI_Get_library_version(*mut c_char, *mut c_int);
+        MPI_Initialized(*mut c_int);
+        MPI_Finalized(*mut c_int);
+        MPI_Init_thread(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int);
+        MPI_Query_thread(*mut c_int);
+        MPI_Finalize();
+        MPI_Error_string(c_int, *mut c_char, *mut c_int);
+        MPI_Error_class(c_int, *mut c_int);
+
+        MPI_Comm_rank(H, *mut c_int);
+        MPI_Comm_size(H, *mut c_int);
+        MPI_Comm_dup(H, *mut H);
+        MPI_Comm_split(H, c_int, c_int, *mut H);
+        MPI_Comm_free(*mut H);
+        MPI_Comm_test_inter(H, *mut c_int);
+        MPI_Comm_set_errhandler(H, H);
+
+        MPI_Op_create(UserFunction, c_int, *mut H);
+        MPI_Op_free(*mut H);
+        MPI_Type_contiguous(c_int, H, *mut H);
+        MPI_Type_create_struct(c_int, *const c_int, *const Aint, *const H, *mut H);
+        MPI_Type_commit(*mut H);
+        MPI_Type_free(*mut H);
+        MPI_Get_elements_x(StatusPtr, H, *mut Count);
+
+        MPI_Barrier(H);
+        MPI_Allreduce(*const c_void, *mut c_void, c_int, H, H, H);
+        MPI_Reduce(*const c_void, *mut c_void, c_int, H, H, c_int, H);
+        MPI_Scan(*const c_void, *mut c_void, c_int, H, H, H);
+        MPI_Exscan(*const c_void, *mut c_void, c_int, H, H, H);
+        MPI_Reduce_scatter_block(*const c_void, *mut c_void, c_int, H, H, H);
+        MPI_Bcast(*mut c_void, c_int, H, c_int, H);
+        MPI_Gather(*const c_void, c_int, H, *mut c_void, c_int, H, c_int, H);
+        MPI_Allgather(*const c_void, c_int, H, *mut c_void, c_int, H, H);
+        MPI_Scatter(*const c_void, c_int, H, *mut c_void, c_int, H, c_int, H);
+        MPI_Alltoall(*const c_void, c_int, H, *mut c_void, c_int, H, H);
+        MPI_Gatherv(*const c_void, c_int, H, *mut c_void, *const c_int, *const c_int, H, c_int, H);
+        MPI_Allgatherv(*const c_void, c_int, H, *mut c_void, *const c_int, *const c_int, H, H);
+        MPI_Scatterv(*const c_void, *const c_int, *const c_int, H, *mut c_void, c_int, H, c_int, H);
+        MPI_Alltoallv(
+            *const c_void, *const c_int, *const c_int, H,
+            *mut c_void, *const c_int, *const c_int, H, H,
+        );
+        MPI_Send(*const c_void, c_int, H, c_int, c_int, H);
+        MPI_Recv(*mut c_void, c_int, H, c_int, c_int, H, StatusPtr);
+        MPI_Sendrecv(
+            *const c_void, c_int, H, c_int, c_int,
+            *mut c_void, c_int, H, c_int, c_int, H, StatusPtr,
+        );
+
+        // Not used by the ops; the probe cross-checks the handle tables with them.
+        MPI_Type_size(H, *mut c_int);
+        MPI_Type_get_name(H, *mut c_char, *mut c_int);
+    }
+}
+
+function_table! {
+    /// MPI-4 large-count variants of the data-moving ops. All or none: a library either
+    /// implements MPI-4 large counts or it does not.
+    struct LargeCountFunctions<H> {
+        MPI_Bcast_c(*mut c_void, Count, H, c_int, H);
+        MPI_Gather_c(*const c_void, Count, H, *mut c_void, Count, H, c_int, H);
+        MPI_Allgather_c(*const c_void, Count, H, *mut c_void, Count, H, H);
+        MPI_Scatter_c(*const c_void, Count, H, *mut c_void, Count, H, c_int, H);
+        MPI_Alltoall_c(*const c_void, Count, H, *mut c_void, Count, H, H);
+        MPI_Gatherv_c(*const c_void, Count, H, *mut c_void, *const Count, *const Aint, H, c_int, H);
+        MPI_Allgatherv_c(*const c_void, Count, H, *mut c_void, *const Count, *const Aint, H, H);
+        MPI_Scatterv_c(*const c_void, *const Count, *const Aint, H, *mut c_void, Count, H, c_int, H);
+        MPI_Alltoallv_c(
+            *const c_void, *const Count, *const Aint, H,
+            *mut c_void, *const Count, *const Aint, H, H,
+        );
+        MPI_Send_c(*const c_void, Count, H, c_int, c_int, H);
+        MPI_Recv_c(*mut c_void, Count, H, c_int, c_int, H, StatusPtr);
+        MPI_Sendrecv_c(
+            *const c_void, Count, H, c_int, c_int,
+            *mut c_void, Count, H, c_int, c_int, H, StatusPtr,
+        );
+    }
+}
+
+/// Resolves an optional function that is not part of a table, e.g. `MPI_Abi_get_version`
+/// or the MPIX CUDA queries.
+///
+/// # Safety
+/// `F` must be the exact C prototype of the symbol `name`.
+pub unsafe fn optional<F: Copy>(lib: &Library, name: &str) -> Option<F> {
+    // SAFETY: forwarded to the caller.
+    unsafe { resolve(lib, name).ok() }
+}

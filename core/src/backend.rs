@@ -1,0 +1,141 @@
+//! The `Backend` trait every MPI library implementation provides, and the process-wide slot
+//! holding the one backend chosen at run time.
+//!
+//! Conventions shared by every method:
+//! - counts are elements of the buffer's dtype, as `usize`: a backend must handle counts
+//!   above 2^31-1 itself (large-count functions or chunking);
+//! - ranks are ranks in `comm`; a buffer only significant at the root may be empty elsewhere;
+//! - every call returns MPI failures as `Err`, never aborts.
+
+use std::sync::OnceLock;
+
+use crate::{
+    Buf, BufMut, Comm, Error, Input, LibraryInfo, Peer, ReduceOp, Result, Status, ThreadLevel,
+};
+
+pub trait Backend: Send + Sync {
+    // --- identity and lifetime ---
+    fn info(&self) -> &LibraryInfo;
+    /// The thread level MPI was initialized with (by us or by whoever did it first).
+    fn thread_level(&self) -> ThreadLevel;
+    /// Whether this backend called `MPI_Init_thread` (and so owns finalization).
+    fn initialized_here(&self) -> bool;
+    fn is_finalized(&self) -> bool;
+    /// Finalizes MPI if this backend initialized it and nobody finalized it yet.
+    fn finalize(&self) -> Result<()>;
+    /// Whether the library can take device (CUDA) pointers directly.
+    fn cuda_aware(&self) -> bool;
+
+    // --- communicators ---
+    fn world(&self) -> Comm;
+    /// Checks that `comm` is a live intracommunicator handle of this library's family.
+    fn check_comm(&self, comm: Comm) -> Result<()>;
+    fn comm_rank(&self, comm: Comm) -> Result<i32>;
+    fn comm_size(&self, comm: Comm) -> Result<i32>;
+    /// Duplicates `comm`; the copy returns errors instead of aborting.
+    fn comm_dup(&self, comm: Comm) -> Result<Comm>;
+    /// `color: None` is MPI_UNDEFINED: the caller joins no new communicator.
+    fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>>;
+    fn comm_free(&self, comm: Comm) -> Result<()>;
+
+    // --- collectives ---
+    fn barrier(&self, comm: Comm) -> Result<()>;
+    fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
+    /// `recv` is significant at `root` only.
+    fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()>;
+    /// Inclusive prefix reduction.
+    fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
+    /// Exclusive prefix reduction; `recv` on rank 0 is left as it was.
+    fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
+    /// `send` holds `size` equal blocks; rank i receives the reduction of block i.
+    fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()>;
+    /// `buf` is read at the root and written everywhere else.
+    fn bcast(&self, comm: Comm, buf: BufMut, root: i32) -> Result<()>;
+    /// `recv` (at root only) holds `size` blocks of `send.count()` elements.
+    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()>;
+    fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()>;
+    /// `send` (at root only) holds `size` blocks of `recv.count()` elements.
+    fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()>;
+    fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()>;
+
+    // --- variable-count collectives (counts and displacements in elements, one per rank) ---
+    fn gatherv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        recv: BufMut,
+        counts: &[usize],
+        displs: &[usize],
+        root: i32,
+    ) -> Result<()>;
+    fn allgatherv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        recv: BufMut,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()>;
+    fn scatterv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        counts: &[usize],
+        displs: &[usize],
+        recv: BufMut,
+        root: i32,
+    ) -> Result<()>;
+    #[allow(clippy::too_many_arguments)]
+    fn alltoallv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: BufMut,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()>;
+
+    // --- point to point ---
+    fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()>;
+    /// `tag: None` is MPI_ANY_TAG.
+    fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status>;
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        dest: Peer,
+        send_tag: i32,
+        recv: BufMut,
+        source: Peer,
+        recv_tag: Option<i32>,
+    ) -> Result<Status>;
+}
+
+static BACKEND: OnceLock<Result<Box<dyn Backend>, Error>> = OnceLock::new();
+
+/// Installs the process-wide backend by running `select` the first time only; every later
+/// call, from any thread, gets the same backend (or the same selection error) without
+/// locking. A backend cannot be replaced: two MPI libraries in one process never work.
+pub fn install_backend(
+    select: impl FnOnce() -> Result<Box<dyn Backend>>,
+) -> Result<&'static dyn Backend> {
+    match BACKEND.get_or_init(select) {
+        Ok(backend) => Ok(backend.as_ref()),
+        Err(err) => Err(err.clone()),
+    }
+}
+
+/// The installed backend, for code (such as an XLA handler) that runs after selection.
+pub fn backend() -> Result<&'static dyn Backend> {
+    match BACKEND.get() {
+        Some(Ok(backend)) => Ok(backend.as_ref()),
+        Some(Err(err)) => Err(err.clone()),
+        None => Err(Error::library(
+            "backend",
+            "no MPI backend has been selected yet in this process",
+        )),
+    }
+}

@@ -1,0 +1,107 @@
+//! The one error type of jaxmpi. It says which op failed and why in words a user can act on;
+//! MPI failures also carry the library's error class and string.
+
+use std::borrow::Cow;
+use std::fmt;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The caller passed something that cannot work (bad rank, wrong handle, bad count).
+    InvalidArgument,
+    /// Valid, but this library or build cannot do it.
+    Unsupported,
+    /// No usable MPI library could be selected, loaded or initialized.
+    Library,
+    /// An MPI call returned an error. `class` is the library's error class (its numbering
+    /// differs between families); the library's own text is in the message.
+    Mpi { class: i32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    /// The operation that failed: an op name (`allreduce`) or a step (`select MPI`).
+    pub op: Cow<'static, str>,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(
+        kind: ErrorKind,
+        op: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error {
+            kind,
+            op: op.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid_argument(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidArgument, op, message)
+    }
+
+    pub fn unsupported(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unsupported, op, message)
+    }
+
+    pub fn library(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Library, op, message)
+    }
+
+    pub fn mpi(op: impl Into<Cow<'static, str>>, class: i32, message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Mpi { class }, op, message)
+    }
+
+    /// The MPI error class, for errors that came from the library.
+    pub fn mpi_class(&self) -> Option<i32> {
+        match self.kind {
+            ErrorKind::Mpi { class } => Some(class),
+            _ => None,
+        }
+    }
+
+    /// Prefixes the message with context (e.g. the rank), keeping kind and op.
+    pub fn context(mut self, context: impl fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ErrorKind::Mpi { class } => {
+                write!(
+                    f,
+                    "{} failed: {} (MPI error class {class})",
+                    self.op, self.message
+                )
+            }
+            _ => write!(f, "{}: {}", self.op, self.message),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_op_class_and_library_text() {
+        let err = Error::mpi("recv", 15, "Message truncated").context("rank 1");
+        assert_eq!(
+            err.to_string(),
+            "recv failed: rank 1: Message truncated (MPI error class 15)"
+        );
+        assert_eq!(err.mpi_class(), Some(15));
+        let bad = Error::invalid_argument("bcast", "root 5 is out of range for 2 ranks");
+        assert_eq!(bad.to_string(), "bcast: root 5 is out of range for 2 ranks");
+        assert_eq!(bad.mpi_class(), None);
+    }
+}

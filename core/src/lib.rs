@@ -1,0 +1,16 @@
+//! jaxmpi-core: the portable heart of jaxmpi.
+//!
+//! This crate knows neither MPI nor Python. It defines the values that cross every layer
+//! (`Dtype`, `ReduceOp`, `Comm`, `Peer`, `Status`), the buffers handed to a backend, the
+//! object-safe [`Backend`] trait that each MPI library implements, the process-wide slot
+//! holding the one backend chosen at run time, and the single error type.
+
+mod backend;
+mod buffer;
+mod error;
+mod types;
+
+pub use backend::{backend, install_backend, Backend};
+pub use buffer::{Buf, BufMut, Input};
+pub use error::{Error, ErrorKind, Result};
+pub use types::{Comm, Dtype, Family, LibraryInfo, Peer, ReduceOp, Status, ThreadLevel};
