@@ -8,9 +8,13 @@
 mod backend;
 mod buffer;
 mod error;
+pub mod handlers;
 mod types;
+pub mod xla_ffi;
 
 pub use backend::{backend, install_backend, Backend};
 pub use buffer::{Buf, BufMut, Input};
 pub use error::{Error, ErrorKind, Result};
-pub use types::{Comm, Dtype, Family, LibraryInfo, Peer, ReduceOp, Status, ThreadLevel};
+pub use types::{
+    Comm, Dtype, Family, LibraryInfo, NativeStatus, Peer, ReduceOp, Status, ThreadLevel,
+};

@@ -225,6 +225,23 @@ pub struct Status {
     pub error: i32,
     /// Elements received, in units of the receive buffer's dtype.
     pub count: usize,
+    /// The library's own `MPI_Status`, byte for byte, for callers that hand it on to code
+    /// built against that library (e.g. an mpi4py `Status` object).
+    pub native: NativeStatus,
+}
+
+/// An `MPI_Status` in its library's layout; opaque here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeStatus {
+    pub bytes: [u8; 32],
+    /// `sizeof(MPI_Status)` of the library: 20, 24 or 32.
+    pub len: usize,
+}
+
+impl NativeStatus {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// MPI thread support levels, ordered from least to most permissive.

@@ -7,8 +7,8 @@
 use std::ffi::{c_int, c_void};
 
 use jaxmpi_core::{
-    Backend, Buf, BufMut, Comm, Error, Input, LibraryInfo, Peer, ReduceOp, Result, Status,
-    ThreadLevel,
+    Backend, Buf, BufMut, Comm, Error, Input, LibraryInfo, NativeStatus, Peer, ReduceOp, Result,
+    Status, ThreadLevel,
 };
 
 use super::abi::{Abi, RawStatus};
@@ -153,6 +153,10 @@ impl<A: Abi> MpiLibrary<A> {
             tag: (source != Peer::Null).then(|| status.field(A::STATUS_TAG)),
             error: status.field(A::STATUS_ERROR),
             count: self.received(op, status, recv.dtype())?,
+            native: NativeStatus {
+                bytes: status.bytes(),
+                len: A::STATUS_SIZE,
+            },
         })
     }
 }

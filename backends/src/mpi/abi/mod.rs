@@ -32,6 +32,8 @@ pub trait Abi: Send + Sync + 'static {
     const STATUS_SOURCE: usize;
     const STATUS_TAG: usize;
     const STATUS_ERROR: usize;
+    /// `sizeof(MPI_Status)`.
+    const STATUS_SIZE: usize;
 
     /// The predefined handles; Open MPI's are addresses of symbols in the library.
     fn predefined(lib: &Library) -> Result<Predefined<Self::Handle>, String>;
@@ -87,6 +89,10 @@ pub struct RawStatus([u8; 32]);
 impl RawStatus {
     pub fn as_mut_ptr(&mut self) -> *mut std::ffi::c_void {
         self.0.as_mut_ptr().cast()
+    }
+
+    pub fn bytes(&self) -> [u8; 32] {
+        self.0
     }
 
     pub fn field(&self, offset: usize) -> c_int {

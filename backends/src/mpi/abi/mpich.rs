@@ -25,6 +25,7 @@ impl Abi for Mpich {
     const THREAD_LEVELS: [c_int; 4] = [0, 1, 2, 3];
     const STATUS_SOURCE: usize = 8;
     const STATUS_TAG: usize = 12;
+    const STATUS_SIZE: usize = 20;
     const STATUS_ERROR: usize = 16;
 
     fn predefined(_lib: &Library) -> Result<Predefined<c_int>, String> {

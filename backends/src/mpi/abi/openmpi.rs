@@ -38,6 +38,7 @@ impl Abi for OpenMpi {
     const THREAD_LEVELS: [c_int; 4] = [0, 1, 2, 3];
     const STATUS_SOURCE: usize = 0;
     const STATUS_TAG: usize = 4;
+    const STATUS_SIZE: usize = 24;
     const STATUS_ERROR: usize = 8;
 
     fn predefined(lib: &Library) -> Result<Predefined<Handle>, String> {

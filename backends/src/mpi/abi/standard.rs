@@ -25,6 +25,7 @@ impl Abi for Standard {
     const THREAD_LEVELS: [c_int; 4] = [0, 1024, 2048, 4096];
     const STATUS_SOURCE: usize = 0;
     const STATUS_TAG: usize = 4;
+    const STATUS_SIZE: usize = 32;
     const STATUS_ERROR: usize = 8;
 
     fn predefined(_lib: &Library) -> Result<Predefined<Handle>, String> {
@@ -73,7 +74,32 @@ impl Abi for Standard {
     fn handle_to_raw(handle: Handle) -> usize {
         handle
     }
+
+    /// Predefined handles are small constants; any other handle points at a library object.
+    /// An unreadable address (such as an MPICH-family integer handle) is refused before
+    /// MPI sees it, since MPI would abort on it.
+    fn check_comm_object(_lib: &Library, comm: Handle) -> Result<(), String> {
+        if comm < PREDEFINED_LIMIT {
+            return match comm {
+                0x101 | 0x102 => Ok(()),
+                _ => Err(format!(
+                    "{comm:#x} is a predefined MPI-5 ABI handle, but not of a communicator"
+                )),
+            };
+        }
+        let mut header = [0usize; 1];
+        if !crate::memory::read_own_memory(comm, &mut header) {
+            return Err(format!(
+                "{comm:#x} is not an MPI-5 ABI communicator (not the address of an object; \
+                 MPICH-family handles are 32-bit integers)"
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// The standard reserves handle values below 2^10 for predefined handles.
+const PREDEFINED_LIMIT: usize = 0x400;
 
 // The C prototypes take `void*`-sized handles; `usize` must be exactly that wide.
 const _: () = assert!(std::mem::size_of::<Handle>() == std::mem::size_of::<*mut c_void>());

@@ -1,0 +1,292 @@
+//! `Call`: safe, validated access to one XLA call frame — its data buffers (tokens are
+//! skipped) and its attributes by name.
+
+use std::ffi::c_void;
+
+use super::frame_is_compatible;
+use crate::xla_ffi::{
+    ArgType, Args, AttrType, Buffer, CallFrame, DataType, ExecutionStage, Scalar,
+};
+use crate::{Buf, BufMut, Comm, Dtype, Error, Input, Peer, ReduceOp, Result};
+
+pub struct Call<'a> {
+    frame: &'a CallFrame,
+    op: &'static str,
+}
+
+/// A data buffer of the call: its memory, element type and shape.
+pub struct Operand<'a> {
+    buffer: &'a Buffer,
+}
+
+fn dtype_of(op: &'static str, dtype: DataType) -> Result<Dtype> {
+    Ok(match dtype {
+        DataType::PRED => Dtype::Bool,
+        DataType::S8 => Dtype::I8,
+        DataType::S16 => Dtype::I16,
+        DataType::S32 => Dtype::I32,
+        DataType::S64 => Dtype::I64,
+        DataType::U8 => Dtype::U8,
+        DataType::U16 => Dtype::U16,
+        DataType::U32 => Dtype::U32,
+        DataType::U64 => Dtype::U64,
+        DataType::F16 => Dtype::F16,
+        DataType::BF16 => Dtype::BF16,
+        DataType::F32 => Dtype::F32,
+        DataType::F64 => Dtype::F64,
+        DataType::C64 => Dtype::C64,
+        DataType::C128 => Dtype::C128,
+        other => {
+            return Err(Error::invalid_argument(
+                op,
+                format!("XLA element type {} is not supported", other.0),
+            ))
+        }
+    })
+}
+
+impl<'a> Operand<'a> {
+    pub fn dtype(&self, op: &'static str) -> Result<Dtype> {
+        dtype_of(op, self.buffer.dtype)
+    }
+
+    pub fn count(&self) -> usize {
+        let rank = usize::try_from(self.buffer.rank).unwrap_or(0);
+        if rank == 0 || self.buffer.dims.is_null() {
+            return 1;
+        }
+        // SAFETY: XLA gives `rank` dimensions at `dims`.
+        let dims = unsafe { std::slice::from_raw_parts(self.buffer.dims, rank) };
+        dims.iter()
+            .map(|&d| usize::try_from(d).unwrap_or(0))
+            .product()
+    }
+
+    pub fn data(&self) -> *mut c_void {
+        self.buffer.data
+    }
+
+    /// The buffer as input. XLA owns the memory for the duration of the call.
+    pub fn buf(&self, op: &'static str) -> Result<Buf<'a>> {
+        // SAFETY: XLA's buffer holds `count` elements of its dtype (or is empty).
+        Ok(unsafe { Buf::from_raw(self.buffer.data as *const u8, self.count(), self.dtype(op)?) })
+    }
+
+    /// The buffer as output.
+    pub fn buf_mut(&self, op: &'static str) -> Result<BufMut<'a>> {
+        // SAFETY: as for `buf`; XLA gives this result buffer to this call alone.
+        Ok(unsafe { BufMut::from_raw(self.buffer.data as *mut u8, self.count(), self.dtype(op)?) })
+    }
+}
+
+/// Scalar attribute types the lowerings use.
+pub trait ScalarAttr: Sized + Copy {
+    const DTYPE: DataType;
+}
+impl ScalarAttr for i64 {
+    const DTYPE: DataType = DataType::S64;
+}
+impl ScalarAttr for u64 {
+    const DTYPE: DataType = DataType::U64;
+}
+
+impl<'a> Call<'a> {
+    /// # Safety
+    /// `frame` must be a call frame from XLA, valid for `'a`.
+    pub unsafe fn new(frame: *mut CallFrame, op: &'static str) -> Result<Self> {
+        // SAFETY: the caller guarantees a valid frame.
+        let frame = unsafe { &*frame };
+        if !frame_is_compatible(frame.struct_size) {
+            return Err(Error::unsupported(
+                op,
+                format!(
+                    "XLA call frame of {} bytes is older than XLA FFI API 0.1",
+                    frame.struct_size
+                ),
+            ));
+        }
+        if frame.stage != ExecutionStage::EXECUTE {
+            return Err(Error::unsupported(
+                op,
+                format!("called for execution stage {}, not EXECUTE", frame.stage.0),
+            ));
+        }
+        Ok(Call { frame, op })
+    }
+
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// The `index`-th data buffer (tokens skipped) of `list`.
+    fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
+        let size = usize::try_from(list.size).unwrap_or(0);
+        let mut seen = 0;
+        for i in 0..size {
+            // SAFETY: XLA gives `size` entries in both arrays.
+            let (kind, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
+            if kind != ArgType::BUFFER {
+                continue;
+            }
+            // SAFETY: a BUFFER entry points to an XLA_FFI_Buffer.
+            let buffer = unsafe { &*(ptr as *const Buffer) };
+            if buffer.dtype == DataType::TOKEN {
+                continue;
+            }
+            if seen == index {
+                return Ok(Operand { buffer });
+            }
+            seen += 1;
+        }
+        Err(Error::invalid_argument(
+            self.op,
+            format!("the call has no {what} #{index}: the lowering and the handler disagree"),
+        ))
+    }
+
+    pub fn arg(&self, index: usize) -> Result<Operand<'a>> {
+        self.buffer(&self.frame.args, index, "operand")
+    }
+
+    pub fn ret(&self, index: usize) -> Result<Operand<'a>> {
+        self.buffer(&self.frame.rets, index, "result")
+    }
+
+    /// The first operand as the send side of a reduction whose result is `ret(0)`:
+    /// in place when XLA aliased them.
+    pub fn reduction_input(&self) -> Result<Input<'a>> {
+        let (arg, ret) = (self.arg(0)?, self.ret(0)?);
+        if arg.data() == ret.data() && arg.count() > 0 {
+            return Ok(Input::InPlace);
+        }
+        Ok(Input::Data(arg.buf(self.op)?))
+    }
+
+    fn attr_ptr(&self, name: &str, want: AttrType) -> Result<*mut c_void> {
+        let attrs = &self.frame.attrs;
+        let size = usize::try_from(attrs.size).unwrap_or(0);
+        for i in 0..size {
+            // SAFETY: XLA gives `size` entries in each array; names are byte spans.
+            let (kind, span, ptr) = unsafe {
+                (
+                    *attrs.types.add(i),
+                    &**attrs.names.add(i),
+                    *attrs.attrs.add(i),
+                )
+            };
+            // SAFETY: a byte span of `len` bytes.
+            let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
+            if key == name.as_bytes() {
+                if kind != want {
+                    break;
+                }
+                return Ok(ptr);
+            }
+        }
+        Err(Error::invalid_argument(
+            self.op,
+            format!("attribute {name:?} is missing or has the wrong kind"),
+        ))
+    }
+
+    pub fn scalar<T: ScalarAttr>(&self, name: &str) -> Result<T> {
+        let ptr = self.attr_ptr(name, AttrType::SCALAR)?;
+        // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
+        let scalar = unsafe { &*(ptr as *const Scalar) };
+        if scalar.dtype != T::DTYPE {
+            return Err(Error::invalid_argument(
+                self.op,
+                format!(
+                    "attribute {name:?} has XLA type {}, expected {}",
+                    scalar.dtype.0,
+                    T::DTYPE.0
+                ),
+            ));
+        }
+        // SAFETY: the value has the checked type.
+        Ok(unsafe { *(scalar.value as *const T) })
+    }
+
+    /// A 1-D integer array attribute (per-rank counts and displacements).
+    pub fn counts(&self, name: &str) -> Result<Vec<usize>> {
+        let ptr = self.attr_ptr(name, AttrType::ARRAY)?;
+        // SAFETY: an ARRAY attribute points to an XLA_FFI_Array.
+        let array = unsafe { &*(ptr as *const crate::xla_ffi::Array) };
+        if array.dtype != DataType::S64 {
+            return Err(Error::invalid_argument(
+                self.op,
+                format!("attribute {name:?} must be an int64 array"),
+            ));
+        }
+        // SAFETY: `size` int64 values at `data` (data may be NULL when size is 0).
+        let values: &[i64] = if array.size == 0 {
+            &[]
+        } else {
+            unsafe { std::slice::from_raw_parts(array.data as *const i64, array.size) }
+        };
+        values
+            .iter()
+            .map(|&v| {
+                usize::try_from(v).map_err(|_| {
+                    Error::invalid_argument(
+                        self.op,
+                        format!("{name} contains the negative count {v}"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    pub fn comm(&self) -> Result<Comm> {
+        Ok(Comm(self.scalar::<u64>("comm")? as usize))
+    }
+
+    pub fn int(&self, name: &str) -> Result<i32> {
+        let value = self.scalar::<i64>(name)?;
+        i32::try_from(value).map_err(|_| {
+            Error::invalid_argument(self.op, format!("{name} = {value} does not fit a C int"))
+        })
+    }
+
+    /// A peer as the lowerings encode it: a rank, `PEER_ANY` or `PEER_NULL`.
+    pub fn peer(&self, name: &str) -> Result<Peer> {
+        Ok(match self.int(name)? {
+            PEER_ANY => Peer::Any,
+            PEER_NULL => Peer::Null,
+            rank if rank >= 0 => Peer::Rank(rank),
+            other => {
+                return Err(Error::invalid_argument(
+                    self.op,
+                    format!("{name} = {other} is not a rank"),
+                ))
+            }
+        })
+    }
+
+    /// A tag; `TAG_ANY` means any.
+    pub fn tag(&self, name: &str) -> Result<Option<i32>> {
+        Ok(match self.int(name)? {
+            TAG_ANY => None,
+            tag => Some(tag),
+        })
+    }
+
+    /// The reduction: `op` is an index into `ReduceOp::PREDEFINED`, or `OP_USER` with the
+    /// raw handle in `user_op`.
+    pub fn reduce_op(&self) -> Result<ReduceOp> {
+        let code = self.scalar::<i64>("op")?;
+        if code == OP_USER {
+            return Ok(ReduceOp::User(self.scalar::<u64>("user_op")? as usize));
+        }
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| ReduceOp::PREDEFINED.get(i).copied())
+            .ok_or_else(|| Error::invalid_argument(self.op, format!("unknown op code {code}")))
+    }
+}
+
+/// Portable encodings shared with the Python lowerings (`jaxmpi/_ffi.py`).
+pub const PEER_ANY: i32 = -1;
+pub const PEER_NULL: i32 = -2;
+pub const TAG_ANY: i32 = -1;
+pub const OP_USER: i64 = -1;

@@ -1,0 +1,229 @@
+//! Op bodies: which operands, results and attributes each op has, and the backend call.
+//! Result conventions follow mpi4jax: ranks that receive nothing return their input.
+
+use super::call::Operand;
+use super::Call;
+use crate::{Backend, Buf, BufMut, Dtype, Error, Result, Status};
+
+/// Makes `to` hold `from`'s bytes; nothing to do when XLA aliased them.
+fn copy_into(call: &Call, from: &Operand, to: &Operand) -> Result<()> {
+    let (src, dst) = (from.buf(call.op())?, to.buf_mut(call.op())?);
+    if src.len_bytes() != dst.len_bytes() {
+        return Err(Error::invalid_argument(
+            call.op(),
+            "result and operand differ in size",
+        ));
+    }
+    if src.ptr() != dst.ptr().cast_const() && src.len_bytes() > 0 {
+        // SAFETY: two distinct XLA buffers of the same length.
+        unsafe { std::ptr::copy_nonoverlapping(src.ptr(), dst.ptr(), src.len_bytes()) };
+    }
+    Ok(())
+}
+
+fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
+    // SAFETY: zero elements: nothing is ever read.
+    unsafe { Buf::from_raw(std::ptr::null(), 0, dtype) }
+}
+
+fn empty_buf_mut<'a>(dtype: Dtype) -> BufMut<'a> {
+    // SAFETY: zero elements: nothing is ever written.
+    unsafe { BufMut::from_raw(std::ptr::null_mut(), 0, dtype) }
+}
+
+fn is_root(call: &Call, backend: &dyn Backend, root: i32) -> Result<bool> {
+    Ok(backend.comm_rank(call.comm()?)? == root)
+}
+
+/// Copies the library's MPI_Status into the mpi4py `Status` whose address the lowering
+/// passed, so `status.Get_source()` etc. work after a jitted receive.
+fn fill_status(call: &Call, status: &Status) -> Result<()> {
+    let address = call.scalar::<u64>("status")? as usize;
+    if address != 0 {
+        let native = status.native.as_bytes();
+        // SAFETY: the lowering passes the address of the MPI_Status inside a live mpi4py
+        // Status object of the same library, which is exactly `native.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(native.as_ptr(), address as *mut u8, native.len()) };
+    }
+    Ok(())
+}
+
+pub fn jaxmpi_allreduce(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let recv = call.ret(0)?.buf_mut(call.op())?;
+    backend.allreduce(
+        call.comm()?,
+        call.reduction_input()?,
+        recv,
+        call.reduce_op()?,
+    )
+}
+
+pub fn jaxmpi_reduce(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let input = call.reduction_input()?;
+    let op = call.reduce_op()?;
+    backend.reduce(call.comm()?, input, y.buf_mut(call.op())?, op, root)?;
+    if !is_root(call, backend, root)? {
+        copy_into(call, &x, &y)?;
+    }
+    Ok(())
+}
+
+pub fn jaxmpi_scan(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let recv = call.ret(0)?.buf_mut(call.op())?;
+    backend.scan(
+        call.comm()?,
+        call.reduction_input()?,
+        recv,
+        call.reduce_op()?,
+    )
+}
+
+/// Rank 0 has no prefix to receive; it gets zeros, the exclusive prefix sum's value.
+pub fn jaxmpi_exscan(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let y = call.ret(0)?;
+    let comm = call.comm()?;
+    backend.exscan(
+        comm,
+        call.reduction_input()?,
+        y.buf_mut(call.op())?,
+        call.reduce_op()?,
+    )?;
+    if backend.comm_rank(comm)? == 0 {
+        let out = y.buf_mut(call.op())?;
+        // SAFETY: XLA's result buffer of `len_bytes` bytes.
+        unsafe { std::ptr::write_bytes(out.ptr(), 0, out.len_bytes()) };
+    }
+    Ok(())
+}
+
+pub fn jaxmpi_reduce_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y) = (
+        call.arg(0)?.buf(call.op())?,
+        call.ret(0)?.buf_mut(call.op())?,
+    );
+    backend.reduce_scatter(call.comm()?, x, y, call.reduce_op()?)
+}
+
+pub fn jaxmpi_bcast(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    if is_root(call, backend, root)? {
+        copy_into(call, &x, &y)?;
+    }
+    backend.bcast(call.comm()?, y.buf_mut(call.op())?, root)
+}
+
+pub fn jaxmpi_gather(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let op = call.op();
+    if is_root(call, backend, root)? {
+        return backend.gather(call.comm()?, x.buf(op)?, y.buf_mut(op)?, root);
+    }
+    backend.gather(call.comm()?, x.buf(op)?, empty_buf_mut(x.dtype(op)?), root)?;
+    copy_into(call, &x, &y)
+}
+
+pub fn jaxmpi_allgather(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y) = (
+        call.arg(0)?.buf(call.op())?,
+        call.ret(0)?.buf_mut(call.op())?,
+    );
+    backend.allgather(call.comm()?, x, y)
+}
+
+pub fn jaxmpi_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let op = call.op();
+    let send = if is_root(call, backend, root)? {
+        x.buf(op)?
+    } else {
+        empty_buf(x.dtype(op)?)
+    };
+    backend.scatter(call.comm()?, send, y.buf_mut(op)?, root)
+}
+
+pub fn jaxmpi_alltoall(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y) = (
+        call.arg(0)?.buf(call.op())?,
+        call.ret(0)?.buf_mut(call.op())?,
+    );
+    backend.alltoall(call.comm()?, x, y)
+}
+
+pub fn jaxmpi_gatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
+    let op = call.op();
+    backend.gatherv(
+        call.comm()?,
+        x.buf(op)?,
+        y.buf_mut(op)?,
+        &counts,
+        &displs,
+        root,
+    )
+}
+
+pub fn jaxmpi_allgatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y) = (call.arg(0)?, call.ret(0)?);
+    let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
+    let op = call.op();
+    backend.allgatherv(call.comm()?, x.buf(op)?, y.buf_mut(op)?, &counts, &displs)
+}
+
+pub fn jaxmpi_scatterv(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
+    let op = call.op();
+    backend.scatterv(
+        call.comm()?,
+        x.buf(op)?,
+        &counts,
+        &displs,
+        y.buf_mut(op)?,
+        root,
+    )
+}
+
+pub fn jaxmpi_alltoallv(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y) = (call.arg(0)?, call.ret(0)?);
+    let (send_counts, send_displs) = (call.counts("send_counts")?, call.counts("send_displs")?);
+    let (recv_counts, recv_displs) = (call.counts("recv_counts")?, call.counts("recv_displs")?);
+    let op = call.op();
+    backend.alltoallv(
+        call.comm()?,
+        x.buf(op)?,
+        &send_counts,
+        &send_displs,
+        y.buf_mut(op)?,
+        &recv_counts,
+        &recv_displs,
+    )
+}
+
+pub fn jaxmpi_send(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let x = call.arg(0)?.buf(call.op())?;
+    let tag = call.int("tag")?;
+    backend.send(call.comm()?, x, call.peer("dest")?, tag)
+}
+
+pub fn jaxmpi_recv(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let y = call.ret(0)?.buf_mut(call.op())?;
+    let status = backend.recv(call.comm()?, y, call.peer("source")?, call.tag("tag")?)?;
+    fill_status(call, &status)
+}
+
+pub fn jaxmpi_sendrecv(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (x, y) = (
+        call.arg(0)?.buf(call.op())?,
+        call.ret(0)?.buf_mut(call.op())?,
+    );
+    let (dest, send_tag) = (call.peer("dest")?, call.int("sendtag")?);
+    let (source, recv_tag) = (call.peer("source")?, call.tag("recvtag")?);
+    let status = backend.sendrecv(call.comm()?, x, dest, send_tag, y, source, recv_tag)?;
+    fill_status(call, &status)
+}
+
+pub fn jaxmpi_barrier(call: &Call, backend: &dyn Backend) -> Result<()> {
+    backend.barrier(call.comm()?)
+}
