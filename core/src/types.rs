@@ -311,4 +311,11 @@ pub struct LibraryInfo {
     pub standard_version: (i32, i32),
     /// How selection arrived at this library, in words.
     pub chosen_by: String,
+    /// The library's own values of MPI_ANY_SOURCE, MPI_PROC_NULL and MPI_ANY_TAG, so that
+    /// jaxmpi's Python constants equal mpi4py's.
+    pub any_source: i32,
+    pub proc_null: i32,
+    pub any_tag: i32,
+    /// `sizeof(MPI_Status)` in this library.
+    pub status_size: usize,
 }

@@ -229,7 +229,10 @@ mod tests {
         assert_eq!(offset_of!(CallFrame, args), 40);
         assert_eq!(offset_of!(CallFrame, rets), 80);
         assert_eq!(offset_of!(CallFrame, attrs), 120);
-        assert_eq!(offset_of!(CallFrame, attrs) + size_of::<Attrs>(), CALL_FRAME_STRUCT_SIZE);
+        assert_eq!(
+            offset_of!(CallFrame, attrs) + size_of::<Attrs>(),
+            CALL_FRAME_STRUCT_SIZE
+        );
         assert_eq!(offset_of!(CallFrame, future), 168);
         assert_eq!(size_of::<CallFrame>(), 176);
 

@@ -86,9 +86,6 @@ pub trait ScalarAttr: Sized + Copy {
 impl ScalarAttr for i64 {
     const DTYPE: DataType = DataType::S64;
 }
-impl ScalarAttr for u64 {
-    const DTYPE: DataType = DataType::U64;
-}
 
 impl<'a> Call<'a> {
     /// # Safety
@@ -237,8 +234,13 @@ impl<'a> Call<'a> {
             .collect()
     }
 
+    /// A handle or address; the lowerings pass them as int64 bit patterns.
+    pub fn address(&self, name: &str) -> Result<usize> {
+        Ok(self.scalar::<i64>(name)? as u64 as usize)
+    }
+
     pub fn comm(&self) -> Result<Comm> {
-        Ok(Comm(self.scalar::<u64>("comm")? as usize))
+        Ok(Comm(self.address("comm")?))
     }
 
     pub fn int(&self, name: &str) -> Result<i32> {
@@ -276,7 +278,7 @@ impl<'a> Call<'a> {
     pub fn reduce_op(&self) -> Result<ReduceOp> {
         let code = self.scalar::<i64>("op")?;
         if code == OP_USER {
-            return Ok(ReduceOp::User(self.scalar::<u64>("user_op")? as usize));
+            return Ok(ReduceOp::User(self.address("user_op")?));
         }
         usize::try_from(code)
             .ok()

@@ -38,7 +38,7 @@ fn is_root(call: &Call, backend: &dyn Backend, root: i32) -> Result<bool> {
 /// Copies the library's MPI_Status into the mpi4py `Status` whose address the lowering
 /// passed, so `status.Get_source()` etc. work after a jitted receive.
 fn fill_status(call: &Call, status: &Status) -> Result<()> {
-    let address = call.scalar::<u64>("status")? as usize;
+    let address = call.address("status")?;
     if address != 0 {
         let native = status.native.as_bytes();
         // SAFETY: the lowering passes the address of the MPI_Status inside a live mpi4py

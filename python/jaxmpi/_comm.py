@@ -1,0 +1,195 @@
+"""Communicators, reduction ops and peers: what users pass in (mpi4py objects or jaxmpi's
+own), checked at trace time and turned into the raw values the handlers read."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from . import _native
+from ._runtime import info
+
+# Encodings shared with the Rust handlers (core/src/handlers/call.rs).
+PEER_ANY = -1
+PEER_NULL = -2
+TAG_ANY = -1
+OP_USER = -1
+
+# The loaded library's own values, so they equal mpi4py's MPI.ANY_SOURCE etc.
+ANY_SOURCE: int = info["any_source"]
+PROC_NULL: int = info["proc_null"]
+ANY_TAG: int = info["any_tag"]
+
+
+def _mpi4py():
+    """mpi4py's MPI module if it is loaded (jaxmpi never needs it)."""
+    return sys.modules.get("mpi4py.MPI")
+
+
+class Comm:
+    """An MPI intracommunicator, for programs without mpi4py. Mirrors the few mpi4py
+    methods jaxmpi programs use."""
+
+    def __init__(self, handle: int):
+        self._handle = handle
+
+    @property
+    def handle(self) -> int:
+        return self._handle
+
+    def Get_rank(self) -> int:
+        return _native.comm_rank(self._handle)
+
+    def Get_size(self) -> int:
+        return _native.comm_size(self._handle)
+
+    def Dup(self) -> Comm:
+        return Comm(_native.comm_dup(self._handle))
+
+    Clone = Dup
+
+    def Split(self, color: int | None = None, key: int = 0) -> Comm | None:
+        """`color=None` (MPI_UNDEFINED) leaves this rank out: it gets None."""
+        handle = _native.comm_split(self._handle, color, key)
+        return None if handle is None else Comm(handle)
+
+    def Free(self) -> None:
+        _native.comm_free(self._handle)
+
+    def Barrier(self) -> None:
+        _native.barrier(self._handle)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Comm) and other._handle == self._handle
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def __repr__(self) -> str:
+        return f"jaxmpi.Comm({self._handle:#x})"
+
+
+COMM_WORLD = Comm(_native.world())
+
+
+@dataclass(frozen=True)
+class Op:
+    """A predefined reduction, for programs without mpi4py."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"jaxmpi.{self.name}"
+
+
+PREDEFINED_OPS: list[str] = _native.reduce_ops()
+OPS = {name: Op(name) for name in PREDEFINED_OPS}
+
+_default_comm = None
+
+
+def default_comm():
+    """A clone of the world communicator, made on first use, so jaxmpi's traffic never
+    matches the user's own messages on COMM_WORLD (mpi4jax's convention)."""
+    global _default_comm
+    if _default_comm is None:
+        mpi = _mpi4py()
+        _default_comm = mpi.COMM_WORLD.Clone() if mpi is not None else COMM_WORLD.Clone()
+    return _default_comm
+
+
+@dataclass(frozen=True)
+class CommInfo:
+    """A communicator as an op sees it at trace time."""
+
+    handle: int
+    rank: int
+    size: int
+
+
+def resolve_comm(comm, op: str) -> CommInfo:
+    if comm is None:
+        comm = default_comm()
+    mpi = _mpi4py()
+    if isinstance(comm, Comm):
+        handle = comm.handle
+    elif mpi is not None and isinstance(comm, mpi.Comm):
+        if comm == mpi.COMM_NULL:
+            raise ValueError(f"jaxmpi.{op}: comm is MPI.COMM_NULL (a freed or never-created communicator)")
+        if comm.Is_inter():
+            raise ValueError(f"jaxmpi.{op}: comm is an intercommunicator; jaxmpi ops need an intracommunicator")
+        handle = comm.handle
+    else:
+        raise TypeError(
+            f"jaxmpi.{op}: comm must be an mpi4py.MPI.Intracomm or a jaxmpi.Comm, got {type(comm).__name__}"
+        )
+    handle &= (1 << 64) - 1  # mpi4py may give MPICH's negative handles as negative ints
+    try:
+        _native.check_comm(handle)
+    except ValueError as err:
+        raise ValueError(f"jaxmpi.{op}: {err}") from None
+    return CommInfo(handle, _native.comm_rank(handle), _native.comm_size(handle))
+
+
+def resolve_op(op, dtype, opname: str) -> tuple[int, int]:
+    """(op code, raw user-op handle) for the handlers; refuses ops undefined on dtype."""
+    name = None
+    if isinstance(op, Op):
+        name = op.name
+    else:
+        mpi = _mpi4py()
+        if mpi is None or not isinstance(op, mpi.Op):
+            raise TypeError(f"jaxmpi.{opname}: op must be an mpi4py.MPI.Op or jaxmpi.SUM etc., got {op!r}")
+        if op == mpi.OP_NULL:
+            raise ValueError(f"jaxmpi.{opname}: op is MPI.OP_NULL")
+        name = next((n for n in PREDEFINED_OPS if op == getattr(mpi, n)), None)
+        if name is None:
+            if op.is_predefined:
+                raise ValueError(f"jaxmpi.{opname}: the predefined op {op!r} is not supported; use one of {PREDEFINED_OPS}")
+            return OP_USER, op.handle & ((1 << 64) - 1)
+    if not _native.op_supports(name, dtype.name):
+        raise TypeError(f"jaxmpi.{opname}: MPI.{name} is not defined on {dtype.name} arrays")
+    return PREDEFINED_OPS.index(name), 0
+
+
+def check_rank(value, size: int, what: str, op: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+        raise TypeError(f"jaxmpi.{op}: {what} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if not 0 <= value < size:
+        raise ValueError(f"jaxmpi.{op}: {what} {value} is out of range for a communicator of {size} ranks")
+    return value
+
+
+def encode_source(source, size: int, op: str) -> int:
+    if source == ANY_SOURCE:
+        return PEER_ANY
+    if source == PROC_NULL:
+        return PEER_NULL
+    return check_rank(source, size, "source", op)
+
+
+def encode_dest(dest, size: int, op: str) -> int:
+    if dest == PROC_NULL:
+        return PEER_NULL
+    if dest == ANY_SOURCE:
+        raise ValueError(f"jaxmpi.{op}: ANY_SOURCE is not a valid destination")
+    return check_rank(dest, size, "dest", op)
+
+
+def encode_tag(tag, op: str, allow_any: bool) -> int:
+    if allow_any and tag == ANY_TAG:
+        return TAG_ANY
+    if not isinstance(tag, int) or tag < 0:
+        raise ValueError(f"jaxmpi.{op}: tag must be a non-negative int, got {tag!r}")
+    return tag
+
+
+def status_address(status, op: str) -> int:
+    """Where the handler writes the MPI_Status of a receive: inside an mpi4py Status."""
+    if status is None:
+        return 0
+    mpi = _mpi4py()
+    if mpi is None or not isinstance(status, mpi.Status):
+        raise TypeError(f"jaxmpi.{op}: status must be an mpi4py.MPI.Status, got {type(status).__name__}")
+    return mpi._addressof(status)

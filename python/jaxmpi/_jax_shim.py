@@ -1,0 +1,81 @@
+"""Every use of JAX's private internals, in one place.
+
+jaxmpi needs three things JAX has no public API for: an ordered effect (so MPI calls keep
+program order on every rank without user-visible tokens), the default eager
+implementation of a primitive, and a lowering that threads the effect's token through an
+XLA FFI call. Each is written here once, for every supported JAX (0.6 to the newest).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import numpy as np
+from jax._src import core as _core
+from jax._src import dispatch as _dispatch
+from jax._src import effects as _effects
+from jax.interpreters import mlir
+
+try:  # public since JAX 0.4.32
+    from jax.extend.core import Primitive
+except ImportError:  # pragma: no cover - older JAX is not supported anyway
+    from jax.core import Primitive
+
+ShapedArray = _core.ShapedArray
+abstract_token = _core.abstract_token
+
+
+class MpiEffect(_effects.Effect):
+    """The side effect of an MPI call: ordered, allowed in control flow, AD and remat."""
+
+    def __str__(self) -> str:
+        return "jaxmpi"
+
+    __repr__ = __str__
+
+
+effect = MpiEffect()
+for _registry in (
+    _effects.lowerable_effects,
+    _effects.ordered_effects,
+    _effects.control_flow_allowed_effects,
+    _effects.custom_derivatives_allowed_effects,
+    _effects.remat_allowed_effects,
+):
+    _registry.add_type(MpiEffect)
+
+
+def new_primitive(name: str, abstract_eval) -> Primitive:
+    """A multiple-results primitive carrying the MPI effect, executed eagerly through a
+    one-op jit like any JAX primitive."""
+    primitive = Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_impl(partial(_dispatch.apply_primitive, primitive))
+    primitive.def_effectful_abstract_eval(
+        lambda *avals, **params: (abstract_eval(*avals, **params), {effect})
+    )
+    return primitive
+
+
+def lower_ordered_ffi_call(ctx, target: str, operands, attributes: dict, aliases: dict):
+    """Lowers to the XLA FFI call `target`, with the effect's token as the last operand and
+    result, so XLA keeps MPI calls in program order across the whole program."""
+    rule = jax.ffi.ffi_lowering(
+        target, operand_output_aliases=aliases or None, has_side_effect=True
+    )
+    with_token = ctx.replace(
+        avals_in=[*ctx.avals_in, abstract_token],
+        avals_out=[*ctx.avals_out, abstract_token],
+    )
+    *results, token_out = rule(with_token, *operands, ctx.tokens_in.get(effect), **attributes)
+    ctx.set_tokens_out(mlir.TokenSet({effect: token_out}))
+    return results
+
+
+def register_lowering(primitive: Primitive, rule, platform: str) -> None:
+    mlir.register_lowering(primitive, rule, platform=platform)
+
+
+def register_ffi_target(name: str, capsule, platform: str) -> None:
+    jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)

@@ -1,0 +1,242 @@
+"""The MPI ops as JAX primitives.
+
+Each op is declared once with `_define`: its shape rule, and which operand its result may
+alias (so MPI can work in place, without a copy). Lowering, attributes, ordering and eager
+execution are the same generic path for all of them.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import _jax_shim, _native
+from ._comm import (
+    encode_dest,
+    encode_source,
+    encode_tag,
+    check_rank,
+    resolve_comm,
+    resolve_op,
+    status_address,
+)
+from ._jax_shim import ShapedArray
+
+SUPPORTED_DTYPES: list[str] = _native.dtypes()
+# Parameters that only shape rules use; they do not reach the handler.
+_TRACE_ONLY = frozenset({"size", "at_root"})
+
+
+def _attributes(params: dict) -> dict:
+    """Every attribute is an int64. Handles and addresses (unsigned, pointer-sized) travel
+    as their two's-complement bit pattern: MLIR cannot hold an unsigned 64-bit attribute
+    above 2^63, and MPICH user handles as mpi4py gives them are that large."""
+    return {
+        key: np.int64(value - (1 << 64) if value >= 1 << 63 else value)
+        for key, value in params.items()
+        if key not in _TRACE_ONLY
+    }
+
+
+def _define(name: str, shapes, aliases=lambda **params: {}):
+    """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name."""
+    target = f"jaxmpi_{name}"
+    primitive = _jax_shim.new_primitive(target, shapes)
+
+    def lowering(ctx, *operands, **params):
+        return _jax_shim.lower_ordered_ffi_call(
+            ctx, target, operands, _attributes(params), aliases(**params)
+        )
+
+    _jax_shim.register_lowering(primitive, lowering, platform="cpu")
+    return primitive
+
+
+def _like(x, **_):
+    return [ShapedArray(x.shape, x.dtype)]
+
+
+def _in_place(**_):
+    return {0: 0}
+
+
+_allreduce_p = _define("allreduce", _like, _in_place)
+_reduce_p = _define("reduce", _like, _in_place)
+_scan_p = _define("scan", _like, _in_place)
+_exscan_p = _define("exscan", _like, _in_place)
+_bcast_p = _define("bcast", _like, _in_place)
+_gather_p = _define(
+    "gather",
+    lambda x, *, size, at_root, **_: [
+        ShapedArray((size, *x.shape) if at_root else x.shape, x.dtype)
+    ],
+    lambda *, at_root, **_: {} if at_root else {0: 0},
+)
+_allgather_p = _define(
+    "allgather", lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)]
+)
+_scatter_p = _define(
+    "scatter",
+    lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
+    lambda *, at_root, **_: {} if at_root else {0: 0},
+)
+_alltoall_p = _define("alltoall", _like)
+_send_p = _define("send", lambda x, **_: [])
+_recv_p = _define("recv", _like, _in_place)
+_sendrecv_p = _define(
+    "sendrecv", lambda sendbuf, recvbuf, **_: _like(recvbuf), lambda **_: {1: 0}
+)
+_barrier_p = _define("barrier", lambda **_: [])
+
+
+def _array(x, op: str):
+    """Any array-like as a JAX array of a dtype jaxmpi can move."""
+    try:
+        x = jnp.asarray(x)
+    except TypeError:
+        raise TypeError(f"jaxmpi.{op}: expected an array or a scalar, got {type(x).__name__}") from None
+    if x.dtype.name not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"jaxmpi.{op}: dtype {x.dtype.name} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}"
+        )
+    return x
+
+
+def _leading_axis_is_size(x, size: int, op: str, name: str) -> None:
+    if x.ndim == 0 or x.shape[0] != size:
+        raise ValueError(f"{name} input must have shape (nproc, ...)")
+
+
+def allreduce(x, op, *, comm=None):
+    """Reduces `x` over all ranks with `op`; every rank gets the result."""
+    x = _array(x, "allreduce")
+    c = resolve_comm(comm, "allreduce")
+    code, user_op = resolve_op(op, x.dtype, "allreduce")
+    (y,) = _allreduce_p.bind(x, comm=c.handle, op=code, user_op=user_op)
+    return y
+
+
+def reduce(x, op, root, *, comm=None):
+    """Reduces `x` over all ranks to `root`; other ranks get `x` back unchanged."""
+    x = _array(x, "reduce")
+    c = resolve_comm(comm, "reduce")
+    root = check_rank(root, c.size, "root", "reduce")
+    code, user_op = resolve_op(op, x.dtype, "reduce")
+    (y,) = _reduce_p.bind(x, comm=c.handle, op=code, user_op=user_op, root=root)
+    return y
+
+
+def scan(x, op, *, comm=None):
+    """Inclusive prefix reduction: rank r gets `op` over ranks 0..r."""
+    x = _array(x, "scan")
+    c = resolve_comm(comm, "scan")
+    code, user_op = resolve_op(op, x.dtype, "scan")
+    (y,) = _scan_p.bind(x, comm=c.handle, op=code, user_op=user_op)
+    return y
+
+
+def exscan(x, op, *, comm=None):
+    """Exclusive prefix reduction: rank r gets `op` over ranks 0..r-1; rank 0 gets zeros."""
+    x = _array(x, "exscan")
+    c = resolve_comm(comm, "exscan")
+    code, user_op = resolve_op(op, x.dtype, "exscan")
+    (y,) = _exscan_p.bind(x, comm=c.handle, op=code, user_op=user_op)
+    return y
+
+
+def bcast(x, root, *, comm=None):
+    """Sends `x` from `root` to all ranks; others pass an array of the same shape and
+    dtype (its values are ignored)."""
+    x = _array(x, "bcast")
+    c = resolve_comm(comm, "bcast")
+    root = check_rank(root, c.size, "root", "bcast")
+    (y,) = _bcast_p.bind(x, comm=c.handle, root=root)
+    return y
+
+
+def gather(x, root, *, comm=None):
+    """`root` gets every rank's `x` stacked, shape `(size, *x.shape)`; others get `x`."""
+    x = _array(x, "gather")
+    c = resolve_comm(comm, "gather")
+    root = check_rank(root, c.size, "root", "gather")
+    (y,) = _gather_p.bind(x, comm=c.handle, root=root, size=c.size, at_root=c.rank == root)
+    return y
+
+
+def allgather(x, *, comm=None):
+    """Every rank gets every rank's `x` stacked, shape `(size, *x.shape)`."""
+    x = _array(x, "allgather")
+    c = resolve_comm(comm, "allgather")
+    (y,) = _allgather_p.bind(x, comm=c.handle, size=c.size)
+    return y
+
+
+def scatter(x, root, *, comm=None):
+    """`root` holds `x` of shape `(size, ...)` and sends slice i to rank i; other ranks
+    pass an array shaped like one slice (values ignored)."""
+    x = _array(x, "scatter")
+    c = resolve_comm(comm, "scatter")
+    root = check_rank(root, c.size, "root", "scatter")
+    if c.rank == root:
+        _leading_axis_is_size(x, c.size, "scatter", "Scatter")
+    (y,) = _scatter_p.bind(x, comm=c.handle, root=root, at_root=c.rank == root)
+    return y
+
+
+def alltoall(x, *, comm=None):
+    """`x` has shape `(size, ...)`; rank r sends slice i to rank i and receives slice r of
+    every rank, in rank order."""
+    x = _array(x, "alltoall")
+    c = resolve_comm(comm, "alltoall")
+    _leading_axis_is_size(x, c.size, "alltoall", "Alltoall")
+    (y,) = _alltoall_p.bind(x, comm=c.handle)
+    return y
+
+
+def send(x, dest, *, tag=0, comm=None):
+    """Sends `x` to rank `dest`."""
+    x = _array(x, "send")
+    c = resolve_comm(comm, "send")
+    dest = encode_dest(dest, c.size, "send")
+    return _send_p.bind(x, comm=c.handle, dest=dest, tag=encode_tag(tag, "send", allow_any=False))
+
+
+def recv(x, source=None, *, tag=None, comm=None, status=None):
+    """Receives an array shaped like `x` (a template; its values are ignored) from
+    `source` (default: any) with `tag` (default: any); fills `status` if given."""
+    from ._comm import ANY_SOURCE, ANY_TAG
+
+    x = _array(x, "recv")
+    c = resolve_comm(comm, "recv")
+    source = encode_source(ANY_SOURCE if source is None else source, c.size, "recv")
+    tag = encode_tag(ANY_TAG if tag is None else tag, "recv", allow_any=True)
+    (y,) = _recv_p.bind(
+        x, comm=c.handle, source=source, tag=tag, status=status_address(status, "recv")
+    )
+    return y
+
+
+def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=None, status=None):
+    """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` from
+    `source`, deadlock-free."""
+    from ._comm import ANY_TAG
+
+    sendbuf, recvbuf = _array(sendbuf, "sendrecv"), _array(recvbuf, "sendrecv")
+    c = resolve_comm(comm, "sendrecv")
+    (y,) = _sendrecv_p.bind(
+        sendbuf,
+        recvbuf,
+        comm=c.handle,
+        source=encode_source(source, c.size, "sendrecv"),
+        dest=encode_dest(dest, c.size, "sendrecv"),
+        sendtag=encode_tag(sendtag, "sendrecv", allow_any=False),
+        recvtag=encode_tag(ANY_TAG if recvtag is None else recvtag, "sendrecv", allow_any=True),
+        status=status_address(status, "sendrecv"),
+    )
+    return y
+
+
+def barrier(*, comm=None):
+    """Waits until every rank of `comm` has reached the barrier."""
+    c = resolve_comm(comm, "barrier")
+    return _barrier_p.bind(comm=c.handle)

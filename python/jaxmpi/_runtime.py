@@ -1,0 +1,62 @@
+"""Process-wide setup: choose and initialize the MPI library (agreeing with mpi4py),
+register the FFI handlers with XLA, and drain pending work before MPI is finalized."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import site
+import sys
+
+import jax
+
+from . import _jax_shim, _native
+
+MPIError = _native.MPIError
+
+
+def _search_prefixes() -> list[str]:
+    """mpi4py's search order for libmpi: this environment, the user base, the base prefix."""
+    prefixes = [sys.prefix, getattr(site, "USER_BASE", None) or "", sys.base_prefix]
+    return [p for p in dict.fromkeys(prefixes) if p]
+
+
+def _agree_with_mpi4py() -> None:
+    """Lets mpi4py load its MPI first, so jaxmpi follows it instead of loading a second
+    one. An explicit JAXMPI_MPI is passed on to mpi4py so both make the same choice."""
+    if "mpi4py.MPI" in sys.modules:
+        return
+    requested = os.environ.get("JAXMPI_MPI", "auto").strip()
+    if requested in ("mpich", "openmpi", "mpiabi"):
+        os.environ.setdefault("MPI4PY_MPIABI", requested)
+    elif requested not in ("", "auto"):
+        os.environ.setdefault("MPI4PY_LIBMPI", requested)
+    try:
+        from mpi4py import MPI  # noqa: F401  (importing initializes MPI)
+    except ImportError:
+        pass  # mpi4py is optional
+    except Exception as err:  # mpi4py cannot load this MPI (e.g. no mpiabi module)
+        import warnings
+
+        warnings.warn(f"jaxmpi: mpi4py could not be imported ({err}); continuing without it")
+
+
+def _initialize() -> dict:
+    _agree_with_mpi4py()
+    _native.init(_search_prefixes())
+    for name, capsule in _native.handlers():
+        _jax_shim.register_ffi_target(name, capsule, platform="cpu")
+    return _native.info()
+
+
+info = _initialize()
+
+
+@atexit.register
+def _shutdown() -> None:
+    # XLA may still be running MPI calls asynchronously; they must finish before
+    # MPI_Finalize. mpi4py finalizes later (from Py_AtExit), and only what it initialized.
+    try:
+        jax.effects_barrier()
+    finally:
+        _native.finalize()

@@ -1,0 +1,188 @@
+//! `jaxmpi._native`: what Python needs from Rust — the handler capsules to register with
+//! XLA, backend selection, communicator management and library information. Every call
+//! that may block in MPI releases the GIL.
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+
+use jaxmpi_backends::detect::SearchPath;
+use jaxmpi_core::{backend, handlers::HANDLERS, Backend, Comm, Dtype, Error, ErrorKind, ReduceOp};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+pyo3::create_exception!(
+    _native,
+    MPIError,
+    PyRuntimeError,
+    "An MPI call failed, or no usable MPI library could be set up."
+);
+
+fn to_py(err: Error) -> PyErr {
+    match err.kind {
+        ErrorKind::InvalidArgument => PyValueError::new_err(err.to_string()),
+        _ => MPIError::new_err(err.to_string()),
+    }
+}
+
+fn installed() -> PyResult<&'static dyn Backend> {
+    backend().map_err(to_py)
+}
+
+/// Selects, loads and initializes the MPI library once per process; later calls return at
+/// once. `prefixes` are searched before the system path (sys.prefix and friends).
+#[pyfunction]
+fn init(py: Python<'_>, prefixes: Vec<PathBuf>) -> PyResult<()> {
+    py.detach(|| jaxmpi_backends::select_with(&SearchPath { prefixes }).map(|_| ()))
+        .map_err(to_py)
+}
+
+/// What was loaded and why: the content of `python -m jaxmpi info`.
+#[pyfunction]
+fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let backend = installed()?;
+    let info = backend.info();
+    let dict = PyDict::new(py);
+    dict.set_item("family", info.family.name())?;
+    dict.set_item("path", info.path.display().to_string())?;
+    dict.set_item("version_string", info.version_string.trim())?;
+    dict.set_item("standard_version", info.standard_version)?;
+    dict.set_item("chosen_by", &info.chosen_by)?;
+    dict.set_item("thread_level", backend.thread_level().name())?;
+    dict.set_item("initialized_here", backend.initialized_here())?;
+    dict.set_item("cuda_aware", backend.cuda_aware())?;
+    dict.set_item("any_source", info.any_source)?;
+    dict.set_item("proc_null", info.proc_null)?;
+    dict.set_item("any_tag", info.any_tag)?;
+    dict.set_item("status_size", info.status_size)?;
+    Ok(dict)
+}
+
+/// (target name, capsule) for every FFI handler.
+#[pyfunction]
+fn handlers(py: Python<'_>) -> PyResult<Vec<(&'static str, Bound<'_, PyCapsule>)>> {
+    HANDLERS
+        .iter()
+        .map(|&(name, handler)| {
+            // PyO3's PyCapsule::new would store a pointer to a heap box; XLA needs the
+            // function pointer itself as the capsule's pointer.
+            // SAFETY: a valid function pointer and a static NUL-terminated name.
+            let capsule = unsafe {
+                let raw = pyo3::ffi::PyCapsule_New(
+                    handler as *mut c_void,
+                    c"xla._CUSTOM_CALL_TARGET".as_ptr(),
+                    None,
+                );
+                Bound::from_owned_ptr_or_err(py, raw)?.cast_into::<PyCapsule>()?
+            };
+            Ok((name, capsule))
+        })
+        .collect()
+}
+
+#[pyfunction]
+fn world() -> PyResult<usize> {
+    Ok(installed()?.world().0)
+}
+
+#[pyfunction]
+fn check_comm(handle: usize) -> PyResult<()> {
+    installed()?.check_comm(Comm(handle)).map_err(to_py)
+}
+
+#[pyfunction]
+fn comm_rank(handle: usize) -> PyResult<i32> {
+    installed()?.comm_rank(Comm(handle)).map_err(to_py)
+}
+
+#[pyfunction]
+fn comm_size(handle: usize) -> PyResult<i32> {
+    installed()?.comm_size(Comm(handle)).map_err(to_py)
+}
+
+#[pyfunction]
+fn comm_dup(py: Python<'_>, handle: usize) -> PyResult<usize> {
+    let backend = installed()?;
+    py.detach(|| backend.comm_dup(Comm(handle)))
+        .map(|c| c.0)
+        .map_err(to_py)
+}
+
+#[pyfunction]
+#[pyo3(signature = (handle, color, key=0))]
+fn comm_split(
+    py: Python<'_>,
+    handle: usize,
+    color: Option<i32>,
+    key: i32,
+) -> PyResult<Option<usize>> {
+    let backend = installed()?;
+    py.detach(|| backend.comm_split(Comm(handle), color, key))
+        .map(|c| c.map(|c| c.0))
+        .map_err(to_py)
+}
+
+#[pyfunction]
+fn comm_free(py: Python<'_>, handle: usize) -> PyResult<()> {
+    let backend = installed()?;
+    py.detach(|| backend.comm_free(Comm(handle))).map_err(to_py)
+}
+
+#[pyfunction]
+fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
+    let backend = installed()?;
+    py.detach(|| backend.barrier(Comm(handle))).map_err(to_py)
+}
+
+/// The dtype names jaxmpi can move (numpy spelling).
+#[pyfunction]
+fn dtypes() -> Vec<&'static str> {
+    Dtype::ALL.iter().map(|d| d.name()).collect()
+}
+
+/// The predefined reductions, in the order the handlers number them.
+#[pyfunction]
+fn reduce_ops() -> Vec<&'static str> {
+    ReduceOp::PREDEFINED.iter().map(|op| op.name()).collect()
+}
+
+/// Whether predefined op `name` is defined on `dtype` (MPI's rules, plus jaxmpi's own
+/// float16/bfloat16 reductions).
+#[pyfunction]
+fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
+    let op = ReduceOp::from_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown op {name}")))?;
+    let dtype = Dtype::from_name(dtype)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {dtype}")))?;
+    Ok(op.supports(dtype))
+}
+
+/// Finalizes MPI if jaxmpi initialized it (called at interpreter exit).
+#[pyfunction]
+fn finalize(py: Python<'_>) -> PyResult<()> {
+    match backend() {
+        Ok(backend) => py.detach(|| backend.finalize()).map_err(to_py),
+        Err(_) => Ok(()),
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MPIError", m.py().get_type::<MPIError>())?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(info, m)?)?;
+    m.add_function(wrap_pyfunction!(handlers, m)?)?;
+    m.add_function(wrap_pyfunction!(world, m)?)?;
+    m.add_function(wrap_pyfunction!(check_comm, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_size, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_dup, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_split, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_free, m)?)?;
+    m.add_function(wrap_pyfunction!(barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(reduce_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(op_supports, m)?)?;
+    Ok(())
+}
