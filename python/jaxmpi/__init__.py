@@ -2,8 +2,8 @@
 whatever MPI library the machine has. A drop-in for mpi4jax: `import jaxmpi as mpi4jax`.
 """
 
-from ._runtime import MPIError, info as _info
-from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, OPS as _OPS, PROC_NULL, Comm, Op
+from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
+from ._comm import OPS as _OPS
 from ._ops import (
     allgather,
     allreduce,
@@ -19,6 +19,7 @@ from ._ops import (
     send,
     sendrecv,
 )
+from ._runtime import MPIError
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
 LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
@@ -31,8 +32,35 @@ def has_cuda_support() -> bool:
 
 
 __all__ = [
-    "ANY_SOURCE", "ANY_TAG", "BAND", "BOR", "BXOR", "COMM_WORLD", "Comm", "LAND", "LOR",
-    "LXOR", "MAX", "MIN", "MPIError", "Op", "PROC_NULL", "PROD", "SUM", "allgather",
-    "allreduce", "alltoall", "barrier", "bcast", "exscan", "gather", "has_cuda_support",
-    "recv", "reduce", "scan", "scatter", "send", "sendrecv",
+    "ANY_SOURCE",
+    "ANY_TAG",
+    "BAND",
+    "BOR",
+    "BXOR",
+    "COMM_WORLD",
+    "LAND",
+    "LOR",
+    "LXOR",
+    "MAX",
+    "MIN",
+    "PROC_NULL",
+    "PROD",
+    "SUM",
+    "Comm",
+    "MPIError",
+    "Op",
+    "allgather",
+    "allreduce",
+    "alltoall",
+    "barrier",
+    "bcast",
+    "exscan",
+    "gather",
+    "has_cuda_support",
+    "recv",
+    "reduce",
+    "scan",
+    "scatter",
+    "send",
+    "sendrecv",
 ]

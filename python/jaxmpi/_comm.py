@@ -115,9 +115,13 @@ def resolve_comm(comm, op: str) -> CommInfo:
         handle = comm.handle
     elif mpi is not None and isinstance(comm, mpi.Comm):
         if comm == mpi.COMM_NULL:
-            raise ValueError(f"jaxmpi.{op}: comm is MPI.COMM_NULL (a freed or never-created communicator)")
+            raise ValueError(
+                f"jaxmpi.{op}: comm is MPI.COMM_NULL (a freed or never-created communicator)"
+            )
         if comm.Is_inter():
-            raise ValueError(f"jaxmpi.{op}: comm is an intercommunicator; jaxmpi ops need an intracommunicator")
+            raise ValueError(
+                f"jaxmpi.{op}: comm is an intercommunicator; jaxmpi ops need an intracommunicator"
+            )
         handle = comm.handle
     else:
         raise TypeError(
@@ -139,13 +143,17 @@ def resolve_op(op, dtype, opname: str) -> tuple[int, int]:
     else:
         mpi = _mpi4py()
         if mpi is None or not isinstance(op, mpi.Op):
-            raise TypeError(f"jaxmpi.{opname}: op must be an mpi4py.MPI.Op or jaxmpi.SUM etc., got {op!r}")
+            raise TypeError(
+                f"jaxmpi.{opname}: op must be an mpi4py.MPI.Op or jaxmpi.SUM etc., got {op!r}"
+            )
         if op == mpi.OP_NULL:
             raise ValueError(f"jaxmpi.{opname}: op is MPI.OP_NULL")
         name = next((n for n in PREDEFINED_OPS if op == getattr(mpi, n)), None)
         if name is None:
             if op.is_predefined:
-                raise ValueError(f"jaxmpi.{opname}: the predefined op {op!r} is not supported; use one of {PREDEFINED_OPS}")
+                raise ValueError(
+                    f"jaxmpi.{opname}: the predefined op {op!r} is not supported; use one of {PREDEFINED_OPS}"
+                )
             return OP_USER, op.handle & ((1 << 64) - 1)
     if not _native.op_supports(name, dtype.name):
         raise TypeError(f"jaxmpi.{opname}: MPI.{name} is not defined on {dtype.name} arrays")
@@ -157,7 +165,9 @@ def check_rank(value, size: int, what: str, op: str) -> int:
         raise TypeError(f"jaxmpi.{op}: {what} must be an int, got {type(value).__name__}")
     value = int(value)
     if not 0 <= value < size:
-        raise ValueError(f"jaxmpi.{op}: {what} {value} is out of range for a communicator of {size} ranks")
+        raise ValueError(
+            f"jaxmpi.{op}: {what} {value} is out of range for a communicator of {size} ranks"
+        )
     return value
 
 
@@ -191,5 +201,7 @@ def status_address(status, op: str) -> int:
         return 0
     mpi = _mpi4py()
     if mpi is None or not isinstance(status, mpi.Status):
-        raise TypeError(f"jaxmpi.{op}: status must be an mpi4py.MPI.Status, got {type(status).__name__}")
+        raise TypeError(
+            f"jaxmpi.{op}: status must be an mpi4py.MPI.Status, got {type(status).__name__}"
+        )
     return mpi._addressof(status)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import numpy as np
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects

@@ -12,10 +12,10 @@ import numpy as np
 
 from . import _jax_shim, _native
 from ._comm import (
+    check_rank,
     encode_dest,
     encode_source,
     encode_tag,
-    check_rank,
     resolve_comm,
     resolve_op,
     status_address,
@@ -83,9 +83,7 @@ _scatter_p = _define(
 _alltoall_p = _define("alltoall", _like)
 _send_p = _define("send", lambda x, **_: [])
 _recv_p = _define("recv", _like, _in_place)
-_sendrecv_p = _define(
-    "sendrecv", lambda sendbuf, recvbuf, **_: _like(recvbuf), lambda **_: {1: 0}
-)
+_sendrecv_p = _define("sendrecv", lambda sendbuf, recvbuf, **_: _like(recvbuf), lambda **_: {1: 0})
 _barrier_p = _define("barrier", lambda **_: [])
 
 
@@ -94,7 +92,9 @@ def _array(x, op: str):
     try:
         x = jnp.asarray(x)
     except TypeError:
-        raise TypeError(f"jaxmpi.{op}: expected an array or a scalar, got {type(x).__name__}") from None
+        raise TypeError(
+            f"jaxmpi.{op}: expected an array or a scalar, got {type(x).__name__}"
+        ) from None
     if x.dtype.name not in SUPPORTED_DTYPES:
         raise TypeError(
             f"jaxmpi.{op}: dtype {x.dtype.name} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}"

@@ -29,13 +29,13 @@ def _agree_with_mpi4py() -> None:
     requested = os.environ.get("JAXMPI_MPI", "auto").strip()
     if requested in ("mpich", "openmpi", "mpiabi"):
         os.environ.setdefault("MPI4PY_MPIABI", requested)
-    elif requested not in ("", "auto"):
+    elif "/" in requested or ".so" in requested:
         os.environ.setdefault("MPI4PY_LIBMPI", requested)
     try:
         from mpi4py import MPI  # noqa: F401  (importing initializes MPI)
     except ImportError:
         pass  # mpi4py is optional
-    except Exception as err:  # mpi4py cannot load this MPI (e.g. no mpiabi module)
+    except RuntimeError as err:  # mpi4py cannot load this MPI (e.g. no mpiabi module)
         import warnings
 
         warnings.warn(f"jaxmpi: mpi4py could not be imported ({err}); continuing without it")

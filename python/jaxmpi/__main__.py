@@ -1,0 +1,52 @@
+"""`python -m jaxmpi info`: what a bug report needs — which MPI library jaxmpi chose and
+why, its thread level, the JAX versions, and CUDA-awareness."""
+
+from __future__ import annotations
+
+import sys
+
+
+def info_lines() -> list[str]:
+    import jax
+    import jaxlib
+
+    from jaxmpi._runtime import info
+
+    mpi4py = sys.modules.get("mpi4py")
+    major, minor = info["standard_version"]
+    return [
+        f"jaxmpi          {_version()}",
+        f"MPI library     {info['path']}",
+        f"  family        {info['family']}",
+        f"  version       {' '.join(info['version_string'].split())}",
+        f"  standard      MPI {major}.{minor}",
+        f"  chosen        {info['chosen_by']}",
+        f"  thread level  {info['thread_level']}",
+        f"  initialized   {'by jaxmpi' if info['initialized_here'] else 'before jaxmpi (e.g. by mpi4py)'}",
+        f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}",
+        f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
+        f"jax             {jax.__version__}",
+        f"jaxlib          {jaxlib.__version__}",
+        f"python          {sys.version.split()[0]} ({sys.executable})",
+    ]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jaxmpi")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] != ["info"]:
+        print("usage: python -m jaxmpi info", file=sys.stderr)
+        return 2
+    print("\n".join(info_lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
