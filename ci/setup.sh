@@ -176,6 +176,11 @@ jaxmpi_setup() (
     # The Debian MPIs need a Python with JAX but no MPI wheel of its own.
     _setup_venv system bin/python "${newest[@]}" || return 1
     # The oldest JAX we support, over the embedded MPI.
+    # mpi4py's wheel links libmpi.so.12, a name Debian's MPICH lacks (it ships only
+    # libmpich.so.12); a user of that MPI points mpi4py at a symlink like this one.
+    # jaxmpi itself needs none (the probe runs without it).
+    mkdir -p "$JAXMPI_SETUP_ROOT/.venvs/system/mpich-compat"
+    ln -sfn /usr/lib/x86_64-linux-gnu/libmpich.so.12 "$JAXMPI_SETUP_ROOT/.venvs/system/mpich-compat/libmpi.so.12"
     _setup_venv jax-oldest bin/mpiexec "$JAXMPI_PIN_MPICH" "${JAXMPI_PIN_JAX_OLDEST[@]}" "${JAXMPI_PY_TEST[@]}" || return 1
     # Best effort: impi-rt only has x86_64 Linux wheels, and the Intel MPI
     # cells are optional (ci/matrix.sh skips them, naming the reason, when
