@@ -76,12 +76,18 @@ step() {
 check_needed() {
     local f n=0 bad=0 needed
     local -a files=()
+    # The extension module as shipped: unpacked from the wheel users install.
+    local unpacked="$OUT/wheel"
+    rm -rf "$unpacked" && mkdir -p "$unpacked"
+    for f in "$ROOT"/target/wheels/*.whl; do
+        [[ -e $f ]] && "$ROOT/.venvs/mpich/bin/python" -m zipfile -e "$f" "$unpacked"
+    done
     while IFS= read -r -d '' f; do
         # Only ELF files (target/release also holds *.d dep-info files).
         [[ $(head -c 4 "$f" | od -An -c | tr -d ' ') == '177ELF' ]] && files+=("$f")
     done < <(
         find "$ROOT/target/release" -maxdepth 1 -type f \( -perm -u+x -o -name '*.so' \) -print0 2>/dev/null
-        [[ -d $ROOT/python ]] && find "$ROOT/python" -type f -name '*.so' -print0
+        find "$unpacked" -type f -name '*.so' -print0
     )
     if ((${#files[@]} == 0)); then
         echo "no ELF artifacts found under target/release (did the build fail?)"
@@ -117,6 +123,8 @@ step "cargo clippy" clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test" cargo-test cargo_test
 step "ruff" ruff "$ROOT/.venvs/mpich/bin/ruff" check --line-length 100 "$ROOT/python" "$ROOT/tests"
 step "readelf: no DT_NEEDED on MPI/CUDA" readelf check_needed
+# One wheel for every Python >= 3.10 and every manylinux system.
+step "wheel is abi3 and manylinux" wheel-tag bash -c 'ls "$1"/target/wheels/ | tee /dev/stderr | grep -qE "^jaxmpi-.*-cp310-abi3-manylinux_[0-9_]+_x86_64\.whl$"' _ "$ROOT"
 
 # ---------------------------------------------------------------------------
 # The MPI matrix: the probe on every build at 1, 2 and 3 ranks, then the Python
