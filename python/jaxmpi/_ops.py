@@ -107,41 +107,34 @@ def _leading_axis_is_size(x, size: int, op: str, name: str) -> None:
         raise ValueError(f"{name} input must have shape (nproc, ...)")
 
 
+def _reduction(primitive, name: str, x, op, comm, root=None):
+    """The shared front of the elementwise reductions: checks, then one bind."""
+    x = _array(x, name)
+    c = resolve_comm(comm, name)
+    params = {} if root is None else {"root": check_rank(root, c.size, "root", name)}
+    code, user_op = resolve_op(op, x.dtype, name)
+    (y,) = primitive.bind(x, comm=c.handle, op=code, user_op=user_op, **params)
+    return y
+
+
 def allreduce(x, op, *, comm=None):
     """Reduces `x` over all ranks with `op`; every rank gets the result."""
-    x = _array(x, "allreduce")
-    c = resolve_comm(comm, "allreduce")
-    code, user_op = resolve_op(op, x.dtype, "allreduce")
-    (y,) = _allreduce_p.bind(x, comm=c.handle, op=code, user_op=user_op)
-    return y
+    return _reduction(_allreduce_p, "allreduce", x, op, comm)
 
 
 def reduce(x, op, root, *, comm=None):
     """Reduces `x` over all ranks to `root`; other ranks get `x` back unchanged."""
-    x = _array(x, "reduce")
-    c = resolve_comm(comm, "reduce")
-    root = check_rank(root, c.size, "root", "reduce")
-    code, user_op = resolve_op(op, x.dtype, "reduce")
-    (y,) = _reduce_p.bind(x, comm=c.handle, op=code, user_op=user_op, root=root)
-    return y
+    return _reduction(_reduce_p, "reduce", x, op, comm, root=root)
 
 
 def scan(x, op, *, comm=None):
     """Inclusive prefix reduction: rank r gets `op` over ranks 0..r."""
-    x = _array(x, "scan")
-    c = resolve_comm(comm, "scan")
-    code, user_op = resolve_op(op, x.dtype, "scan")
-    (y,) = _scan_p.bind(x, comm=c.handle, op=code, user_op=user_op)
-    return y
+    return _reduction(_scan_p, "scan", x, op, comm)
 
 
 def exscan(x, op, *, comm=None):
     """Exclusive prefix reduction: rank r gets `op` over ranks 0..r-1; rank 0 gets zeros."""
-    x = _array(x, "exscan")
-    c = resolve_comm(comm, "exscan")
-    code, user_op = resolve_op(op, x.dtype, "exscan")
-    (y,) = _exscan_p.bind(x, comm=c.handle, op=code, user_op=user_op)
-    return y
+    return _reduction(_exscan_p, "exscan", x, op, comm)
 
 
 def bcast(x, root, *, comm=None):
