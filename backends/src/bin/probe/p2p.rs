@@ -1,0 +1,210 @@
+//! Point to point: send/recv around a ring, sendrecv ring shifts, MPI_PROC_NULL, and the
+//! status each receive reports.
+
+use jaxmpi_core::{Dtype, Peer, Status};
+
+use crate::array::Array;
+use crate::data::{Data, Pattern};
+use crate::report::{Group, Probe};
+use crate::{cases, BIG, SOME_DTYPES};
+
+/// How the ring's receive names its message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Receive {
+    /// The left neighbour and its tag, into a buffer of exactly the message's size.
+    Exact,
+    /// MPI_ANY_SOURCE and MPI_ANY_TAG: the status must still say who sent what.
+    Any,
+    /// A buffer larger than the message: the status count must be the message's.
+    Roomy,
+}
+
+/// Tags identify the sender, so a status that reports the wrong tag shows.
+fn tag_of(rank: i32) -> i32 {
+    100 + rank
+}
+
+pub fn full(p: &mut Probe, g: &Group) {
+    for (_, dtype, n) in cases(&Dtype::ALL) {
+        sendrecv(p, g, dtype, n);
+    }
+    sendrecv(p, g, Dtype::F32, BIG);
+    proc_null(p, g);
+    // A blocking send to oneself may never complete: rings need a second rank.
+    if g.size > 1 {
+        for (_, dtype, n) in cases(&SOME_DTYPES) {
+            ring(p, g, dtype, n, Receive::Exact);
+        }
+        ring(p, g, Dtype::C64, 1001, Receive::Any);
+        ring(p, g, Dtype::U16, 7, Receive::Roomy);
+        // Large enough to leave every library's eager protocol.
+        ring(p, g, Dtype::F64, BIG, Receive::Exact);
+    }
+}
+
+pub fn subset(p: &mut Probe, g: &Group) {
+    sendrecv(p, g, Dtype::BF16, 1001);
+    proc_null(p, g);
+    if g.size > 1 {
+        ring(p, g, Dtype::I64, 7, Receive::Any);
+    }
+}
+
+/// Each rank sends to its right neighbour and receives from its left one.
+fn ring(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, how: Receive) {
+    let label = format!("send/recv ring {dtype} n={n} {how:?} on {}", g.name);
+    p.start(&label);
+    let data = Data::new(&label, dtype, Pattern::Wide, g.size);
+    let (left, right) = g.neighbours();
+    let send = data.of_rank(g.rank, n);
+    let room = if how == Receive::Roomy { n + 5 } else { n };
+    let mut recv = Array::zeroed(dtype, room);
+    let mut expected = recv.clone();
+    for i in 0..n {
+        expected.set(i, data.value(left, i));
+    }
+    let (source, tag) = match how {
+        Receive::Any => (Peer::Any, None),
+        _ => (Peer::Rank(left), Some(tag_of(left))),
+    };
+    let b = p.backend;
+    // Even ranks send first and odd ranks receive first: every send meets a posted
+    // receive, for rings of any size and messages too large to be sent eagerly.
+    let (sent, received) = if g.rank % 2 == 0 {
+        let sent = b.send(g.comm, send.buf(), Peer::Rank(right), tag_of(g.rank));
+        (sent, b.recv(g.comm, recv.buf_mut(), source, tag))
+    } else {
+        let received = b.recv(g.comm, recv.buf_mut(), source, tag);
+        (
+            b.send(g.comm, send.buf(), Peer::Rank(right), tag_of(g.rank)),
+            received,
+        )
+    };
+    p.ok(&format!("{label}: send"), sent);
+    if let Some(status) = p.ok(&format!("{label}: recv"), received) {
+        check_status(p, &label, status, Peer::Rank(left), Some(tag_of(left)), n);
+        p.data(&label, &expected, &recv);
+    }
+}
+
+/// A ring shift in one call: to the right, from the left (oneself on a single rank).
+fn sendrecv(p: &mut Probe, g: &Group, dtype: Dtype, n: usize) {
+    let label = format!("sendrecv {dtype} n={n} on {}", g.name);
+    p.start(&label);
+    let data = Data::new(&label, dtype, Pattern::Wide, g.size);
+    let (left, right) = g.neighbours();
+    let send = data.of_rank(g.rank, n);
+    let mut recv = Array::zeroed(dtype, n);
+    let expected = data.of_rank(left, n);
+    let tag = Some(tag_of(left));
+    let result = p.backend.sendrecv(
+        g.comm,
+        send.buf(),
+        Peer::Rank(right),
+        tag_of(g.rank),
+        recv.buf_mut(),
+        Peer::Rank(left),
+        tag,
+    );
+    if let Some(status) = p.ok(&label, result) {
+        check_status(p, &label, status, Peer::Rank(left), tag, n);
+        p.data(&label, &expected, &recv);
+    }
+}
+
+/// Transfers with MPI_PROC_NULL complete at once, move nothing, and say so in the status.
+fn proc_null(p: &mut Probe, g: &Group) {
+    let label = format!("PROC_NULL on {}", g.name);
+    p.start(&label);
+    let data = Data::new(&label, Dtype::I32, Pattern::Wide, g.size);
+    let send = data.of_rank(g.rank, 7);
+    let b = p.backend;
+    p.ok(
+        &format!("send to {label}"),
+        b.send(g.comm, send.buf(), Peer::Null, 5),
+    );
+    // Data no rank sends: a receive that wrote anything shows.
+    let mut recv = data.of_rank(g.size, 7);
+    let untouched = recv.clone();
+    let received = b.recv(g.comm, recv.buf_mut(), Peer::Null, Some(5));
+    if let Some(status) = p.ok(&format!("recv from {label}"), received) {
+        check_status(
+            p,
+            &format!("recv from {label}"),
+            status,
+            Peer::Null,
+            None,
+            0,
+        );
+        p.data(&format!("recv from {label}"), &untouched, &recv);
+    }
+    let result = b.sendrecv(
+        g.comm,
+        send.buf(),
+        Peer::Null,
+        5,
+        recv.buf_mut(),
+        Peer::Null,
+        None,
+    );
+    if let Some(status) = p.ok(&format!("sendrecv with {label}"), result) {
+        check_status(p, &format!("sendrecv {label}"), status, Peer::Null, None, 0);
+    }
+}
+
+fn check_status(
+    p: &mut Probe,
+    label: &str,
+    status: Status,
+    source: Peer,
+    tag: Option<i32>,
+    count: usize,
+) {
+    // MPI sets the error field only for multiple-completion calls: it is not checked.
+    p.check(
+        &format!("{label}: status (source, tag, count)"),
+        (source, tag, count),
+        (status.source, status.tag, status.count),
+    );
+}
+
+/// MPI errors that only the library can detect must come back as `Err` on a communicator
+/// the backend created (it sets MPI_ERRORS_RETURN there), and leave it usable.
+pub fn library_errors(p: &mut Probe, g: &Group) {
+    let label = format!("on {}", g.name);
+    p.start(&format!("library errors {label}"));
+    let b = p.backend;
+    let bug = &crate::known::INTEL_ABI_ERRORS_RETURN;
+    if bug.affects(b.info()) {
+        return p.known_bug(bug);
+    }
+    let data = Data::new(&label, Dtype::I16, Pattern::Wide, g.size);
+    let send = data.of_rank(g.rank, 7);
+    let mut recv = Array::zeroed(Dtype::I16, 7);
+    p.refused(
+        &format!("send with tag -77 {label}"),
+        b.send(g.comm, send.buf(), Peer::Rank(g.rank), -77),
+    );
+    p.refused(
+        &format!("recv with tag -77 {label}"),
+        b.recv(g.comm, recv.buf_mut(), Peer::Rank(g.rank), Some(-77)),
+    );
+    // A 7-element message into a 3-element buffer: MPI_ERR_TRUNCATE at the receiver.
+    // Only between two ranks: Open MPI (4.1 and 5.0) misses the truncation when a rank
+    // sendrecvs with itself.
+    if g.size > 1 {
+        let (left, right) = g.neighbours();
+        let mut short = Array::zeroed(Dtype::I16, 3);
+        let result = b.sendrecv(
+            g.comm,
+            send.buf(),
+            Peer::Rank(right),
+            9,
+            short.buf_mut(),
+            Peer::Rank(left),
+            Some(9),
+        );
+        p.refused(&format!("sendrecv into a too small buffer {label}"), result);
+    }
+    p.ok(&format!("barrier after errors {label}"), b.barrier(g.comm));
+}
