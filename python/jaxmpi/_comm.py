@@ -188,10 +188,11 @@ def encode_dest(dest, size: int, op: str) -> int:
 
 
 def encode_tag(tag, op: str, allow_any: bool) -> int:
+    """Tags are C ints; MPI refuses those above MPI_TAG_UB (at least 32767) at run time."""
     if allow_any and tag == ANY_TAG:
         return TAG_ANY
-    if not isinstance(tag, int) or tag < 0:
-        raise ValueError(f"jaxmpi.{op}: tag must be a non-negative int, got {tag!r}")
+    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 2**31:
+        raise ValueError(f"jaxmpi.{op}: tag must be an int in [0, 2**31), got {tag!r}")
     return tag
 
 

@@ -25,14 +25,16 @@ from ._jax_shim import ShapedArray
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
 # Parameters that only shape rules use; they do not reach the handler.
 _TRACE_ONLY = frozenset({"size", "at_root"})
+# Handles and addresses: unsigned and pointer-sized.
+_ADDRESSES = frozenset({"comm", "user_op", "status"})
 
 
 def _attributes(params: dict) -> dict:
-    """Every attribute is an int64. Handles and addresses (unsigned, pointer-sized) travel
-    as their two's-complement bit pattern: MLIR cannot hold an unsigned 64-bit attribute
-    above 2^63, and MPICH user handles as mpi4py gives them are that large."""
+    """Every attribute is an int64. Addresses travel as their two's-complement bit
+    pattern: MLIR cannot hold an unsigned 64-bit attribute above 2^63, and MPICH user
+    handles as mpi4py gives them are that large."""
     return {
-        key: np.int64(value - (1 << 64) if value >= 1 << 63 else value)
+        key: np.int64(value - (1 << 64) if key in _ADDRESSES and value >= 1 << 63 else value)
         for key, value in params.items()
         if key not in _TRACE_ONLY
     }

@@ -13,7 +13,8 @@ use libloading::Library;
 
 use super::abi::{Abi, Predefined, RawStatus};
 use super::functions::{self, Aint, Functions, LargeCountFunctions};
-use super::half;
+use super::own_ops;
+use super::quirks::Quirks;
 
 /// Largest count a classic (non-`_c`) MPI call takes.
 pub const INT_MAX: usize = c_int::MAX as usize;
@@ -28,8 +29,10 @@ pub struct MpiLibrary<A: Abi> {
     pub(super) fns: Functions<A::Handle>,
     pub(super) large: Option<LargeCountFunctions<A::Handle>>,
     pub(super) pre: Predefined<A::Handle>,
-    /// jaxmpi's own reductions for float16/bfloat16, created once at load.
-    half_ops: Vec<(Dtype, ReduceOp, A::Handle)>,
+    /// jaxmpi's own reductions (see `own_ops`), created once at load.
+    own_ops: Vec<(Dtype, ReduceOp, A::Handle)>,
+    /// Bugs of this library version that the ops work around.
+    pub(super) quirks: Quirks,
     pub(super) info: LibraryInfo,
     pub(super) thread_level: ThreadLevel,
     pub(super) initialized_here: bool,
@@ -128,7 +131,8 @@ impl<A: Abi> MpiLibrary<A> {
             fns,
             large,
             pre,
-            half_ops: Vec::new(),
+            own_ops: Vec::new(),
+            quirks: Quirks::default(),
             info: LibraryInfo {
                 family: A::FAMILY,
                 path,
@@ -184,6 +188,14 @@ impl<A: Abi> MpiLibrary<A> {
                 ));
             }
             self.initialized_here = true;
+            // As mpi4py does: errors on the predefined communicators (and on handles
+            // that are no communicator at all) come back as codes instead of aborting.
+            for comm in [self.pre.comm_world, self.pre.comm_self] {
+                // SAFETY: predefined communicators of an initialized MPI.
+                let rc =
+                    unsafe { (self.fns.MPI_Comm_set_errhandler)(comm, self.pre.errors_return) };
+                self.check(step, rc)?;
+            }
         } else {
             // SAFETY: MPI is initialized; writes one int.
             unsafe { (self.fns.MPI_Query_thread)(&mut provided) };
@@ -212,17 +224,16 @@ impl<A: Abi> MpiLibrary<A> {
         }
         self.world_rank = self.comm_rank_raw(self.pre.comm_world)?;
         self.check_datatype_table()?;
-        for dtype in [Dtype::F16, Dtype::BF16] {
-            for op in half::HALF_OPS {
-                let Some(callback) = half::callback(dtype, op) else {
-                    continue;
-                };
-                let mut handle = self.pre.op_null;
-                // SAFETY: a valid callback and an out-pointer to one handle.
-                let rc = unsafe { (self.fns.MPI_Op_create)(callback, 1, &mut handle) };
-                self.check(step, rc)?;
-                self.half_ops.push((dtype, op, handle));
-            }
+        self.quirks = Quirks::of(&self.info);
+        for (dtype, op) in own_ops::needed(self.quirks.unsigned_min_max_as_signed) {
+            let Some(callback) = own_ops::callback(dtype, op) else {
+                continue;
+            };
+            let mut handle = self.pre.op_null;
+            // SAFETY: a valid callback and an out-pointer to one handle.
+            let rc = unsafe { (self.fns.MPI_Op_create)(callback, 1, &mut handle) };
+            self.check(step, rc)?;
+            self.own_ops.push((dtype, op, handle));
         }
         self.cuda_aware = match cuda_aware_override()? {
             Some(forced) => forced,
@@ -258,7 +269,7 @@ impl<A: Abi> MpiLibrary<A> {
         if finalized != 0 {
             return Ok(());
         }
-        for &(_, _, mut op) in &self.half_ops {
+        for &(_, _, mut op) in &self.own_ops {
             // SAFETY: ops this library created and nothing uses any more.
             unsafe { (self.fns.MPI_Op_free)(&mut op) };
         }
@@ -338,18 +349,18 @@ impl<A: Abi> MpiLibrary<A> {
             return A::handle_from_raw(raw)
                 .map_err(|why| Error::invalid_argument(name, format!("op {why}")));
         }
-        if dtype.is_half() {
-            let found = self
-                .half_ops
-                .iter()
-                .find(|&&(d, o, _)| d == dtype && o == op);
-            return found.map(|&(_, _, h)| h).ok_or_else(|| {
-                Error::unsupported(name, format!("{op} on {dtype} is not available"))
-            });
+        let own = self
+            .own_ops
+            .iter()
+            .find(|&&(d, o, _)| d == dtype && o == op);
+        match (own, self.pre.op(op)) {
+            (Some(&(_, _, handle)), _) => Ok(handle),
+            (None, Some(handle)) if !dtype.is_half() => Ok(handle),
+            _ => Err(Error::unsupported(
+                name,
+                format!("{op} on {dtype} is not available"),
+            )),
         }
-        self.pre
-            .op(op)
-            .ok_or_else(|| Error::unsupported(name, format!("{op} has no predefined handle")))
     }
 
     /// MPI's integer for a peer rank.

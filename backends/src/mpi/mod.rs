@@ -2,8 +2,9 @@
 
 pub mod abi;
 mod functions;
-mod half;
 mod library;
 mod ops;
+mod own_ops;
+mod quirks;
 
 pub use library::{one_line, MpiLibrary};

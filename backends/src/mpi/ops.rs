@@ -288,6 +288,17 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         let handle = self.comm(name, comm)?;
         self.check_root(name, root, self.size_of(name, handle)?)?;
         if self.comm_rank_raw(handle)? == root {
+            // A copy of the input stands in for MPI_IN_PLACE where the library crashes on it.
+            let copy: Vec<u8>;
+            let send = match send {
+                Input::InPlace if root != 0 && self.quirks.reduce_in_place_off_rank_0_crashes => {
+                    // SAFETY: `recv` is valid for reads of its length.
+                    let input = unsafe { std::slice::from_raw_parts(recv.ptr(), recv.len_bytes()) };
+                    copy = input.to_vec();
+                    Input::Data(Buf::from_bytes(&copy, recv.dtype())?)
+                }
+                other => other,
+            };
             return self.reduction(name, comm, send, &recv, op, |s, r, n, t, o, c| unsafe {
                 (self.fns.MPI_Reduce)(s, r, n, t, o, root, c)
             });

@@ -257,6 +257,11 @@ fn run(p: &mut Probe, world: &Group, large: bool) {
         p2p::subset(p, g);
     });
     comms::bad_input(p, world);
+    // The world communicator returns errors too: the backend initialized MPI and set
+    // MPI_ERRORS_RETURN there, as mpi4py does.
+    if p.backend.initialized_here() {
+        p2p::library_errors(p, world);
+    }
     if large {
         large::run(p, world);
     }

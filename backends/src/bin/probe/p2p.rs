@@ -168,8 +168,9 @@ fn check_status(
     );
 }
 
-/// MPI errors that only the library can detect must come back as `Err` on a communicator
-/// the backend created (it sets MPI_ERRORS_RETURN there), and leave it usable.
+/// MPI errors that only the library can detect must come back as `Err` on communicators
+/// with MPI_ERRORS_RETURN (those the backend created, and world when it initialized MPI),
+/// and leave them usable.
 pub fn library_errors(p: &mut Probe, g: &Group) {
     let label = format!("on {}", g.name);
     p.start(&format!("library errors {label}"));

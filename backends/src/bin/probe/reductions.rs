@@ -5,8 +5,7 @@ use std::ops::Range;
 use jaxmpi_core::{Dtype, Input, ReduceOp};
 
 use crate::array::Array;
-use crate::data::{is_unsigned, Data, Pattern};
-use crate::known;
+use crate::data::{Data, Pattern};
 use crate::report::{Group, Probe};
 use crate::{cases, BIG, SIZES, SOME_DTYPES};
 
@@ -113,15 +112,6 @@ fn reduction(
     let place = if in_place { " in place" } else { "" };
     let label = format!("{} {op} {dtype} n={n}{place} on {}", kind.label(), g.name);
     p.start(&label);
-    let info = p.backend.info();
-    let bug = &known::REDUCE_IN_PLACE_AT_NONZERO_ROOT;
-    if in_place && matches!(kind, Kind::Reduce { root } if root != 0) && bug.affects(info) {
-        return p.known_bug(bug);
-    }
-    let bug = &known::UNSIGNED_MIN_MAX;
-    let excuse = (matches!(op, ReduceOp::Min | ReduceOp::Max) && is_unsigned(dtype))
-        .then_some(bug)
-        .filter(|bug| bug.affects(info));
     let data = Data::new(&label, dtype, Pattern::for_op(op), g.size);
     let size = g.size as usize;
     // reduce_scatter's input holds one block of n per rank; this rank receives block `rank`.
@@ -160,7 +150,7 @@ fn reduction(
     };
     if p.ok(&label, result).is_some() {
         if let Some(expected) = expected {
-            p.data_unless(&label, &expected, &out, excuse);
+            p.data(&label, &expected, &out);
         }
     }
 }

@@ -123,17 +123,6 @@ impl Probe {
 
     /// `got` must hold the same values as `expected`; the first differing element is shown.
     pub fn data(&mut self, what: &str, expected: &Array, got: &Array) {
-        self.data_unless(what, expected, got, None);
-    }
-
-    /// As `data`, but a mismatch that `bug` explains is recorded as that bug.
-    pub fn data_unless(
-        &mut self,
-        what: &str,
-        expected: &Array,
-        got: &Array,
-        bug: Option<&'static Bug>,
-    ) {
         self.checks += 1;
         let mismatch = if expected.count() != got.count() {
             Some((
@@ -150,10 +139,8 @@ impl Probe {
                 )
             })
         };
-        match (mismatch, bug) {
-            (None, _) => {}
-            (Some(_), Some(bug)) => self.known_bug(bug),
-            (Some((what, want, have)), None) => self.fail(&what, want, have),
+        if let Some((what, want, have)) = mismatch {
+            self.fail(&what, want, have);
         }
     }
 

@@ -1,0 +1,197 @@
+//! Reductions jaxmpi brings itself, created once per (dtype, op) with `MPI_Op_create`:
+//! - float16 and bfloat16, for which no MPI family has predefined reductions: each
+//!   element is widened to f32, combined and rounded back, which gives the same result as
+//!   native half-precision arithmetic;
+//! - unsigned MIN/MAX, for libraries whose own compare them as signed (see `quirks`).
+
+use std::ffi::{c_int, c_void};
+
+use half::{bf16, f16};
+use jaxmpi_core::{Dtype, ReduceOp};
+
+use super::functions::UserFunction;
+
+/// Op codes for the const generic, in `OPS` order.
+const SUM: u8 = 0;
+const PROD: u8 = 1;
+const MIN: u8 = 2;
+const MAX: u8 = 3;
+const OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max];
+
+trait Element: Copy {
+    fn combine<const OP: u8>(a: Self, b: Self) -> Self;
+}
+
+/// MIN/MAX that propagate NaN, as numpy's minimum/maximum do.
+fn pick<T: PartialOrd + Copy>(a: T, b: T, a_wins: bool, a_is_nan: bool) -> T {
+    if a_is_nan || a_wins {
+        a
+    } else {
+        b
+    }
+}
+
+macro_rules! half_element {
+    ($t:ty) => {
+        impl Element for $t {
+            fn combine<const OP: u8>(a: Self, b: Self) -> Self {
+                let (x, y) = (a.to_f32(), b.to_f32());
+                <$t>::from_f32(match OP {
+                    SUM => x + y,
+                    PROD => x * y,
+                    MIN => pick(x, y, x < y, x.is_nan()),
+                    _ => pick(x, y, x > y, x.is_nan()),
+                })
+            }
+        }
+    };
+}
+half_element!(f16);
+half_element!(bf16);
+
+macro_rules! unsigned_element {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            fn combine<const OP: u8>(a: Self, b: Self) -> Self {
+                match OP {
+                    SUM => a.wrapping_add(b),
+                    PROD => a.wrapping_mul(b),
+                    MIN => a.min(b),
+                    _ => a.max(b),
+                }
+            }
+        }
+    )*};
+}
+unsigned_element!(u8, u16, u32, u64);
+
+/// `MPI_User_function`: `inout[i] = in[i] OP inout[i]`.
+unsafe extern "C" fn reduce<T: Element, const OP: u8>(
+    invec: *mut c_void,
+    inoutvec: *mut c_void,
+    len: *mut c_int,
+    _datatype: *mut c_void,
+) {
+    // SAFETY: MPI passes two buffers of `*len` elements of the datatype the op was used
+    // with, which jaxmpi only ever pairs with a datatype holding `T`.
+    let (input, inout) = unsafe {
+        let n = usize::try_from(*len).unwrap_or(0);
+        (
+            std::slice::from_raw_parts(invec as *const T, n),
+            std::slice::from_raw_parts_mut(inoutvec as *mut T, n),
+        )
+    };
+    for (acc, &x) in inout.iter_mut().zip(input) {
+        *acc = T::combine::<OP>(x, *acc);
+    }
+}
+
+fn table<T: Element>() -> [UserFunction; 4] {
+    [
+        reduce::<T, SUM>,
+        reduce::<T, PROD>,
+        reduce::<T, MIN>,
+        reduce::<T, MAX>,
+    ]
+}
+
+/// The callback for (dtype, op), where jaxmpi can provide one.
+pub fn callback(dtype: Dtype, op: ReduceOp) -> Option<UserFunction> {
+    let index = OPS.iter().position(|&o| o == op)?;
+    let callbacks = match dtype {
+        Dtype::F16 => table::<f16>(),
+        Dtype::BF16 => table::<bf16>(),
+        Dtype::U8 => table::<u8>(),
+        Dtype::U16 => table::<u16>(),
+        Dtype::U32 => table::<u32>(),
+        Dtype::U64 => table::<u64>(),
+        _ => return None,
+    };
+    Some(callbacks[index])
+}
+
+/// The (dtype, op) pairs a library needs from jaxmpi.
+pub fn needed(unsigned_min_max: bool) -> Vec<(Dtype, ReduceOp)> {
+    let mut pairs: Vec<_> = [Dtype::F16, Dtype::BF16]
+        .into_iter()
+        .flat_map(|d| OPS.map(|op| (d, op)))
+        .collect();
+    if unsigned_min_max {
+        for dtype in [Dtype::U8, Dtype::U16, Dtype::U32, Dtype::U64] {
+            pairs.extend([(dtype, ReduceOp::Min), (dtype, ReduceOp::Max)]);
+        }
+    }
+    pairs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply<T: Copy>(dtype: Dtype, op: ReduceOp, input: &mut [T], inout: &mut [T]) {
+        let f = callback(dtype, op).unwrap();
+        let mut len = input.len() as c_int;
+        // SAFETY: both slices hold `len` elements of the dtype's size.
+        unsafe {
+            f(
+                input.as_mut_ptr().cast(),
+                inout.as_mut_ptr().cast(),
+                &mut len,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+
+    #[test]
+    fn f16_ops_match_f32_arithmetic_rounded() {
+        let a = [1.5f32, -2.0, 65504.0, 0.1];
+        let b = [2.25f32, 3.0, 1.0, 0.2];
+        for (op, expect) in [
+            (ReduceOp::Sum, [3.75, 1.0, 65504.0, 0.3]),
+            (ReduceOp::Prod, [3.375, -6.0, 65504.0, 0.02]),
+            (ReduceOp::Min, [1.5, -2.0, 1.0, 0.1]),
+            (ReduceOp::Max, [2.25, 3.0, 65504.0, 0.2]),
+        ] {
+            let mut x: Vec<f16> = a.iter().map(|&v| f16::from_f32(v)).collect();
+            let mut y: Vec<f16> = b.iter().map(|&v| f16::from_f32(v)).collect();
+            apply(Dtype::F16, op, &mut x, &mut y);
+            for (g, w) in y.iter().zip(expect) {
+                let (g, w) = (g.to_f32(), f16::from_f32(w).to_f32());
+                // Inputs are rounded to f16 first: 0.1+0.2 lands within one ulp of f16(0.3).
+                assert!((g - w).abs() <= w.abs() * 1e-3, "{op:?}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_sum_rounds_and_nan_propagates() {
+        let mut x = vec![bf16::from_f32(1.0), bf16::NAN];
+        let mut y = vec![bf16::from_f32(256.0), bf16::from_f32(3.0)];
+        apply(Dtype::BF16, ReduceOp::Sum, &mut x, &mut y);
+        // 257 is not representable in bf16 (8 bits of mantissa): rounds to 256.
+        assert_eq!(y[0].to_f32(), 256.0);
+        assert!(y[1].is_nan());
+        let (mut x, mut y) = (vec![bf16::NAN], vec![bf16::from_f32(3.0)]);
+        apply(Dtype::BF16, ReduceOp::Max, &mut x, &mut y);
+        assert!(y[0].is_nan());
+    }
+
+    #[test]
+    fn unsigned_min_max_compare_as_unsigned() {
+        let (mut x, mut y) = (vec![196u8, 3], vec![42u8, 250]);
+        apply(Dtype::U8, ReduceOp::Max, &mut x, &mut y);
+        assert_eq!(y, [196, 250]);
+        let (mut x, mut y) = (vec![u64::MAX, 1], vec![7u64, u64::MAX]);
+        apply(Dtype::U64, ReduceOp::Min, &mut x, &mut y);
+        assert_eq!(y, [7, 1]);
+    }
+
+    #[test]
+    fn callbacks_exist_only_where_jaxmpi_provides_an_op() {
+        assert!(callback(Dtype::F16, ReduceOp::Band).is_none());
+        assert!(callback(Dtype::F32, ReduceOp::Sum).is_none());
+        assert!(callback(Dtype::BF16, ReduceOp::Min).is_some());
+        assert_eq!(needed(false).len(), 8);
+        assert_eq!(needed(true).len(), 16);
+    }
+}
