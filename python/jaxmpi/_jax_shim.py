@@ -14,6 +14,8 @@ import jax
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
+from jax.interpreters import ad as _ad
+from jax.interpreters import batching as _batching
 from jax.interpreters import mlir
 
 try:  # public since JAX 0.4.32
@@ -78,3 +80,48 @@ def register_lowering(primitive: Primitive, rule, platform: str) -> None:
 
 def register_ffi_target(name: str, capsule, platform: str) -> None:
     jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
+
+
+# --- Autodiff and batching rules ----------------------------------------------------------
+# jax.interpreters.ad/batching are JAX's rule registries; their signatures have changed
+# between releases, so rules are registered only through these functions.
+
+
+def def_jvp(primitive: Primitive, rule) -> None:
+    """`rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`; tangents are
+    materialized (no symbolic zeros reach the rule)."""
+
+    def jvp(primals, tangents, **params):
+        return rule(primals, [_ad.instantiate_zeros(t) for t in tangents], **params)
+
+    _ad.primitive_jvps[primitive] = jvp
+
+
+def def_transpose(primitive: Primitive, rule) -> None:
+    """`rule(cotangents, *args, **params) -> one cotangent (or None) per arg`, with the
+    cotangents materialized and `is_linear(arg)` telling the inputs being transposed."""
+
+    def transpose(cotangents, *args, **params):
+        return rule([_ad.instantiate_zeros(ct) for ct in cotangents], *args, **params)
+
+    _ad.primitive_transposes[primitive] = transpose
+
+
+def is_linear(arg) -> bool:
+    """Whether `arg` is an input a transpose rule must produce a cotangent for."""
+    return _ad.is_undefined_primal(arg)
+
+
+def aval_of(arg):
+    """The abstract value of an argument of a transpose rule."""
+    return arg.aval
+
+
+def def_batching(primitive: Primitive, rule) -> None:
+    """`rule(args, batch_dims, **params) -> (outs, out_batch_dims)`."""
+    _batching.primitive_batchers[primitive] = rule
+
+
+def pass_tokens_through(ctx) -> None:
+    """For a lowering that makes no MPI call: the program order token flows on."""
+    ctx.set_tokens_out(ctx.tokens_in)

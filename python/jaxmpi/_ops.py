@@ -24,7 +24,7 @@ from ._jax_shim import ShapedArray
 
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
 # Parameters that only shape rules use; they do not reach the handler.
-_TRACE_ONLY = frozenset({"size", "at_root"})
+_TRACE_ONLY = frozenset({"size", "at_root", "identity"})
 # Handles and addresses: unsigned and pointer-sized.
 _ADDRESSES = frozenset({"comm", "user_op", "status"})
 
@@ -45,7 +45,10 @@ def _define(name: str, shapes, aliases=lambda **params: {}):
     target = f"jaxmpi_{name}"
     primitive = _jax_shim.new_primitive(target, shapes)
 
-    def lowering(ctx, *operands, **params):
+    def lowering(ctx, *operands, identity=False, **params):
+        if identity:  # a transposed allreduce-SUM: no communication (see _rules.py)
+            _jax_shim.pass_tokens_through(ctx)
+            return operands
         return _jax_shim.lower_ordered_ffi_call(
             ctx, target, operands, _attributes(params), aliases(**params)
         )
@@ -109,11 +112,12 @@ def _leading_axis_is_size(x, size: int, op: str, name: str) -> None:
         raise ValueError(f"{name} input must have shape (nproc, ...)")
 
 
-def _reduction(primitive, name: str, x, op, comm, root=None):
+def _reduction(primitive, name: str, x, op, comm, root=None, **params):
     """The shared front of the elementwise reductions: checks, then one bind."""
     x = _array(x, name)
     c = resolve_comm(comm, name)
-    params = {} if root is None else {"root": check_rank(root, c.size, "root", name)}
+    if root is not None:
+        params["root"] = check_rank(root, c.size, "root", name)
     code, user_op = resolve_op(op, x.dtype, name)
     (y,) = primitive.bind(x, comm=c.handle, op=code, user_op=user_op, **params)
     return y
@@ -121,7 +125,7 @@ def _reduction(primitive, name: str, x, op, comm, root=None):
 
 def allreduce(x, op, *, comm=None):
     """Reduces `x` over all ranks with `op`; every rank gets the result."""
-    return _reduction(_allreduce_p, "allreduce", x, op, comm)
+    return _reduction(_allreduce_p, "allreduce", x, op, comm, identity=False)
 
 
 def reduce(x, op, root, *, comm=None):
