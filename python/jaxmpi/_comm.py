@@ -85,16 +85,19 @@ class Op:
 PREDEFINED_OPS: list[str] = _native.reduce_ops()
 OPS = {name: Op(name) for name in PREDEFINED_OPS}
 
-_default_comm = None
+def _clone_world():
+    mpi = _mpi4py()
+    return mpi.COMM_WORLD.Clone() if mpi is not None else COMM_WORLD.Clone()
+
+
+# A clone of the world communicator, so jaxmpi's traffic never matches the user's own
+# messages on COMM_WORLD (mpi4jax's convention). Made at import, which every rank does:
+# made lazily, the first op would have to be a collective, or a program starting with a
+# send on some ranks only would hang in the clone.
+_default_comm = _clone_world()
 
 
 def default_comm():
-    """A clone of the world communicator, made on first use, so jaxmpi's traffic never
-    matches the user's own messages on COMM_WORLD (mpi4jax's convention)."""
-    global _default_comm
-    if _default_comm is None:
-        mpi = _mpi4py()
-        _default_comm = mpi.COMM_WORLD.Clone() if mpi is not None else COMM_WORLD.Clone()
     return _default_comm
 
 
