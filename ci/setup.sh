@@ -30,7 +30,7 @@ JAXMPI_PIN_IMPI="impi-rt==2021.18.1"   # Intel MPI runtime: lib/libmpi.so.12, bi
 # What every Python test venv gets besides its MPI: the newest JAX we support
 # and mpi4py (the tests compare against it and use its communicators).
 JAXMPI_PIN_JAX_NEWEST=("jax==0.10.2" "jaxlib==0.10.2")
-JAXMPI_PIN_JAX_OLDEST=("jax==0.6.0" "jaxlib==0.6.0")
+JAXMPI_PIN_JAX_OLDEST=("jax==0.6.2" "jaxlib==0.6.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")

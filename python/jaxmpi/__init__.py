@@ -15,12 +15,14 @@ from ._ops import (
     gather,
     recv,
     reduce,
+    reduce_scatter,
     scan,
     scatter,
     send,
     sendrecv,
 )
 from ._runtime import MPIError
+from ._varcount import allgatherv, alltoallv, gatherv, scatterv
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
 LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
@@ -51,17 +53,22 @@ __all__ = [
     "MPIError",
     "Op",
     "allgather",
+    "allgatherv",
     "allreduce",
     "alltoall",
+    "alltoallv",
     "barrier",
     "bcast",
     "exscan",
     "gather",
+    "gatherv",
     "has_cuda_support",
     "recv",
     "reduce",
+    "reduce_scatter",
     "scan",
     "scatter",
+    "scatterv",
     "send",
     "sendrecv",
-]
+]  # fmt: skip

@@ -85,6 +85,7 @@ class Op:
 PREDEFINED_OPS: list[str] = _native.reduce_ops()
 OPS = {name: Op(name) for name in PREDEFINED_OPS}
 
+
 def _clone_world():
     mpi = _mpi4py()
     return mpi.COMM_WORLD.Clone() if mpi is not None else COMM_WORLD.Clone()

@@ -3,7 +3,7 @@
 jaxmpi needs three things JAX has no public API for: an ordered effect (so MPI calls keep
 program order on every rank without user-visible tokens), the default eager
 implementation of a primitive, and a lowering that threads the effect's token through an
-XLA FFI call. Each is written here once, for every supported JAX (0.6 to the newest).
+XLA FFI call. Each is written here once, for every supported JAX (0.6.2 to the newest).
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ for _registry in (
     _effects.control_flow_allowed_effects,
     _effects.custom_derivatives_allowed_effects,
     _effects.remat_allowed_effects,
+    # Without this, linearization drops an MPI call whose result a rank does not use (a
+    # send's tangent has no result at all), and the ranks' derivative programs would no
+    # longer make the same calls. It exists from JAX 0.6.2 on: the oldest we support.
+    _effects.partial_eval_kept_effects,
 ):
     _registry.add_type(MpiEffect)
 

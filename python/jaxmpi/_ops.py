@@ -24,7 +24,9 @@ from ._jax_shim import ShapedArray
 
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
 # Parameters that only shape rules use; they do not reach the handler.
-_TRACE_ONLY = frozenset({"size", "at_root", "identity"})
+_TRACE_ONLY = frozenset(
+    {"size", "rank", "at_root", "identity", "counts", "send_counts", "recv_counts"}
+)
 # Handles and addresses: unsigned and pointer-sized.
 _ADDRESSES = frozenset({"comm", "user_op", "status"})
 
@@ -40,8 +42,9 @@ def _attributes(params: dict) -> dict:
     }
 
 
-def _define(name: str, shapes, aliases=lambda **params: {}):
-    """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name."""
+def _define(name: str, shapes, aliases=lambda **params: {}, attributes=None):
+    """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name.
+    `attributes(avals_in, **params)`, if given, adds attributes that depend on shapes."""
     target = f"jaxmpi_{name}"
     primitive = _jax_shim.new_primitive(target, shapes)
 
@@ -49,9 +52,10 @@ def _define(name: str, shapes, aliases=lambda **params: {}):
         if identity:  # a transposed allreduce-SUM: no communication (see _rules.py)
             _jax_shim.pass_tokens_through(ctx)
             return operands
-        return _jax_shim.lower_ordered_ffi_call(
-            ctx, target, operands, _attributes(params), aliases(**params)
-        )
+        attrs = _attributes(params)
+        if attributes is not None:
+            attrs.update(attributes(ctx.avals_in, **params))
+        return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, attrs, aliases(**params))
 
     _jax_shim.register_lowering(primitive, lowering, platform="cpu")
     return primitive
@@ -86,6 +90,7 @@ _scatter_p = _define(
     lambda *, at_root, **_: {} if at_root else {0: 0},
 )
 _alltoall_p = _define("alltoall", _like)
+_reduce_scatter_p = _define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])
 _send_p = _define("send", lambda x, **_: [])
 _recv_p = _define("recv", _like, _in_place)
 _sendrecv_p = _define("sendrecv", lambda sendbuf, recvbuf, **_: _like(recvbuf), lambda **_: {1: 0})
@@ -141,6 +146,16 @@ def scan(x, op, *, comm=None):
 def exscan(x, op, *, comm=None):
     """Exclusive prefix reduction: rank r gets `op` over ranks 0..r-1; rank 0 gets zeros."""
     return _reduction(_exscan_p, "exscan", x, op, comm)
+
+
+def reduce_scatter(x, op, *, comm=None):
+    """`x` has shape `(size, ...)`; rank r gets the reduction over all ranks of slice r."""
+    x = _array(x, "reduce_scatter")
+    c = resolve_comm(comm, "reduce_scatter")
+    _leading_axis_is_size(x, c.size, "reduce_scatter", "Reduce_scatter")
+    code, user_op = resolve_op(op, x.dtype, "reduce_scatter")
+    (y,) = _reduce_scatter_p.bind(x, comm=c.handle, op=code, user_op=user_op)
+    return y
 
 
 def bcast(x, root, *, comm=None):

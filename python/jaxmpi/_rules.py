@@ -1,91 +1,361 @@
-"""Differentiation and batching rules (mpi4jax 0.9's set): allreduce with SUM, sendrecv,
-and barrier.
+"""Differentiation and batching rules for every op.
 
-Conventions kept from mpi4jax so existing programs get the same gradients:
-- the transpose of allreduce-SUM is the identity on each rank (no communication), and the
-  transpose of that is allreduce-SUM again;
-- sendrecv is linear in what it sends; its transpose sends the cotangent back the other
-  way (source and destination swap).
+Linear ops (data movement, SUM reductions) have JVPs that apply the op to the tangents and
+transposes built from the adjoint communication: the transpose of bcast is a reduce-SUM to
+the root, of scatter a gather, of allgather a reduce_scatter, of sendrecv the swapped
+sendrecv. allreduce-SUM keeps mpi4jax's convention: its transpose is the identity on each
+rank (every rank holds the same, replicated loss), and the transpose of that is
+allreduce-SUM again. MIN/MAX reductions differentiate through the selected elements (ties
+share the derivative equally); PROD through the product of the other ranks' values.
+
+vmap moves the batch axis where the op's semantics allow one MPI call for the whole
+batch: the front for elementwise ops and point to point, just behind the rank axis for ops
+that split or stack along it.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import _jax_shim
+from . import _jax_shim, _native
 from ._comm import PEER_ANY, PREDEFINED_OPS, TAG_ANY
-from ._ops import _allreduce_p, _barrier_p, _sendrecv_p
+from ._ops import (
+    _allgather_p,
+    _allreduce_p,
+    _alltoall_p,
+    _barrier_p,
+    _bcast_p,
+    _exscan_p,
+    _gather_p,
+    _recv_p,
+    _reduce_p,
+    _reduce_scatter_p,
+    _scan_p,
+    _scatter_p,
+    _send_p,
+    _sendrecv_p,
+)
+from ._varcount import _allgatherv_p, _alltoallv_p, _gatherv_p, _scatterv_p
 
-_SUM = PREDEFINED_OPS.index("SUM")
-
-
-def _allreduce_jvp(primals, tangents, *, op, **params):
-    if op != _SUM:
-        name = PREDEFINED_OPS[op] if op >= 0 else "a user-defined op"
-        raise NotImplementedError(
-            f"jaxmpi.allreduce: derivatives are defined for op=SUM only, not {name}"
-        )
-    (y,) = _allreduce_p.bind(*primals, op=op, **params)
-    (ty,) = _allreduce_p.bind(*tangents, op=op, **params)
-    return [y], [ty]
-
-
-def _allreduce_transpose(cotangents, x, *, identity, **params):
-    return _allreduce_p.bind(*cotangents, identity=not identity, **params)
-
-
-def _allreduce_batch(args, dims, **params):
-    # Elementwise: the batch is just more elements, the same on every rank.
-    return _allreduce_p.bind(*args, **params), dims
+SUM, PROD, MIN, MAX = (PREDEFINED_OPS.index(n) for n in ("SUM", "PROD", "MIN", "MAX"))
 
 
-def _sendrecv_jvp(primals, tangents, *, status, **params):
-    sendbuf, recvbuf = primals
-    (y,) = _sendrecv_p.bind(sendbuf, recvbuf, status=status, **params)
-    (ty,) = _sendrecv_p.bind(tangents[0], jnp.zeros_like(recvbuf), status=0, **params)
-    return [y], [ty]
+def _op_name(op: int) -> str:
+    return PREDEFINED_OPS[op] if op >= 0 else "a user-defined op"
 
 
-def _sendrecv_transpose(cotangents, sendbuf, recvbuf, *, source, dest, sendtag, **params):
-    """The cotangent goes back to whoever sent the data, and the cotangent of what this
-    rank sent comes back from its destination. Received by source only (any tag): the
-    sender's tag is not known here when the forward receive accepted any."""
-    params = dict(params, recvtag=TAG_ANY, status=0)
-    template = jnp.zeros(_jax_shim.aval_of(sendbuf).shape, _jax_shim.aval_of(sendbuf).dtype)
+def _one(primitive, *args, **params):
+    (y,) = primitive.bind(*args, **params)
+    return y
+
+
+def _differentiable(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+def _rank(params) -> int:
+    return _native.comm_rank(params["comm"])
+
+
+def _size(params) -> int:
+    return _native.comm_size(params["comm"])
+
+
+def _zeros_like_arg(arg):
+    aval = _jax_shim.aval_of(arg)
+    return jnp.zeros(aval.shape, aval.dtype)
+
+
+# --- JVPs -----------------------------------------------------------------------------------
+
+
+def _linear_jvp(primitive, name: str, sum_only: bool = False):
+    """Linear in the data: the tangents take the same path as the values (templates carry
+    only a shape). Reductions are linear for SUM only."""
+
+    def jvp(primals, tangents, **params):
+        if sum_only and params["op"] != SUM:
+            raise NotImplementedError(
+                f"jaxmpi.{name}: derivatives are defined for op=SUM only, not {_op_name(params['op'])}"
+            )
+        outs = primitive.bind(*primals, **params)
+        if not outs:  # send: the tangent travels as a second message
+            primitive.bind(*tangents, **dict(params, status=0) if "status" in params else params)
+            return outs, []
+        if not _differentiable(primals[0]):
+            return outs, [jnp.zeros_like(o) for o in outs]
+        quiet = dict(params, status=0) if "status" in params else params
+        return outs, primitive.bind(*tangents, **quiet)
+
+    _jax_shim.def_jvp(primitive, jvp)
+
+
+def _selection_tangent(x, t, result, params, reduce_to):
+    """MIN/MAX: the tangent of the elements that were selected, shared equally by ties."""
+    chosen = (x == result).astype(t.dtype)
+    count = _allreduce_sum(chosen, params)
+    return reduce_to(t * chosen / count, dict(params, op=SUM, user_op=0), t)
+
+
+def _product_tangent(x, t, params, reduce_to):
+    """PROD: d(prod_r x_r) = sum_r t_r * prod_{s != r} x_s, exact also where some x is 0."""
+    everyone = _one(_allgather_p, x, comm=params["comm"], size=_size(params))
+    own = (jnp.arange(everyone.shape[0]) == _rank(params)).reshape((-1,) + (1,) * x.ndim)
+    others = jnp.prod(jnp.where(own, jnp.ones_like(everyone), everyone), axis=0)
+    return reduce_to(t * others, dict(params, op=SUM, user_op=0), t)
+
+
+def _reduction_jvp(primitive, name: str, reduce_to):
+    """allreduce and reduce: SUM is linear; MIN/MAX/PROD have their own rules."""
+
+    def jvp(primals, tangents, **params):
+        (x,), (t,) = primals, tangents
+        op = params["op"]
+        if op == SUM or not _differentiable(x):
+            return _linear(primitive, primals, tangents, params)
+        (y,) = primitive.bind(x, **params)
+        if op in (MIN, MAX):
+            full = (
+                y if primitive is _allreduce_p else _one(_allreduce_p, x, **_as_allreduce(params))
+            )
+            return [y], [_selection_tangent(x, t, full, params, reduce_to)]
+        if op == PROD:
+            return [y], [_product_tangent(x, t, params, reduce_to)]
+        raise NotImplementedError(f"jaxmpi.{name}: {_op_name(op)} has no derivative")
+
+    _jax_shim.def_jvp(primitive, jvp)
+
+
+def _linear(primitive, primals, tangents, params):
+    return primitive.bind(*primals, **params), primitive.bind(*tangents, **params)
+
+
+def _as_allreduce(params) -> dict:
+    return {"comm": params["comm"], "op": params["op"], "user_op": 0, "identity": False}
+
+
+def _allreduce_sum(t, params, own=None):
+    return _one(_allreduce_p, t, **_as_allreduce(dict(params, op=SUM)))
+
+
+def _reduce_sum(t, params, own):
+    """Tangent of reduce: the summed tangent at the root, the own tangent elsewhere."""
+    summed = _one(_reduce_p, t, comm=params["comm"], op=SUM, user_op=0, root=params["root"])
+    return summed if _rank(params) == params["root"] else own
+
+
+_reduction_jvp(_allreduce_p, "allreduce", _allreduce_sum)
+_reduction_jvp(_reduce_p, "reduce", _reduce_sum)
+for _p, _name in [(_scan_p, "scan"), (_exscan_p, "exscan"), (_reduce_scatter_p, "reduce_scatter")]:
+    _linear_jvp(_p, _name, sum_only=True)
+for _p, _name in [
+    (_bcast_p, "bcast"), (_gather_p, "gather"), (_allgather_p, "allgather"),
+    (_scatter_p, "scatter"), (_alltoall_p, "alltoall"), (_send_p, "send"),
+    (_gatherv_p, "gatherv"), (_allgatherv_p, "allgatherv"), (_scatterv_p, "scatterv"),
+    (_alltoallv_p, "alltoallv"),
+]:  # fmt: skip
+    _linear_jvp(_p, _name)
+
+
+def _recv_jvp(primals, tangents, *, source, **params):
+    """The sender sends the tangent right after the value; a receive from a named source
+    gets them in that order (MPI does not overtake between one pair of ranks)."""
     if source == PEER_ANY:
         raise NotImplementedError(
-            "jaxmpi.sendrecv: cannot transpose a receive from ANY_SOURCE; give the source rank"
+            "jaxmpi.recv: cannot differentiate a receive from ANY_SOURCE; give the source rank"
         )
-    (ct_send,) = _sendrecv_p.bind(
-        *cotangents, template, source=dest, dest=source, sendtag=sendtag, **params
-    )
-    recv_ct = (
-        jnp.zeros(_jax_shim.aval_of(recvbuf).shape, _jax_shim.aval_of(recvbuf).dtype)
-        if _jax_shim.is_linear(recvbuf)
-        else None
-    )
-    return [ct_send if _jax_shim.is_linear(sendbuf) else None, recv_ct]
+    outs = _recv_p.bind(*primals, source=source, **params)
+    if not _differentiable(primals[0]):
+        return outs, [jnp.zeros_like(o) for o in outs]
+    return outs, _recv_p.bind(*tangents, source=source, **dict(params, status=0))
 
 
-def _sendrecv_batch(args, dims, **params):
-    """Both buffers batched along a leading axis (an unbatched one is broadcast), so the
-    whole batch travels in one message."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    args = [
-        jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
-        for a, d in zip(args, dims)
-    ]
-    return _sendrecv_p.bind(*args, **params), [0]
+def _sendrecv_jvp(primals, tangents, *, source, **params):
+    if source == PEER_ANY:
+        raise NotImplementedError(
+            "jaxmpi.sendrecv: cannot differentiate a receive from ANY_SOURCE; give the source rank"
+        )
+    outs = _sendrecv_p.bind(*primals, source=source, **params)
+    if not _differentiable(primals[0]):
+        return outs, [jnp.zeros_like(o) for o in outs]
+    return outs, _sendrecv_p.bind(*tangents, source=source, **dict(params, status=0))
 
 
-def _barrier_batch(args, dims, **params):
-    return _barrier_p.bind(**params), []
-
-
-_jax_shim.def_jvp(_allreduce_p, _allreduce_jvp)
-_jax_shim.def_transpose(_allreduce_p, _allreduce_transpose)
-_jax_shim.def_batching(_allreduce_p, _allreduce_batch)
+_jax_shim.def_jvp(_recv_p, _recv_jvp)
 _jax_shim.def_jvp(_sendrecv_p, _sendrecv_jvp)
-_jax_shim.def_transpose(_sendrecv_p, _sendrecv_transpose)
-_jax_shim.def_batching(_sendrecv_p, _sendrecv_batch)
-_jax_shim.def_batching(_barrier_p, _barrier_batch)
+
+
+# --- Transposes -----------------------------------------------------------------------------
+# Each returns one cotangent per argument: None for arguments that are not being
+# transposed (constants), zeros for templates whose values never mattered.
+
+
+def _for(arg, value):
+    return value if _jax_shim.is_linear(arg) else None
+
+
+def _allreduce_transpose(cts, x, *, identity, **params):
+    return _allreduce_p.bind(*cts, identity=not identity, **params)
+
+
+def _reduce_transpose(cts, x, *, comm, root, **params):
+    (ct,) = cts
+    spread = _one(_bcast_p, ct, comm=comm, root=root)
+    at_root = _native.comm_rank(comm) == root
+    return [_for(x, spread if at_root else spread + ct)]
+
+
+def _scan_transpose(cts, x, **params):
+    """Rank s's input reaches every rank r >= s: sum over r >= s = total - exclusive sum."""
+    (ct,) = cts
+    before = _one(_exscan_p, ct, **params)
+    return [_for(x, _allreduce_sum(ct, params) - before)]
+
+
+def _exscan_transpose(cts, x, **params):
+    (ct,) = cts
+    upto = _one(_scan_p, ct, **params)
+    return [_for(x, _allreduce_sum(ct, params) - upto)]
+
+
+def _reduce_scatter_transpose(cts, x, *, comm, **params):
+    return [_for(x, _one(_allgather_p, *cts, comm=comm, size=_native.comm_size(comm)))]
+
+
+def _bcast_transpose(cts, x, *, comm, root):
+    summed = _one(_reduce_p, *cts, comm=comm, op=SUM, user_op=0, root=root)
+    at_root = _native.comm_rank(comm) == root
+    return [_for(x, summed if at_root else jnp.zeros_like(summed))]
+
+
+def _gather_transpose(cts, x, *, comm, root, size, at_root):
+    (ct,) = cts
+    mine = _one(_scatter_p, ct, comm=comm, root=root, at_root=at_root)
+    return [_for(x, mine if at_root else mine + ct)]
+
+
+def _allgather_transpose(cts, x, *, comm, size):
+    return [_for(x, _one(_reduce_scatter_p, *cts, comm=comm, op=SUM, user_op=0))]
+
+
+def _scatter_transpose(cts, x, *, comm, root, at_root):
+    gathered = _one(
+        _gather_p, *cts, comm=comm, root=root, size=_native.comm_size(comm), at_root=at_root
+    )
+    return [_for(x, gathered if at_root else jnp.zeros_like(gathered))]
+
+
+def _alltoall_transpose(cts, x, *, comm):
+    return [_for(x, _one(_alltoall_p, *cts, comm=comm))]
+
+
+def _send_transpose(cts, x, *, comm, dest, tag):
+    """What was sent comes back: the cotangent from the destination."""
+    back = _one(_recv_p, _zeros_like_arg(x), comm=comm, source=dest, tag=TAG_ANY, status=0)
+    return [_for(x, back)]
+
+
+def _recv_transpose(cts, x, *, comm, source, tag, status):
+    _send_p.bind(*cts, comm=comm, dest=source, tag=0 if tag == TAG_ANY else tag)
+    return [_for(x, _zeros_like_arg(x))]
+
+
+def _sendrecv_transpose(cts, sendbuf, recvbuf, *, source, dest, sendtag, **params):
+    """The cotangent goes back to the rank the data came from; the cotangent of what this
+    rank sent comes back from its destination (matched by source, any tag)."""
+    params = dict(params, recvtag=TAG_ANY, status=0)
+    back = _one(
+        _sendrecv_p,
+        *cts,
+        _zeros_like_arg(sendbuf),
+        source=dest,
+        dest=source,
+        sendtag=sendtag,
+        **params,
+    )
+    return [_for(sendbuf, back), _for(recvbuf, _zeros_like_arg(recvbuf))]
+
+
+def _gatherv_transpose(cts, x, *, comm, root, counts, at_root):
+    (ct,) = cts
+    rank = _native.comm_rank(comm)
+    mine = _one(_scatterv_p, ct, comm=comm, root=root, counts=counts, rank=rank, at_root=at_root)
+    return [_for(x, mine if at_root else mine + ct)]
+
+
+def _allgatherv_transpose(cts, x, *, comm, counts):
+    """Rank r's rows were copied to every rank: its cotangent is the sum over ranks of
+    their cotangents of block r, collected with one alltoallv."""
+    (ct,) = cts
+    rank, size = _native.comm_rank(comm), _native.comm_size(comm)
+    mine = counts[rank]
+    blocks = _one(_alltoallv_p, ct, comm=comm, send_counts=counts, recv_counts=(mine,) * size)
+    return [_for(x, blocks.reshape((size, mine) + blocks.shape[1:]).sum(axis=0))]
+
+
+def _scatterv_transpose(cts, x, *, comm, root, counts, rank, at_root):
+    gathered = _one(_gatherv_p, *cts, comm=comm, root=root, counts=counts, at_root=at_root)
+    return [_for(x, gathered if at_root else jnp.zeros_like(gathered))]
+
+
+def _alltoallv_transpose(cts, x, *, comm, send_counts, recv_counts):
+    back = _one(_alltoallv_p, *cts, comm=comm, send_counts=recv_counts, recv_counts=send_counts)
+    return [_for(x, back)]
+
+
+for _p, _rule in [
+    (_allreduce_p, _allreduce_transpose), (_reduce_p, _reduce_transpose),
+    (_scan_p, _scan_transpose), (_exscan_p, _exscan_transpose),
+    (_reduce_scatter_p, _reduce_scatter_transpose), (_bcast_p, _bcast_transpose),
+    (_gather_p, _gather_transpose), (_allgather_p, _allgather_transpose),
+    (_scatter_p, _scatter_transpose), (_alltoall_p, _alltoall_transpose),
+    (_send_p, _send_transpose), (_recv_p, _recv_transpose),
+    (_sendrecv_p, _sendrecv_transpose), (_gatherv_p, _gatherv_transpose),
+    (_allgatherv_p, _allgatherv_transpose), (_scatterv_p, _scatterv_transpose),
+    (_alltoallv_p, _alltoallv_transpose),
+]:  # fmt: skip
+    _jax_shim.def_transpose(_p, _rule)
+
+
+# --- Batching -------------------------------------------------------------------------------
+
+
+def _batcher(primitive, arg_axis, out_axis):
+    """Moves every argument's batch axis to `arg_axis(**params)` (broadcasting unbatched
+    ones), binds once, and reports the outputs' batch axis as `out_axis(**params)`."""
+
+    def rule(args, dims, **params):
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        axis = arg_axis(**params)
+        moved = [
+            jnp.moveaxis(
+                jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0),
+                0,
+                axis,
+            )
+            for a, d in zip(args, dims)
+        ]
+        outs = primitive.bind(*moved, **params)
+        return outs, [out_axis(**params)] * len(outs)
+
+    _jax_shim.def_batching(primitive, rule)
+
+
+def _front(**_):
+    return 0
+
+
+def _behind_rank_axis(**_):
+    return 1
+
+
+for _p in [_allreduce_p, _reduce_p, _scan_p, _exscan_p, _bcast_p, _send_p, _recv_p, _sendrecv_p]:
+    _batcher(_p, _front, _front)
+_batcher(_gather_p, _front, lambda *, at_root, **_: 1 if at_root else 0)
+_batcher(_allgather_p, _front, _behind_rank_axis)
+_batcher(_scatter_p, lambda *, at_root, **_: 1 if at_root else 0, _front)
+_batcher(_alltoall_p, _behind_rank_axis, _behind_rank_axis)
+_batcher(_reduce_scatter_p, _behind_rank_axis, _front)
+for _p in [_gatherv_p, _allgatherv_p, _scatterv_p, _alltoallv_p]:
+    _batcher(_p, _behind_rank_axis, _behind_rank_axis)
+_jax_shim.def_batching(_barrier_p, lambda args, dims, **params: (_barrier_p.bind(**params), []))

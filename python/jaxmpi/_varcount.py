@@ -1,0 +1,150 @@
+"""The variable-count collectives: gatherv, allgatherv, scatterv, alltoallv.
+
+Counts are per rank and static (known at trace time), in rows: entries of the leading
+axis. Rank r's block has `counts[r]` rows; blocks lie back to back in rank order. The
+handlers get element counts and displacements, computed in the lowering from the row size,
+so a batched (vmapped) row is just a longer row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._comm import check_rank, resolve_comm
+from ._jax_shim import ShapedArray
+from ._ops import _array, _define
+
+
+def _elements(counts, row: int) -> dict:
+    elements = np.asarray(counts, np.int64) * row
+    displs = np.concatenate([[0], np.cumsum(elements)[:-1]]).astype(np.int64)
+    return {"counts": elements, "displs": displs}
+
+
+def _row(aval) -> int:
+    return int(np.prod(aval.shape[1:], dtype=np.int64))
+
+
+def _rows_like(x, rows: int):
+    return ShapedArray((rows, *x.shape[1:]), x.dtype)
+
+
+def _non_root_in_place(*, at_root, **_):
+    return {} if at_root else {0: 0}
+
+
+_gatherv_p = _define(
+    "gatherv",
+    lambda x, *, counts, at_root, **_: [_rows_like(x, sum(counts)) if at_root else x],
+    _non_root_in_place,
+    lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+)
+_allgatherv_p = _define(
+    "allgatherv",
+    lambda x, *, counts, **_: [_rows_like(x, sum(counts))],
+    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+)
+_scatterv_p = _define(
+    "scatterv",
+    lambda x, *, counts, rank, at_root, **_: [_rows_like(x, counts[rank]) if at_root else x],
+    _non_root_in_place,
+    lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+)
+
+
+def _alltoallv_attributes(avals, *, send_counts, recv_counts, **_):
+    row = _row(avals[0])
+    sent, received = _elements(send_counts, row), _elements(recv_counts, row)
+    return {
+        "send_counts": sent["counts"],
+        "send_displs": sent["displs"],
+        "recv_counts": received["counts"],
+        "recv_displs": received["displs"],
+    }
+
+
+_alltoallv_p = _define(
+    "alltoallv",
+    lambda x, *, recv_counts, **_: [_rows_like(x, sum(recv_counts))],
+    attributes=_alltoallv_attributes,
+)
+
+
+def _static_counts(counts, size: int, what: str, op: str) -> tuple[int, ...]:
+    """Counts as a tuple of non-negative ints, one per rank, or a clear error."""
+    try:
+        values = np.asarray(counts)
+    except Exception:  # noqa: BLE001 - a tracer refuses conversion in several ways
+        values = None
+    if (
+        values is None
+        or values.dtype == object
+        or not (values.ndim == 1 and np.issubdtype(values.dtype, np.integer))
+    ):
+        raise TypeError(
+            f"jaxmpi.{op}: {what} must be static: a tuple, list or numpy array of ints known "
+            f"at trace time (one per rank), got {counts!r}"
+        )
+    if len(values) != size:
+        raise ValueError(
+            f"jaxmpi.{op}: {what} has {len(values)} entries, but the communicator has {size} ranks"
+        )
+    if (values < 0).any():
+        raise ValueError(f"jaxmpi.{op}: {what} must not be negative, got {tuple(values.tolist())}")
+    return tuple(int(v) for v in values)
+
+
+def _leading_rows(x, rows: int, what: str, op: str) -> None:
+    if x.ndim == 0 or x.shape[0] != rows:
+        raise ValueError(
+            f"jaxmpi.{op}: {what} must have {rows} rows along its leading axis, got shape {x.shape}"
+        )
+
+
+def gatherv(x, counts, root, *, comm=None):
+    """`root` gets every rank's rows stacked in rank order, `sum(counts)` rows; rank r
+    contributes `x` with `counts[r]` rows. Other ranks get `x` back."""
+    x = _array(x, "gatherv")
+    c = resolve_comm(comm, "gatherv")
+    root = check_rank(root, c.size, "root", "gatherv")
+    counts = _static_counts(counts, c.size, "counts", "gatherv")
+    _leading_rows(x, counts[c.rank], "x", "gatherv")
+    (y,) = _gatherv_p.bind(x, comm=c.handle, root=root, counts=counts, at_root=c.rank == root)
+    return y
+
+
+def allgatherv(x, counts, *, comm=None):
+    """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows)."""
+    x = _array(x, "allgatherv")
+    c = resolve_comm(comm, "allgatherv")
+    counts = _static_counts(counts, c.size, "counts", "allgatherv")
+    _leading_rows(x, counts[c.rank], "x", "allgatherv")
+    (y,) = _allgatherv_p.bind(x, comm=c.handle, counts=counts)
+    return y
+
+
+def scatterv(x, counts, root, *, comm=None):
+    """`root` holds `sum(counts)` rows and sends rows of block r to rank r (`counts[r]`
+    rows); other ranks pass a template of their block (values ignored)."""
+    x = _array(x, "scatterv")
+    c = resolve_comm(comm, "scatterv")
+    root = check_rank(root, c.size, "root", "scatterv")
+    counts = _static_counts(counts, c.size, "counts", "scatterv")
+    at_root = c.rank == root
+    _leading_rows(x, sum(counts) if at_root else counts[c.rank], "x", "scatterv")
+    (y,) = _scatterv_p.bind(
+        x, comm=c.handle, root=root, counts=counts, rank=c.rank, at_root=at_root
+    )
+    return y
+
+
+def alltoallv(x, send_counts, recv_counts, *, comm=None):
+    """Rank r sends `send_counts[s]` rows of `x` to each rank s (blocks in rank order) and
+    receives `recv_counts[s]` rows from each, stacked in rank order."""
+    x = _array(x, "alltoallv")
+    c = resolve_comm(comm, "alltoallv")
+    send_counts = _static_counts(send_counts, c.size, "send_counts", "alltoallv")
+    recv_counts = _static_counts(recv_counts, c.size, "recv_counts", "alltoallv")
+    _leading_rows(x, sum(send_counts), "x", "alltoallv")
+    (y,) = _alltoallv_p.bind(x, comm=c.handle, send_counts=send_counts, recv_counts=recv_counts)
+    return y
