@@ -196,10 +196,14 @@ run_probe() {
     matrix_exec "$1" "$2" -- "$(matrix_probe)" --expect-family "${JAXMPI_MATRIX_FAMILY[$1]}"
 }
 
-# run_pytest_cell BUILD N LOG: the Python suite on BUILD with N ranks. Passes when
+# run_pytest_cell BUILD N LOG [K=V...]: the Python suite (or the pytest targets in
+# PYTEST_TARGETS) on BUILD with N ranks, with the extra environment given. Passes when
 # every rank's pytest passed (tests/run_pytest_mpi.sh checks that).
 run_pytest_cell() {
     local build=$1 n=$2 log=$3 reason rc
+    shift 3
+    local -a targets
+    read -r -a targets <<<"${PYTEST_TARGETS:-tests/python}"
     CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY=${JAXMPI_MATRIX_FAMILY[$build]} CELL_NOTE=""
     if reason=$(matrix_skip_reason "$build"); then
         CELL_RESULT=skip CELL_NOTE=$reason
@@ -208,8 +212,8 @@ run_pytest_cell() {
     fi
     local -a pyenv=()
     [[ ${JAXMPI_MATRIX_PYENV[$build]} != - ]] && read -r -a pyenv <<<"${JAXMPI_MATRIX_PYENV[$build]}"
-    JAXMPI_CELL_TIMEOUT=${JAXMPI_PYTEST_TIMEOUT:-600} matrix_exec "$build" "$n" "${pyenv[@]}" -- \
-        tests/run_pytest_mpi.sh {launcher} -- -q tests/python >"$log" 2>&1
+    JAXMPI_CELL_TIMEOUT=${JAXMPI_PYTEST_TIMEOUT:-600} matrix_exec "$build" "$n" "${pyenv[@]}" "$@" -- \
+        tests/run_pytest_mpi.sh {launcher} -- -q "${targets[@]}" >"$log" 2>&1
     rc=$?
     CELL_NOTE=$(grep -a -E '^=* ?[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=')
     if ((rc == 124 || rc == 137)); then

@@ -183,6 +183,12 @@ pytest_cells=("${JAXMPI_MATRIX_BUILDS[0]} 1" "${JAXMPI_MATRIX_BUILDS[0]} 3" "${J
 for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do pytest_cells+=("$build 2"); done
 matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
 
+# Messages over 2^31-1 elements, once through MPI-4 large counts (MPICH 5) and once
+# through derived datatypes and segmented reductions (Open MPI 4.1 has no _c functions).
+# About 6 GiB per rank, so one cell at a time, on 2 ranks.
+large_cell() { PYTEST_TARGETS=tests/python/test_large.py run_pytest_cell "$@" JAXMPI_TEST_LARGE=1; }
+matrix_cells large large_cell "pypi-mpich-5 2" "debian-openmpi-4.1 2"
+
 # ---------------------------------------------------------------------------
 # Summary.
 # ---------------------------------------------------------------------------
