@@ -76,6 +76,8 @@ def _static_counts(counts, size: int, what: str, op: str) -> tuple[int, ...]:
         values = np.asarray(counts)
     except Exception:  # noqa: BLE001 - a tracer refuses conversion in several ways
         values = None
+    if values is not None and values.size == 0:  # () would come out as float64
+        values = values.astype(np.int64)
     if (
         values is None
         or values.dtype == object
