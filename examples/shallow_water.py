@@ -1,0 +1,463 @@
+"""A non-linear shallow-water model, domain-decomposed over MPI ranks with jaxmpi.
+
+A zonal jet on a beta plane, in geostrophic balance, goes unstable and breaks into eddies.
+The domain is a channel: periodic in x, walls in y. The ranks form a process grid
+(px * py = number of ranks) and each owns a block of cells with a one-cell halo. One
+jitted time step computes the tendencies, takes a third-order Adams-Bashforth step and
+refreshes the halos with `jaxmpi.sendrecv` (PROC_NULL beyond the walls); `lax.fori_loop`
+runs a chunk of steps per call, so a progress bar can follow.
+
+    mpirun -n 4 python examples/shallow_water.py                 # 10 model days, PNG
+    mpirun -n 2 python examples/shallow_water.py --benchmark     # prints the solve time
+    mpirun -n 6 python examples/shallow_water.py --nx 300 --ny 120 --days 2 --float64
+
+Numerics: an Arakawa C grid (h at cell centres, u on east faces, v on north faces) and
+the vector-invariant momentum equations,
+
+    du/dt =  q * (hv)~ - d(g h + K)/dx + nu lap u
+    dv/dt = -q * (hu)~ - d(g h + K)/dy + nu lap v
+    dh/dt = -d(hu)/dx - d(hv)/dy
+
+with the potential vorticity q = (f + zeta) / h at cell corners, the kinetic energy K at
+centres and ~ an average to the velocity point. The continuity equation is in flux form,
+so the total mass changes only by rounding. Walls are free-slip: v = 0 on them, h and u
+mirrored into the halo.
+
+Works with or without mpi4py (it uses `jaxmpi.COMM_WORLD`); tqdm and matplotlib are only
+needed for the progress bar and the picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import jaxmpi
+import numpy as np
+
+DAY = 86_400.0
+
+# Message tags of the four halo transfers: which way the data travels.
+TAG_EAST, TAG_WEST, TAG_NORTH, TAG_SOUTH = 11, 12, 13, 14
+
+# Third-order Adams-Bashforth weights of the tendencies at steps n, n-1, n-2; the first
+# step is forward Euler and the second second-order Adams-Bashforth.
+AB3_WEIGHTS = np.array([[1.0, 0.0, 0.0], [1.5, -0.5, 0.0], [23 / 12, -16 / 12, 5 / 12]])
+
+
+@dataclass(frozen=True)
+class Physics:
+    """The channel and its fluid. Lengths in metres, times in seconds."""
+
+    dx: float = 5e3
+    dy: float = 5e3
+    gravity: float = 9.81
+    depth: float = 100.0  # mean layer thickness
+    f0: float = 1e-4  # Coriolis parameter at the channel's centre line
+    beta: float = 1.6e-11  # its northward gradient
+    viscosity: float = 25.0  # lateral (harmonic), m^2/s
+    jet_speed: float = 8.0
+    jet_width: float = 60e3
+    cfl: float = 0.125  # time step as a fraction of dx / (gravity wave speed)
+
+    @property
+    def dt(self) -> float:
+        return self.cfl * min(self.dx, self.dy) / math.sqrt(self.gravity * self.depth)
+
+
+# ---------------------------------------------------------------------------------------
+# Decomposition
+# ---------------------------------------------------------------------------------------
+
+
+def process_grid(size: int, nx: int, ny: int) -> tuple[int, int]:
+    """(px, py) with px * py == size whose blocks are closest to square (the least halo
+    per cell); every rank gets at least one cell each way."""
+    pairs = [(p, size // p) for p in range(1, size + 1) if size % p == 0]
+    pairs = [(px, py) for px, py in pairs if px <= nx and py <= ny]
+    if not pairs:
+        raise ValueError(f"cannot split a {nx} x {ny} grid over {size} ranks")
+    return min(pairs, key=lambda p: (abs(math.log((nx / p[0]) / (ny / p[1]))), p[1]))
+
+
+def block(n: int, parts: int, index: int) -> tuple[int, int]:
+    """(start, length) of block `index` when n cells are split into `parts` blocks whose
+    lengths differ by at most one (the first ones are longer)."""
+    base, extra = divmod(n, parts)
+    return index * base + min(index, extra), base + (index < extra)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one rank sits: its block of the global grid and its neighbours."""
+
+    nx: int
+    ny: int
+    px: int
+    py: int
+    rank: int
+
+    @property
+    def cx(self) -> int:  # process-grid column (x)
+        return self.rank % self.px
+
+    @property
+    def cy(self) -> int:  # process-grid row (y)
+        return self.rank // self.px
+
+    @property
+    def x_block(self) -> tuple[int, int]:
+        return block(self.nx, self.px, self.cx)
+
+    @property
+    def y_block(self) -> tuple[int, int]:
+        return block(self.ny, self.py, self.cy)
+
+    def at(self, cx: int, cy: int) -> int:
+        return cy * self.px + cx
+
+    @property
+    def east(self) -> int:  # periodic in x
+        return self.at((self.cx + 1) % self.px, self.cy)
+
+    @property
+    def west(self) -> int:
+        return self.at((self.cx - 1) % self.px, self.cy)
+
+    @property
+    def north(self) -> int:  # walls in y: no neighbour there
+        return self.at(self.cx, self.cy + 1) if self.cy + 1 < self.py else jaxmpi.PROC_NULL
+
+    @property
+    def south(self) -> int:
+        return self.at(self.cx, self.cy - 1) if self.cy > 0 else jaxmpi.PROC_NULL
+
+    def of(self, rank: int) -> Layout:
+        return Layout(self.nx, self.ny, self.px, self.py, rank)
+
+
+# ---------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------
+
+
+class Model:
+    """The model on the ranks of `comm`. Its state is `(fields, history, step)`: fields
+    holds this rank's block of h, u, v (no halo); history, shape (3, 3, ny, nx), the
+    tendencies of the last three steps, step k's in slot k % 3 (a ring: XLA updates one
+    slot in place, where shifting two arrays down every step would cost copies); step
+    counts the steps taken."""
+
+    def __init__(self, nx=360, ny=180, *, comm=None, physics=Physics(), dtype=jnp.float32, px=None):
+        self.comm = jaxmpi.COMM_WORLD if comm is None else comm
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        if px is None:
+            px, py = process_grid(self.size, nx, ny)
+        elif self.size % px or px > nx or self.size // px > ny:
+            raise ValueError(f"--px {px} does not split {self.size} ranks over {nx} x {ny}")
+        else:
+            py = self.size // px
+        self.layout = Layout(nx, ny, px, py, self.rank)
+        self.physics, self.dtype = physics, jnp.dtype(dtype)
+        self.steps = jax.jit(self._steps, donate_argnums=0)
+
+    # --- Initial state ------------------------------------------------------------------
+
+    def _global_initial(self):
+        """h, u, v on the whole grid (numpy, float64): a balanced jet plus a ripple."""
+        p, lay = self.physics, self.layout
+        y = (np.arange(lay.ny) + 0.5) * p.dy  # cell centres
+        x = (np.arange(lay.nx) + 0.5) * p.dx
+        length_x, length_y = lay.nx * p.dx, lay.ny * p.dy
+        eta = (y - 0.5 * length_y) / p.jet_width
+        u = p.jet_speed / np.cosh(eta) ** 2  # sech^2 jet
+        f = p.f0 + p.beta * (y - 0.5 * length_y)
+        # Geostrophic balance g dh/dy = -f u, integrated northward (trapezoid rule).
+        dhdy = -f * u / p.gravity
+        h = np.concatenate([[0.0], np.cumsum(0.5 * (dhdy[1:] + dhdy[:-1]) * p.dy)])
+        h = p.depth + h - h.mean()
+        # A ripple of zonal wavenumbers 3..6 on the jet, to set off the instability.
+        ripple = sum(np.cos(2 * np.pi * k * x / length_x + k) / k for k in range(3, 7))
+        h2 = h[:, None] + 0.4 * np.exp(-(eta**2))[:, None] * ripple[None, :]
+        u2 = np.repeat(u[:, None], lay.nx, axis=1)
+        return h2, u2, np.zeros_like(h2)
+
+    def initial_state(self):
+        (i0, nxl), (j0, nyl) = self.layout.x_block, self.layout.y_block
+        fields = tuple(
+            jnp.asarray(f[j0 : j0 + nyl, i0 : i0 + nxl], self.dtype) for f in self._global_initial()
+        )
+        return fields, jnp.zeros((3, 3, nyl, nxl), self.dtype), jnp.int32(0)
+
+    # --- Halos --------------------------------------------------------------------------
+
+    def _with_halo(self, fields):
+        """h, u, v with a one-cell halo from the neighbours: columns first, then whole
+        rows (so the corners come along). Each transfer moves the three fields at once."""
+        lay, comm = self.layout, self.comm
+
+        def sendrecv(send, template, source, dest, tag):
+            return jaxmpi.sendrecv(
+                send, template, source=source, dest=dest, sendtag=tag, recvtag=tag, comm=comm
+            )
+
+        east_edge = jnp.stack([f[:, -1] for f in fields])  # (3, ny) this block's columns
+        west_edge = jnp.stack([f[:, 0] for f in fields])
+        if lay.px == 1:  # periodic onto itself
+            from_west, from_east = east_edge, west_edge
+        else:
+            from_west = sendrecv(east_edge, east_edge, lay.west, lay.east, TAG_EAST)
+            from_east = sendrecv(west_edge, west_edge, lay.east, lay.west, TAG_WEST)
+        wide = [
+            jnp.concatenate([from_west[k][:, None], f, from_east[k][:, None]], axis=1)
+            for k, f in enumerate(fields)
+        ]
+        north_edge = jnp.stack([w[-1] for w in wide])  # (3, nx + 2), corners included
+        south_edge = jnp.stack([w[0] for w in wide])
+        # The walls' halo rows: h and u mirrored (free slip), v = 0 on the wall. They are
+        # the templates of the receives, and beyond a wall the neighbour is PROC_NULL:
+        # sendrecv then receives nothing and returns its template, the wall row.
+        zero = jnp.zeros_like(north_edge[2:])
+        from_south = sendrecv(
+            north_edge, jnp.concatenate([south_edge[:2], zero]), lay.south, lay.north, TAG_NORTH
+        )
+        from_north = sendrecv(
+            south_edge, jnp.concatenate([north_edge[:2], zero]), lay.north, lay.south, TAG_SOUTH
+        )
+        full = [
+            jnp.concatenate([from_south[k][None], w, from_north[k][None]], axis=0)
+            for k, w in enumerate(wide)
+        ]
+        # Materialize the haloed fields once: left to itself, XLA fuses the concatenations
+        # into every consumer and the step takes twice as long.
+        return jax.lax.optimization_barrier(full)
+
+    # --- Dynamics -----------------------------------------------------------------------
+
+    def _coriolis_at_corners(self, nyl):
+        p, lay = self.physics, self.layout
+        j0 = lay.y_block[0]
+        y = (j0 + np.arange(nyl + 1)) * p.dy  # corner rows 0..nyl: south face of row 1 on
+        f = p.f0 + p.beta * (y - 0.5 * lay.ny * p.dy)
+        return jnp.asarray(f[:, None], self.dtype)
+
+    def _tendencies(self, fields):
+        """d(h, u, v)/dt of this block."""
+        p = self.physics
+        h, u, v = self._with_halo(fields)  # (ny + 2, nx + 2); block cells at [1:-1, 1:-1]
+        dx, dy, g = p.dx, p.dy, p.gravity
+        # Mass fluxes: U on the u points of columns 0..nx, V on the v points of rows 0..ny.
+        U = u[:, :-1] * 0.5 * (h[:, :-1] + h[:, 1:])
+        V = v[:-1, :] * 0.5 * (h[:-1, :] + h[1:, :])
+        dh = -(U[1:-1, 1:] - U[1:-1, :-1]) / dx - (V[1:, 1:-1] - V[:-1, 1:-1]) / dy
+        # Potential vorticity at the corners (j + 1/2, i + 1/2), j = 0..ny, i = 0..nx.
+        zeta = (v[:-1, 1:] - v[:-1, :-1]) / dx - (u[1:, :-1] - u[:-1, :-1]) / dy
+        h_corner = 0.25 * (h[:-1, :-1] + h[:-1, 1:] + h[1:, :-1] + h[1:, 1:])
+        q = (self._coriolis_at_corners(h.shape[0] - 2) + zeta) / h_corner
+        # Bernoulli function g h + K at centres (j, i), j = 1..ny + 1, i = 1..nx + 1.
+        ke = 0.25 * (u[1:, 1:] ** 2 + u[1:, :-1] ** 2 + v[1:, 1:] ** 2 + v[:-1, 1:] ** 2)
+        bern = g * h[1:, 1:] + ke
+        qv = q * (V[:, :-1] + V[:, 1:])  # q times V summed to the corners
+        qu = q * (U[:-1, :] + U[1:, :])
+        du = 0.25 * (qv[1:, 1:] + qv[:-1, 1:]) - (bern[:-1, 1:] - bern[:-1, :-1]) / dx
+        dv = -0.25 * (qu[1:, 1:] + qu[1:, :-1]) - (bern[1:, :-1] - bern[:-1, :-1]) / dy
+
+        def laplacian(a):
+            c = a[1:-1, 1:-1]
+            return (a[1:-1, 2:] + a[1:-1, :-2] - 2 * c) / dx**2 + (
+                a[2:, 1:-1] + a[:-2, 1:-1] - 2 * c
+            ) / dy**2
+
+        du = du + p.viscosity * laplacian(u)
+        dv = dv + p.viscosity * laplacian(v)
+        if self.layout.north == jaxmpi.PROC_NULL:  # the wall's v stays 0
+            dv = dv.at[-1].set(0)
+        return dh, du, dv
+
+    def _step(self, _, state):
+        fields, history, step = state
+        history = jax.lax.dynamic_update_index_in_dim(
+            history, jnp.stack(self._tendencies(fields)), step % 3, 0
+        )
+        t0, t1, t2 = (
+            jax.lax.dynamic_index_in_dim(history, (step - age) % 3, keepdims=False)
+            for age in range(3)
+        )
+        w = jnp.asarray(AB3_WEIGHTS, self.dtype)[jnp.minimum(step, 2)]
+        dt = self.physics.dt
+        fields = tuple(
+            f + dt * (w[0] * t0[k] + w[1] * t1[k] + w[2] * t2[k]) for k, f in enumerate(fields)
+        )
+        return fields, history, step + 1
+
+    def _steps(self, state, n):
+        return jax.lax.fori_loop(0, n, self._step, state)
+
+    def run(self, state, n: int):
+        """The state `n` steps later (one jitted call; `state` is consumed)."""
+        return self.steps(state, jnp.int32(n))
+
+    # --- Results ------------------------------------------------------------------------
+
+    def mass(self, state) -> float:
+        """The total mass (volume) of the layer, on every rank."""
+        local = jnp.sum(state[0][0]) * self.physics.dx * self.physics.dy
+        return float(jaxmpi.allreduce(local, jaxmpi.SUM, comm=self.comm))
+
+    def gather(self, state, root=0):
+        """(h, u, v) on the whole grid as numpy arrays at `root`; None elsewhere."""
+        lay = self.layout
+        block_fields = jnp.stack(state[0])
+        nyl, nxl = block_fields.shape[1:]
+        # Blocks may differ by one cell: pad each to the largest, so one gather does.
+        ny_max, nx_max = block(lay.ny, lay.py, 0)[1], block(lay.nx, lay.px, 0)[1]
+        padded = jnp.zeros((3, ny_max, nx_max), block_fields.dtype)
+        blocks = jaxmpi.gather(padded.at[:, :nyl, :nxl].set(block_fields), root, comm=self.comm)
+        if self.rank != root:
+            return None
+        blocks = np.asarray(blocks)
+        out = np.empty((3, lay.ny, lay.nx), blocks.dtype)
+        for r in range(self.size):
+            (i0, nx_r), (j0, ny_r) = lay.of(r).x_block, lay.of(r).y_block
+            out[:, j0 : j0 + ny_r, i0 : i0 + nx_r] = blocks[r, :, :ny_r, :nx_r]
+        return out[0], out[1], out[2]
+
+
+# ---------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------
+
+
+def solve(model: Model, days: float, chunk: int, progress: bool):
+    """Runs the model `days` forward in chunks of steps; (state, steps, seconds), where
+    seconds is the solve time (compilation excluded)."""
+    dt = model.physics.dt
+    total = math.ceil(days * DAY / dt)
+    state = model.initial_state()
+    # Compile first (zero steps: the step count is an argument), so the clock measures
+    # the solve alone.
+    state = jax.block_until_ready(model.run(state, 0))
+    bar = None
+    if progress and model.rank == 0:
+        try:
+            import tqdm
+        except ImportError:
+            print("(tqdm not installed: no progress bar)", file=sys.stderr)
+        else:
+            bar = tqdm.tqdm(
+                total=round(total * dt / DAY, 2),
+                unit="model day",
+                bar_format="{l_bar}{bar}| {n:.2f}/{total:.2f} days [{elapsed}<{remaining}]",
+            )
+    jaxmpi.barrier(comm=model.comm)
+    jax.effects_barrier()
+    start = time.perf_counter()
+    done = 0
+    while done < total:
+        n = min(chunk, total - done)
+        state = model.run(state, n)
+        jax.block_until_ready(state)
+        done += n
+        if bar is not None:
+            bar.update(round(done * dt / DAY, 2) - bar.n)
+    elapsed = time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    return state, total, elapsed
+
+
+def plot(path, model: Model, h, u, v, days: float) -> None:
+    """Surface height anomaly with the currents as arrows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p, lay = model.physics, model.layout
+    x = (np.arange(lay.nx) + 0.5) * p.dx / 1e3
+    y = (np.arange(lay.ny) + 0.5) * p.dy / 1e3
+    # Velocities at the cell centres: u periodic in x, v zero on the southern wall.
+    uc = 0.5 * (u + np.roll(u, 1, axis=1))
+    vc = 0.5 * (v + np.vstack([np.zeros((1, lay.nx)), v[:-1]]))
+    eta = h - p.depth
+    limit = float(np.max(np.abs(eta))) or 1.0
+    fig, ax = plt.subplots(figsize=(9, 9 * lay.ny / lay.nx + 1.6), layout="constrained")
+    mesh = ax.pcolormesh(x, y, eta, cmap="RdBu_r", vmin=-limit, vmax=limit, shading="auto")
+    sy, sx = max(1, lay.ny // 24), max(1, lay.nx // 48)
+    ax.quiver(
+        x[sx // 2 :: sx],
+        y[sy // 2 :: sy],
+        uc[sy // 2 :: sy, sx // 2 :: sx],
+        vc[sy // 2 :: sy, sx // 2 :: sx],
+        scale_units="xy",
+        angles="xy",
+        scale=float(np.max(np.hypot(uc, vc))) / (1.5 * sx * p.dx / 1e3) or 1.0,
+        width=0.0015,
+    )
+    ax.set(
+        aspect="equal",
+        xlabel="x (km)",
+        ylabel="y (km)",
+        title=f"shallow water after {days:g} days, {model.size} ranks "
+        f"({lay.px} x {lay.py}), {lay.nx} x {lay.ny} cells",
+    )
+    fig.colorbar(
+        mesh, ax=ax, orientation="horizontal", label="surface height anomaly (m)", shrink=0.7
+    )
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nx", type=int, default=360, help="cells in x (periodic)")
+    parser.add_argument("--ny", type=int, default=180, help="cells in y (walls)")
+    parser.add_argument(
+        "--px", type=int, default=None, help="ranks in x (default: the squarest blocks)"
+    )
+    parser.add_argument("--days", type=float, default=10.0, help="model days to run")
+    parser.add_argument("--chunk", type=int, default=100, help="steps per jitted call")
+    parser.add_argument("--float64", action="store_true", help="compute in float64")
+    parser.add_argument(
+        "--benchmark",
+        action="store_true",
+        help="no progress bar and no picture; print the solve time",
+    )
+    parser.add_argument("--out", default="shallow_water.png", help="where the PNG goes")
+    args = parser.parse_args(argv)
+    if args.float64:
+        jax.config.update("jax_enable_x64", True)
+    model = Model(args.nx, args.ny, px=args.px, dtype=jnp.float64 if args.float64 else jnp.float32)
+    lay = model.layout
+    if model.rank == 0 and not args.benchmark:
+        print(
+            f"{model.size} ranks as {lay.px} x {lay.py}, {lay.nx} x {lay.ny} cells, "
+            f"dt = {model.physics.dt:.2f} s, {args.days:g} days"
+        )
+    mass0 = None if args.benchmark else model.mass(model.initial_state())
+    state, steps, seconds = solve(model, args.days, args.chunk, progress=not args.benchmark)
+    if args.benchmark:
+        if model.rank == 0:
+            print(
+                f"Solution took {seconds:.2f}s ({steps} steps, "
+                f"{1e6 * seconds / steps:.1f} us/step, {model.size} ranks)"
+            )
+        return
+    mass = model.mass(state)
+    fields = model.gather(state)
+    if model.rank == 0:
+        print(
+            f"Solution took {seconds:.2f}s ({steps} steps); relative mass change "
+            f"{(mass - mass0) / mass0:.1e}"
+        )
+        plot(args.out, model, *fields, args.days)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
