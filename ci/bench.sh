@@ -10,12 +10,12 @@
 # Sets everything up first: ci/setup.sh, then benches/setup_mpi4jax.sh (the venv
 # .venvs/bench-mpi4jax, where mpi4jax is built with the mpicc of the same MPICH wheel).
 #
-# Knobs: BENCH_RANKS ("2 4"), BENCH_ROUNDS (5), BENCH_SW_ROUNDS (3; 0 skips the
+# Knobs: BENCH_RANKS ("2 4"), BENCH_ROUNDS (7), BENCH_SW_ROUNDS (3; 0 skips the
 # shallow-water part), BENCH_OUT (target/bench: the JSON files).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RANKS=${BENCH_RANKS:-2 4}
-ROUNDS=${BENCH_ROUNDS:-5}
+ROUNDS=${BENCH_ROUNDS:-7}
 SW_ROUNDS=${BENCH_SW_ROUNDS:-3}
 OUT=${BENCH_OUT:-$ROOT/target/bench}
 
@@ -24,14 +24,17 @@ bash "$ROOT/benches/setup_mpi4jax.sh"
 venv="$ROOT/.venvs/bench-mpi4jax"
 export VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH" JAX_PLATFORMS=cpu
 mkdir -p "$OUT"
-raw="$OUT/libraw_loop.so"
+raw="$OUT/libraw_loop.so" minimal="$OUT/libffi_minimal.so"
 "$venv/bin/mpicc" -O2 -shared -fPIC "$ROOT/benches/raw_loop.c" -o "$raw"
+"$venv/bin/mpicxx" -O2 -std=c++17 -shared -fPIC -Wno-return-type \
+    -I"$("$venv/bin/python" -c 'import jax.ffi; print(jax.ffi.include_dir())')" \
+    "$ROOT/benches/ffi_minimal.cc" -o "$minimal"
 
 ops_files=()
 for n in $RANKS; do
     echo "bench: ops on $n ranks"
     timeout 3600 "$venv/bin/mpiexec" -n "$n" "$venv/bin/python" "$ROOT/benches/bench_ops.py" \
-        "$raw" "$OUT/ops_$n.json" --rounds "$ROUNDS"
+        "$raw" "$OUT/ops_$n.json" --rounds "$ROUNDS" --minimal "$minimal"
     ops_files+=("$OUT/ops_$n.json")
 done
 
