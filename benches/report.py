@@ -44,11 +44,7 @@ def size_label(n: int) -> str:
 
 def machine_lines(m: dict) -> list[str]:
     return [
-        (
-            f"- CPU: {m['cpu']}, {m['cores']} cores (`os.cpu_count()`); load average "
-            f"before/after the run {m['load_average'][0]:.2f} / "
-            f"{m['load_average_after'][0]:.2f}"
-        ),
+        (f"- CPU: {m['cpu']}, {m['cores']} cores (`os.cpu_count()`), a shared VM"),
         f"- MPI: {m['mpi']} (`{m['mpi_library']}`), thread level {m['thread_level']}",
         (
             f"- Python {m['python']}, jax/jaxlib {m['jax']}, jaxmpi {m['jaxmpi']}, mpi4jax "
@@ -71,6 +67,8 @@ def ops_table(data: dict) -> list[str]:
     title = f"#### {ranks} ranks"
     if ranks > data["machine"]["cores"]:
         title += " (oversubscribed)"
+    load = data["machine"]["load_average"][0], data["machine"]["load_average_after"][0]
+    title += f" (load average {load[0]:.1f} before, {load[1]:.1f} after)"
     out = [title, "", "| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for row in rows:
         cells = [row["op"], size_label(row["elements"]), fmt_us(row["raw_us"])]
