@@ -157,32 +157,26 @@ for _p, _name in [
     _linear_jvp(_p, _name)
 
 
-def _recv_jvp(primals, tangents, *, source, **params):
-    """The sender sends the tangent right after the value; a receive from a named source
-    gets them in that order (MPI does not overtake between one pair of ranks)."""
-    if source == PEER_ANY:
-        raise NotImplementedError(
-            "jaxmpi.recv: cannot differentiate a receive from ANY_SOURCE; give the source rank"
-        )
-    outs = _recv_p.bind(*primals, source=source, **params)
-    if not _differentiable(primals[0]):
-        return outs, [jnp.zeros_like(o) for o in outs]
-    return outs, _recv_p.bind(*tangents, source=source, **dict(params, status=0))
+def _named_source_jvp(primitive, name: str):
+    """recv and sendrecv: the sender sends the tangent right after the value; a receive
+    from a named source gets them in that order (MPI does not overtake between one pair of
+    ranks). From ANY_SOURCE the tangent could come from another rank."""
+
+    def jvp(primals, tangents, *, source, **params):
+        if source == PEER_ANY:
+            raise NotImplementedError(
+                f"jaxmpi.{name}: cannot differentiate a receive from ANY_SOURCE; give the source rank"
+            )
+        outs = primitive.bind(*primals, source=source, **params)
+        if not _differentiable(primals[0]):
+            return outs, [jnp.zeros_like(o) for o in outs]
+        return outs, primitive.bind(*tangents, source=source, **dict(params, status=0))
+
+    _jax_shim.def_jvp(primitive, jvp)
 
 
-def _sendrecv_jvp(primals, tangents, *, source, **params):
-    if source == PEER_ANY:
-        raise NotImplementedError(
-            "jaxmpi.sendrecv: cannot differentiate a receive from ANY_SOURCE; give the source rank"
-        )
-    outs = _sendrecv_p.bind(*primals, source=source, **params)
-    if not _differentiable(primals[0]):
-        return outs, [jnp.zeros_like(o) for o in outs]
-    return outs, _sendrecv_p.bind(*tangents, source=source, **dict(params, status=0))
-
-
-_jax_shim.def_jvp(_recv_p, _recv_jvp)
-_jax_shim.def_jvp(_sendrecv_p, _sendrecv_jvp)
+_named_source_jvp(_recv_p, "recv")
+_named_source_jvp(_sendrecv_p, "sendrecv")
 
 
 # --- Transposes -----------------------------------------------------------------------------
