@@ -61,33 +61,49 @@ def _define(name: str, shapes, aliases=lambda **params: {}, attributes=None):
     return primitive
 
 
+def _same(x, **_):
+    return ShapedArray(x.shape, x.dtype)
+
+
 def _like(x, **_):
-    return [ShapedArray(x.shape, x.dtype)]
+    return [_same(x)]
 
 
 def _in_place(**_):
     return {0: 0}
 
 
+def _at_root_only(shape):
+    """Reduce and gather bind no result away from the root (bcast: at the root), where the
+    Python function returns the input itself. Aliasing a result to the input instead would
+    make XLA copy the input whenever the program still uses it afterwards."""
+    return lambda x, *, at_root, **params: [shape(x, **params)] if at_root else []
+
+
+def _in_place_at_root(*, at_root, **_):
+    return {0: 0} if at_root else {}
+
+
 _allreduce_p = _define("allreduce", _like, _in_place)
-_reduce_p = _define("reduce", _like, _in_place)
+_reduce_p = _define("reduce", _at_root_only(_same), _in_place_at_root)
 _scan_p = _define("scan", _like, _in_place)
 _exscan_p = _define("exscan", _like, _in_place)
-_bcast_p = _define("bcast", _like, _in_place)
-_gather_p = _define(
-    "gather",
-    lambda x, *, size, at_root, **_: [
-        ShapedArray((size, *x.shape) if at_root else x.shape, x.dtype)
-    ],
+_bcast_p = _define(
+    "bcast",
+    lambda x, *, at_root, **_: [] if at_root else _like(x),
     lambda *, at_root, **_: {} if at_root else {0: 0},
+)
+_gather_p = _define(
+    "gather", _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype))
 )
 _allgather_p = _define(
     "allgather", lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)]
 )
+# Away from the root the operand is a template: only its shape matters, so the result is
+# not aliased to it (the handler writes every byte of the result).
 _scatter_p = _define(
     "scatter",
     lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
-    lambda *, at_root, **_: {} if at_root else {0: 0},
 )
 _alltoall_p = _define("alltoall", _like)
 _reduce_scatter_p = _define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])
@@ -123,9 +139,10 @@ def _reduction(primitive, name: str, x, op, comm, root=None, **params):
     c = resolve_comm(comm, name)
     if root is not None:
         params["root"] = check_rank(root, c.size, "root", name)
+        params["at_root"] = c.rank == params["root"]
     code, user_op = resolve_op(op, x.dtype, name)
-    (y,) = primitive.bind(x, comm=c.handle, op=code, user_op=user_op, **params)
-    return y
+    outs = primitive.bind(x, comm=c.handle, op=code, user_op=user_op, **params)
+    return outs[0] if outs else x
 
 
 def allreduce(x, op, *, comm=None):
@@ -164,8 +181,8 @@ def bcast(x, root, *, comm=None):
     x = _array(x, "bcast")
     c = resolve_comm(comm, "bcast")
     root = check_rank(root, c.size, "root", "bcast")
-    (y,) = _bcast_p.bind(x, comm=c.handle, root=root)
-    return y
+    outs = _bcast_p.bind(x, comm=c.handle, root=root, at_root=c.rank == root)
+    return outs[0] if outs else x
 
 
 def gather(x, root, *, comm=None):
@@ -173,8 +190,8 @@ def gather(x, root, *, comm=None):
     x = _array(x, "gather")
     c = resolve_comm(comm, "gather")
     root = check_rank(root, c.size, "root", "gather")
-    (y,) = _gather_p.bind(x, comm=c.handle, root=root, size=c.size, at_root=c.rank == root)
-    return y
+    outs = _gather_p.bind(x, comm=c.handle, root=root, size=c.size, at_root=c.rank == root)
+    return outs[0] if outs else x
 
 
 def allgather(x, *, comm=None):

@@ -79,48 +79,46 @@ def _linear_jvp(primitive, name: str, sum_only: bool = False):
                 f"jaxmpi.{name}: derivatives are defined for op=SUM only, not {_op_name(params['op'])}"
             )
         outs = primitive.bind(*primals, **params)
-        if not outs:  # send: the tangent travels as a second message
-            primitive.bind(*tangents, **dict(params, status=0) if "status" in params else params)
-            return outs, []
         if not _differentiable(primals[0]):
             return outs, [jnp.zeros_like(o) for o in outs]
+        # Also without results (send; a rooted op where this rank receives nothing): the
+        # tangent still travels, as a second message.
         quiet = dict(params, status=0) if "status" in params else params
         return outs, primitive.bind(*tangents, **quiet)
 
     _jax_shim.def_jvp(primitive, jvp)
 
 
-def _selection_tangent(x, t, result, params, reduce_to):
+def _selection_tangent(x, t, result, primitive, params):
     """MIN/MAX: the tangent of the elements that were selected, shared equally by ties."""
     chosen = (x == result).astype(t.dtype)
-    count = _allreduce_sum(chosen, params)
-    return reduce_to(t * chosen / count, dict(params, op=SUM, user_op=0), t)
+    count = _allreduce(chosen, params)
+    return primitive.bind(t * chosen / count, **dict(params, op=SUM, user_op=0))
 
 
-def _product_tangent(x, t, params, reduce_to):
+def _product_tangent(x, t, primitive, params):
     """PROD: d(prod_r x_r) = sum_r t_r * prod_{s != r} x_s, exact also where some x is 0."""
     everyone = _one(_allgather_p, x, comm=params["comm"], size=_size(params))
     own = (jnp.arange(everyone.shape[0]) == _rank(params)).reshape((-1,) + (1,) * x.ndim)
     others = jnp.prod(jnp.where(own, jnp.ones_like(everyone), everyone), axis=0)
-    return reduce_to(t * others, dict(params, op=SUM, user_op=0), t)
+    return primitive.bind(t * others, **dict(params, op=SUM, user_op=0))
 
 
-def _reduction_jvp(primitive, name: str, reduce_to):
-    """allreduce and reduce: SUM is linear; MIN/MAX/PROD have their own rules."""
+def _reduction_jvp(primitive, name: str):
+    """allreduce and reduce: SUM is linear; MIN/MAX/PROD have their own rules, whose
+    tangents are SUM-reduced the same way as the values."""
 
     def jvp(primals, tangents, **params):
         (x,), (t,) = primals, tangents
         op = params["op"]
         if op == SUM or not _differentiable(x):
             return _linear(primitive, primals, tangents, params)
-        (y,) = primitive.bind(x, **params)
+        outs = primitive.bind(x, **params)
         if op in (MIN, MAX):
-            full = (
-                y if primitive is _allreduce_p else _one(_allreduce_p, x, **_as_allreduce(params))
-            )
-            return [y], [_selection_tangent(x, t, full, params, reduce_to)]
+            full = outs[0] if primitive is _allreduce_p else _allreduce(x, params, op)
+            return outs, _selection_tangent(x, t, full, primitive, params)
         if op == PROD:
-            return [y], [_product_tangent(x, t, params, reduce_to)]
+            return outs, _product_tangent(x, t, primitive, params)
         raise NotImplementedError(f"jaxmpi.{name}: {_op_name(op)} has no derivative")
 
     _jax_shim.def_jvp(primitive, jvp)
@@ -130,22 +128,12 @@ def _linear(primitive, primals, tangents, params):
     return primitive.bind(*primals, **params), primitive.bind(*tangents, **params)
 
 
-def _as_allreduce(params) -> dict:
-    return {"comm": params["comm"], "op": params["op"], "user_op": 0, "identity": False}
+def _allreduce(t, params, op=SUM):
+    return _one(_allreduce_p, t, comm=params["comm"], op=op, user_op=0, identity=False)
 
 
-def _allreduce_sum(t, params, own=None):
-    return _one(_allreduce_p, t, **_as_allreduce(dict(params, op=SUM)))
-
-
-def _reduce_sum(t, params, own):
-    """Tangent of reduce: the summed tangent at the root, the own tangent elsewhere."""
-    summed = _one(_reduce_p, t, comm=params["comm"], op=SUM, user_op=0, root=params["root"])
-    return summed if _rank(params) == params["root"] else own
-
-
-_reduction_jvp(_allreduce_p, "allreduce", _allreduce_sum)
-_reduction_jvp(_reduce_p, "reduce", _reduce_sum)
+_reduction_jvp(_allreduce_p, "allreduce")
+_reduction_jvp(_reduce_p, "reduce")
 for _p, _name in [(_scan_p, "scan"), (_exscan_p, "exscan"), (_reduce_scatter_p, "reduce_scatter")]:
     _linear_jvp(_p, _name, sum_only=True)
 for _p, _name in [
@@ -192,40 +180,52 @@ def _allreduce_transpose(cts, x, *, identity, **params):
     return _allreduce_p.bind(*cts, identity=not identity, **params)
 
 
-def _reduce_transpose(cts, x, *, comm, root, **params):
-    (ct,) = cts
-    spread = _one(_bcast_p, ct, comm=comm, root=root)
-    at_root = _native.comm_rank(comm) == root
-    return [_for(x, spread if at_root else spread + ct)]
+# A rooted op's primal returns its input on the ranks where it binds no result; JAX adds
+# the cotangent of that identity itself, so these rules only add what travelled.
+
+
+def _cotangent_or_zeros(cts, x):
+    """The one cotangent, or zeros shaped like `x` where the op bound no result."""
+    return cts[0] if cts else _zeros_like_arg(x)
+
+
+def _value_or(outs, fallback):
+    return outs[0] if outs else fallback
+
+
+def _reduce_transpose(cts, x, *, comm, root, at_root, **params):
+    ct = _cotangent_or_zeros(cts, x)
+    spread = _value_or(_bcast_p.bind(ct, comm=comm, root=root, at_root=at_root), ct)
+    return [_for(x, spread)]
 
 
 def _scan_transpose(cts, x, **params):
     """Rank s's input reaches every rank r >= s: sum over r >= s = total - exclusive sum."""
     (ct,) = cts
     before = _one(_exscan_p, ct, **params)
-    return [_for(x, _allreduce_sum(ct, params) - before)]
+    return [_for(x, _allreduce(ct, params) - before)]
 
 
 def _exscan_transpose(cts, x, **params):
     (ct,) = cts
     upto = _one(_scan_p, ct, **params)
-    return [_for(x, _allreduce_sum(ct, params) - upto)]
+    return [_for(x, _allreduce(ct, params) - upto)]
 
 
 def _reduce_scatter_transpose(cts, x, *, comm, **params):
     return [_for(x, _one(_allgather_p, *cts, comm=comm, size=_native.comm_size(comm)))]
 
 
-def _bcast_transpose(cts, x, *, comm, root):
-    summed = _one(_reduce_p, *cts, comm=comm, op=SUM, user_op=0, root=root)
-    at_root = _native.comm_rank(comm) == root
-    return [_for(x, summed if at_root else jnp.zeros_like(summed))]
+def _bcast_transpose(cts, x, *, comm, root, at_root):
+    """The root's own cotangent arrives through the identity; the others' are summed."""
+    ct = _cotangent_or_zeros(cts, x)
+    outs = _reduce_p.bind(ct, comm=comm, op=SUM, user_op=0, root=root, at_root=at_root)
+    return [_for(x, _value_or(outs, jnp.zeros_like(ct)))]
 
 
 def _gather_transpose(cts, x, *, comm, root, size, at_root):
-    (ct,) = cts
-    mine = _one(_scatter_p, ct, comm=comm, root=root, at_root=at_root)
-    return [_for(x, mine if at_root else mine + ct)]
+    ct = _cotangent_or_zeros(cts, x)  # away from the root: a template
+    return [_for(x, _one(_scatter_p, ct, comm=comm, root=root, at_root=at_root))]
 
 
 def _allgather_transpose(cts, x, *, comm, size):
@@ -233,10 +233,9 @@ def _allgather_transpose(cts, x, *, comm, size):
 
 
 def _scatter_transpose(cts, x, *, comm, root, at_root):
-    gathered = _one(
-        _gather_p, *cts, comm=comm, root=root, size=_native.comm_size(comm), at_root=at_root
-    )
-    return [_for(x, gathered if at_root else jnp.zeros_like(gathered))]
+    size = _native.comm_size(comm)
+    outs = _gather_p.bind(*cts, comm=comm, root=root, size=size, at_root=at_root)
+    return [_for(x, _value_or(outs, _zeros_like_arg(x)))]
 
 
 def _alltoall_transpose(cts, x, *, comm):
@@ -271,10 +270,10 @@ def _sendrecv_transpose(cts, sendbuf, recvbuf, *, source, dest, sendtag, **param
 
 
 def _gatherv_transpose(cts, x, *, comm, root, counts, at_root):
-    (ct,) = cts
+    ct = _cotangent_or_zeros(cts, x)  # away from the root: a template
     rank = _native.comm_rank(comm)
     mine = _one(_scatterv_p, ct, comm=comm, root=root, counts=counts, rank=rank, at_root=at_root)
-    return [_for(x, mine if at_root else mine + ct)]
+    return [_for(x, mine)]
 
 
 def _allgatherv_transpose(cts, x, *, comm, counts):
@@ -288,8 +287,8 @@ def _allgatherv_transpose(cts, x, *, comm, counts):
 
 
 def _scatterv_transpose(cts, x, *, comm, root, counts, rank, at_root):
-    gathered = _one(_gatherv_p, *cts, comm=comm, root=root, counts=counts, at_root=at_root)
-    return [_for(x, gathered if at_root else jnp.zeros_like(gathered))]
+    outs = _gatherv_p.bind(*cts, comm=comm, root=root, counts=counts, at_root=at_root)
+    return [_for(x, _value_or(outs, _zeros_like_arg(x)))]
 
 
 def _alltoallv_transpose(cts, x, *, comm, send_counts, recv_counts):

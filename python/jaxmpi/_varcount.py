@@ -12,7 +12,7 @@ import numpy as np
 
 from ._comm import check_rank, resolve_comm
 from ._jax_shim import ShapedArray
-from ._ops import _array, _define
+from ._ops import _array, _at_root_only, _define
 
 
 def _elements(counts, row: int) -> dict:
@@ -29,15 +29,12 @@ def _rows_like(x, rows: int):
     return ShapedArray((rows, *x.shape[1:]), x.dtype)
 
 
-def _non_root_in_place(*, at_root, **_):
-    return {} if at_root else {0: 0}
-
-
+# Like gather and scatter (see _ops.py): no result away from gatherv's root, and scatterv's
+# template is not aliased.
 _gatherv_p = _define(
     "gatherv",
-    lambda x, *, counts, at_root, **_: [_rows_like(x, sum(counts)) if at_root else x],
-    _non_root_in_place,
-    lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+    _at_root_only(lambda x, *, counts, **_: _rows_like(x, sum(counts))),
+    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
 )
 _allgatherv_p = _define(
     "allgatherv",
@@ -47,8 +44,7 @@ _allgatherv_p = _define(
 _scatterv_p = _define(
     "scatterv",
     lambda x, *, counts, rank, at_root, **_: [_rows_like(x, counts[rank]) if at_root else x],
-    _non_root_in_place,
-    lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
 )
 
 
@@ -111,8 +107,8 @@ def gatherv(x, counts, root, *, comm=None):
     root = check_rank(root, c.size, "root", "gatherv")
     counts = _static_counts(counts, c.size, "counts", "gatherv")
     _leading_rows(x, counts[c.rank], "x", "gatherv")
-    (y,) = _gatherv_p.bind(x, comm=c.handle, root=root, counts=counts, at_root=c.rank == root)
-    return y
+    outs = _gatherv_p.bind(x, comm=c.handle, root=root, counts=counts, at_root=c.rank == root)
+    return outs[0] if outs else x
 
 
 def allgatherv(x, counts, *, comm=None):

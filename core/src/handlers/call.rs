@@ -115,30 +115,28 @@ impl<'a> Call<'a> {
         self.op
     }
 
-    /// The `index`-th data buffer (tokens skipped) of `list`.
-    fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
+    /// The `index`-th data buffer (tokens skipped) of `list`, if there is one.
+    fn find_buffer(list: &'a Args, index: usize) -> Option<Operand<'a>> {
         let size = usize::try_from(list.size).unwrap_or(0);
-        let mut seen = 0;
-        for i in 0..size {
-            // SAFETY: XLA gives `size` entries in both arrays.
-            let (kind, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
-            if kind != ArgType::BUFFER {
-                continue;
-            }
-            // SAFETY: a BUFFER entry points to an XLA_FFI_Buffer.
-            let buffer = unsafe { &*(ptr as *const Buffer) };
-            if buffer.dtype == DataType::TOKEN {
-                continue;
-            }
-            if seen == index {
-                return Ok(Operand { buffer });
-            }
-            seen += 1;
-        }
-        Err(Error::invalid_argument(
-            self.op,
-            format!("the call has no {what} #{index}: the lowering and the handler disagree"),
-        ))
+        (0..size)
+            .filter_map(|i| {
+                // SAFETY: XLA gives `size` entries in both arrays.
+                let (kind, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
+                // SAFETY: a BUFFER entry points to an XLA_FFI_Buffer.
+                (kind == ArgType::BUFFER).then(|| unsafe { &*(ptr as *const Buffer) })
+            })
+            .filter(|buffer| buffer.dtype != DataType::TOKEN)
+            .nth(index)
+            .map(|buffer| Operand { buffer })
+    }
+
+    fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
+        Self::find_buffer(list, index).ok_or_else(|| {
+            Error::invalid_argument(
+                self.op,
+                format!("the call has no {what} #{index}: the lowering and the handler disagree"),
+            )
+        })
     }
 
     pub fn arg(&self, index: usize) -> Result<Operand<'a>> {
@@ -147,6 +145,12 @@ impl<'a> Call<'a> {
 
     pub fn ret(&self, index: usize) -> Result<Operand<'a>> {
         self.buffer(&self.frame.rets, index, "result")
+    }
+
+    /// The `index`-th result where the lowering bound one (rooted ops bind none on the
+    /// ranks that receive nothing).
+    pub fn optional_ret(&self, index: usize) -> Option<Operand<'a>> {
+        Self::find_buffer(&self.frame.rets, index)
     }
 
     /// The first operand as the send side of a reduction whose result is `ret(0)`:

@@ -1,25 +1,10 @@
 //! Op bodies: which operands, results and attributes each op has, and the backend call.
-//! Result conventions follow mpi4jax: ranks that receive nothing return their input.
+//! Result conventions follow mpi4jax: ranks that receive nothing return their input. The
+//! rooted ops bind no result on those ranks (the Python side returns the input), so the
+//! presence of a result is what tells a body whether this rank receives.
 
-use super::call::Operand;
 use super::Call;
-use crate::{Backend, Buf, BufMut, Dtype, Error, Result, Status};
-
-/// Makes `to` hold `from`'s bytes; nothing to do when XLA aliased them.
-fn copy_into(call: &Call, from: &Operand, to: &Operand) -> Result<()> {
-    let (src, dst) = (from.buf(call.op())?, to.buf_mut(call.op())?);
-    if src.len_bytes() != dst.len_bytes() {
-        return Err(Error::invalid_argument(
-            call.op(),
-            "result and operand differ in size",
-        ));
-    }
-    if src.ptr() != dst.ptr().cast_const() && src.len_bytes() > 0 {
-        // SAFETY: two distinct XLA buffers of the same length.
-        unsafe { std::ptr::copy_nonoverlapping(src.ptr(), dst.ptr(), src.len_bytes()) };
-    }
-    Ok(())
-}
+use crate::{Backend, Buf, BufMut, Dtype, Input, Result, Status};
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
     // SAFETY: zero elements: nothing is ever read.
@@ -59,14 +44,21 @@ pub fn jaxmpi_allreduce(call: &Call, backend: &dyn Backend) -> Result<()> {
 }
 
 pub fn jaxmpi_reduce(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
-    let input = call.reduction_input()?;
-    let op = call.reduce_op()?;
-    backend.reduce(call.comm()?, input, y.buf_mut(call.op())?, op, root)?;
-    if !is_root(call, backend, root)? {
-        copy_into(call, &x, &y)?;
+    let (comm, op, root) = (call.comm()?, call.reduce_op()?, call.int("root")?);
+    match call.optional_ret(0) {
+        Some(y) => backend.reduce(
+            comm,
+            call.reduction_input()?,
+            y.buf_mut(call.op())?,
+            op,
+            root,
+        ),
+        None => {
+            let x = call.arg(0)?;
+            let send = Input::Data(x.buf(call.op())?);
+            backend.reduce(comm, send, empty_buf_mut(x.dtype(call.op())?), op, root)
+        }
     }
-    Ok(())
 }
 
 pub fn jaxmpi_scan(call: &Call, backend: &dyn Backend) -> Result<()> {
@@ -105,22 +97,23 @@ pub fn jaxmpi_reduce_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
     backend.reduce_scatter(call.comm()?, x, y, call.reduce_op()?)
 }
 
+/// The root has no result: its operand is the message, which MPI_Bcast only reads there
+/// (the `Backend::bcast` contract), so it is passed as the buffer without a copy.
 pub fn jaxmpi_bcast(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
-    if is_root(call, backend, root)? {
-        copy_into(call, &x, &y)?;
-    }
-    backend.bcast(call.comm()?, y.buf_mut(call.op())?, root)
+    let buf = match call.optional_ret(0) {
+        Some(y) => y,
+        None => call.arg(0)?,
+    };
+    backend.bcast(call.comm()?, buf.buf_mut(call.op())?, call.int("root")?)
 }
 
 pub fn jaxmpi_gather(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
-    let op = call.op();
-    if is_root(call, backend, root)? {
-        return backend.gather(call.comm()?, x.buf(op)?, y.buf_mut(op)?, root);
-    }
-    backend.gather(call.comm()?, x.buf(op)?, empty_buf_mut(x.dtype(op)?), root)?;
-    copy_into(call, &x, &y)
+    let (x, root, op) = (call.arg(0)?, call.int("root")?, call.op());
+    let recv = match call.optional_ret(0) {
+        Some(y) => y.buf_mut(op)?,
+        None => empty_buf_mut(x.dtype(op)?),
+    };
+    backend.gather(call.comm()?, x.buf(op)?, recv, root)
 }
 
 pub fn jaxmpi_allgather(call: &Call, backend: &dyn Backend) -> Result<()> {
@@ -151,17 +144,13 @@ pub fn jaxmpi_alltoall(call: &Call, backend: &dyn Backend) -> Result<()> {
 }
 
 pub fn jaxmpi_gatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let (x, root, op) = (call.arg(0)?, call.int("root")?, call.op());
     let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
-    let op = call.op();
-    backend.gatherv(
-        call.comm()?,
-        x.buf(op)?,
-        y.buf_mut(op)?,
-        &counts,
-        &displs,
-        root,
-    )
+    let recv = match call.optional_ret(0) {
+        Some(y) => y.buf_mut(op)?,
+        None => empty_buf_mut(x.dtype(op)?),
+    };
+    backend.gatherv(call.comm()?, x.buf(op)?, recv, &counts, &displs, root)
 }
 
 pub fn jaxmpi_allgatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
