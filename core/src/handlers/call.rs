@@ -115,6 +115,10 @@ impl<'a> Call<'a> {
         self.op
     }
 
+    pub(super) fn frame(&self) -> &'a CallFrame {
+        self.frame
+    }
+
     /// The `index`-th data buffer (tokens skipped) of `list`.
     fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
         let size = usize::try_from(list.size).unwrap_or(0);

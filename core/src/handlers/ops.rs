@@ -5,8 +5,8 @@ use super::call::Operand;
 use super::Call;
 use crate::{Backend, Buf, BufMut, Dtype, Error, Result, Status};
 
-/// Makes `to` hold `from`'s bytes; nothing to do when XLA aliased them.
-fn copy_into(call: &Call, from: &Operand, to: &Operand) -> Result<()> {
+/// Makes `to` hold `from`'s bytes (through the backend: they may be device memory).
+fn copy_into(call: &Call, backend: &dyn Backend, from: &Operand, to: &Operand) -> Result<()> {
     let (src, dst) = (from.buf(call.op())?, to.buf_mut(call.op())?);
     if src.len_bytes() != dst.len_bytes() {
         return Err(Error::invalid_argument(
@@ -14,11 +14,7 @@ fn copy_into(call: &Call, from: &Operand, to: &Operand) -> Result<()> {
             "result and operand differ in size",
         ));
     }
-    if src.ptr() != dst.ptr().cast_const() && src.len_bytes() > 0 {
-        // SAFETY: two distinct XLA buffers of the same length.
-        unsafe { std::ptr::copy_nonoverlapping(src.ptr(), dst.ptr(), src.len_bytes()) };
-    }
-    Ok(())
+    backend.local_copy(src, dst)
 }
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
@@ -64,7 +60,7 @@ pub fn jaxmpi_reduce(call: &Call, backend: &dyn Backend) -> Result<()> {
     let op = call.reduce_op()?;
     backend.reduce(call.comm()?, input, y.buf_mut(call.op())?, op, root)?;
     if !is_root(call, backend, root)? {
-        copy_into(call, &x, &y)?;
+        copy_into(call, backend, &x, &y)?;
     }
     Ok(())
 }
@@ -90,9 +86,7 @@ pub fn jaxmpi_exscan(call: &Call, backend: &dyn Backend) -> Result<()> {
         call.reduce_op()?,
     )?;
     if backend.comm_rank(comm)? == 0 {
-        let out = y.buf_mut(call.op())?;
-        // SAFETY: XLA's result buffer of `len_bytes` bytes.
-        unsafe { std::ptr::write_bytes(out.ptr(), 0, out.len_bytes()) };
+        backend.fill_zeros(y.buf_mut(call.op())?)?;
     }
     Ok(())
 }
@@ -108,7 +102,7 @@ pub fn jaxmpi_reduce_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
 pub fn jaxmpi_bcast(call: &Call, backend: &dyn Backend) -> Result<()> {
     let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
     if is_root(call, backend, root)? {
-        copy_into(call, &x, &y)?;
+        copy_into(call, backend, &x, &y)?;
     }
     backend.bcast(call.comm()?, y.buf_mut(call.op())?, root)
 }
@@ -120,7 +114,7 @@ pub fn jaxmpi_gather(call: &Call, backend: &dyn Backend) -> Result<()> {
         return backend.gather(call.comm()?, x.buf(op)?, y.buf_mut(op)?, root);
     }
     backend.gather(call.comm()?, x.buf(op)?, empty_buf_mut(x.dtype(op)?), root)?;
-    copy_into(call, &x, &y)
+    copy_into(call, backend, &x, &y)
 }
 
 pub fn jaxmpi_allgather(call: &Call, backend: &dyn Backend) -> Result<()> {
