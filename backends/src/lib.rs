@@ -4,6 +4,7 @@
 //! its ABI family apart, and installs a `MpiLibrary<Family>` as the process's `dyn Backend`.
 
 pub mod detect;
+pub mod device;
 mod loaded;
 mod memory;
 pub mod mpi;
