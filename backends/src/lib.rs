@@ -3,6 +3,7 @@
 //! `select()` picks the library once per process (see `detect`), opens it with dlopen, tells
 //! its ABI family apart, and installs a `MpiLibrary<Family>` as the process's `dyn Backend`.
 
+pub mod cuda;
 pub mod detect;
 pub mod device;
 mod loaded;

@@ -12,7 +12,10 @@ fn stream_of(call: &Call) -> Result<Stream> {
     unsafe {
         let get = frame.api.as_ref().and_then(|api| api.stream_get);
         let Some(get) = get else {
-            return Err(Error::unsupported(call.op(), "this XLA has no XLA_FFI_Stream_Get"));
+            return Err(Error::unsupported(
+                call.op(),
+                "this XLA has no XLA_FFI_Stream_Get",
+            ));
         };
         let mut args = StreamGetArgs {
             struct_size: std::mem::size_of::<StreamGetArgs>(),
@@ -23,7 +26,10 @@ fn stream_of(call: &Call) -> Result<Stream> {
         if !get(&mut args).is_null() {
             // The error object is XLA's; this path only runs on a GPU platform, where
             // Stream_Get does not fail, so it is not worth decoding.
-            return Err(Error::library(call.op(), "XLA could not give the op's GPU stream"));
+            return Err(Error::library(
+                call.op(),
+                "XLA could not give the op's GPU stream",
+            ));
         }
         Ok(Stream(args.stream))
     }
