@@ -3,7 +3,9 @@
 //! `select()` picks the library once per process (see `detect`), opens it with dlopen, tells
 //! its ABI family apart, and installs a `MpiLibrary<Family>` as the process's `dyn Backend`.
 
+pub mod cuda;
 pub mod detect;
+pub mod device;
 mod loaded;
 mod memory;
 pub mod mpi;

@@ -26,6 +26,16 @@ pub trait Backend: Send + Sync {
     /// Whether the library can take device (CUDA) pointers directly.
     fn cuda_aware(&self) -> bool;
 
+    // --- memory the op bodies touch themselves (device backends override these) ---
+    /// Sets every byte of `dst` to zero.
+    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
+        if dst.len_bytes() > 0 {
+            // SAFETY: `dst` is writable for `len_bytes`, as its constructor promised.
+            unsafe { std::ptr::write_bytes(dst.ptr(), 0, dst.len_bytes()) };
+        }
+        Ok(())
+    }
+
     // --- communicators ---
     fn world(&self) -> Comm;
     /// Checks that `comm` is a live intracommunicator handle of this library's family.

@@ -7,6 +7,7 @@
 
 mod backend;
 mod buffer;
+pub mod device;
 mod error;
 pub mod handlers;
 mod types;

@@ -30,8 +30,11 @@ BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
 
 
 def has_cuda_support() -> bool:
-    """Whether jaxmpi can run ops on CUDA device arrays in this process."""
-    return False
+    """Whether jaxmpi can run ops on CUDA device arrays in this process: jaxlib has CUDA
+    and the CUDA driver loads (`python -m jaxmpi info` says more)."""
+    from ._runtime import cuda
+
+    return bool(cuda["plugin"] and cuda["driver"])
 
 
 __all__ = [

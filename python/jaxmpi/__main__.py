@@ -10,7 +10,7 @@ def info_lines() -> list[str]:
     import jax
     import jaxlib
 
-    from jaxmpi._runtime import info
+    from jaxmpi._runtime import cuda, info
 
     mpi4py = sys.modules.get("mpi4py")
     major, minor = info["standard_version"]
@@ -24,11 +24,21 @@ def info_lines() -> list[str]:
         f"  thread level  {info['thread_level']}",
         f"  initialized   {'by jaxmpi' if info['initialized_here'] else 'before jaxmpi (e.g. by mpi4py)'}",
         f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}",
+        f"CUDA            {_cuda_line(cuda)}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__}",
         f"jaxlib          {jaxlib.__version__}",
         f"python          {sys.version.split()[0]} ({sys.executable})",
     ]
+
+
+def _cuda_line(cuda: dict) -> str:
+    if not cuda["plugin"]:
+        return "not used (this jaxlib has no CUDA plugin)"
+    if not cuda["driver"]:
+        return f"jaxlib has CUDA, but the driver does not load: {cuda['driver_error']}"
+    gpu = "chosen by JAX" if cuda["rank_gpu"] is None else f"GPU {cuda['rank_gpu']}"
+    return f"driver loaded, {cuda['devices']} GPU(s), this rank: {gpu}, mode: {cuda['mode']}"
 
 
 def _version() -> str:

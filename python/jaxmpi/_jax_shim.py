@@ -129,3 +129,23 @@ def def_batching(primitive: Primitive, rule) -> None:
 def pass_tokens_through(ctx) -> None:
     """For a lowering that makes no MPI call: the program order token flows on."""
     ctx.set_tokens_out(ctx.tokens_in)
+
+
+def has_cuda_plugin() -> bool:
+    """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
+    import importlib.util
+
+    names = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12",
+             "jax_plugins.xla_cuda13")
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ModuleNotFoundError:
+            continue
+    return False
+
+
+def use_only_gpu(ordinal: int) -> None:
+    """Makes JAX use GPU `ordinal` alone (effective before JAX starts its GPU client)."""
+    jax.config.update("jax_cuda_visible_devices", str(ordinal))

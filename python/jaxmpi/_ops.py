@@ -58,6 +58,7 @@ def _define(name: str, shapes, aliases=lambda **params: {}, attributes=None):
         return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, attrs, aliases(**params))
 
     _jax_shim.register_lowering(primitive, lowering, platform="cpu")
+    _jax_shim.register_lowering(primitive, lowering, platform="cuda")
     return primitive
 
 

@@ -41,15 +41,58 @@ def _agree_with_mpi4py() -> None:
         warnings.warn(f"jaxmpi: mpi4py could not be imported ({err}); continuing without it")
 
 
-def _initialize() -> dict:
+# Launchers' node-local rank variables (hydra, Open MPI, MVAPICH, Slurm, PMI).
+_LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                    "SLURM_LOCALID", "PMI_LOCAL_RANK")
+
+
+def _rank_gpu(devices: int) -> int | None:
+    """The GPU this rank uses: JAXMPI_GPU if set (a number, or `jax` to leave it to JAX),
+    else none when CUDA_VISIBLE_DEVICES is set (the user chose), else the node-local rank
+    modulo the GPU count."""
+    chosen = os.environ.get("JAXMPI_GPU", "auto").strip()
+    if chosen == "jax" or devices == 0:
+        return None
+    if chosen not in ("", "auto"):
+        if not chosen.isdigit() or int(chosen) >= devices:
+            raise ValueError(f"JAXMPI_GPU={chosen!r}: use a GPU number below {devices}, "
+                             "auto, or jax")
+        return int(chosen)
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return None
+    for var in _LOCAL_RANK_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var]) % devices
+    return None
+
+
+def _setup_cuda(mpi: dict) -> dict:
+    """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
+    cuda = {"plugin": _jax_shim.has_cuda_plugin(), "driver": False, "devices": 0,
+            "rank_gpu": None, "mode": None, "driver_error": None}
+    if not cuda["plugin"]:
+        return cuda
+    for name, capsule in _native.handlers("CUDA"):
+        _jax_shim.register_ffi_target(name, capsule, platform="CUDA")
+    cuda.update(_native.cuda_info())
+    cuda["mode"] = "direct (CUDA-aware MPI)" if mpi["cuda_aware"] else "staged (pinned host copies)"
+    cuda["rank_gpu"] = _rank_gpu(cuda["devices"])
+    if cuda["rank_gpu"] is not None:
+        _jax_shim.use_only_gpu(cuda["rank_gpu"])
+        _native.set_rank_device(cuda["rank_gpu"])
+    return cuda
+
+
+def _initialize() -> tuple[dict, dict]:
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
-    for name, capsule in _native.handlers():
+    for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
-    return _native.info()
+    mpi = _native.info()
+    return mpi, _setup_cuda(mpi)
 
 
-info = _initialize()
+info, cuda = _initialize()
 
 
 @atexit.register

@@ -6,7 +6,10 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 
 use jaxmpi_backends::detect::SearchPath;
-use jaxmpi_core::{backend, handlers::HANDLERS, Backend, Comm, Dtype, Error, ErrorKind, ReduceOp};
+use jaxmpi_core::{
+    backend, handlers::DEVICE_HANDLERS, handlers::HANDLERS, xla_ffi::Handler, Backend, Comm, Dtype,
+    Error, ErrorKind, ReduceOp,
+};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
@@ -58,10 +61,23 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
-/// (target name, capsule) for every FFI handler.
+/// (target name, capsule) for every FFI handler of `platform` ("cpu" or "CUDA"). Asking for
+/// CUDA installs the CUDA device runtime; it loads libcuda only when a GPU op first runs.
 #[pyfunction]
-fn handlers(py: Python<'_>) -> PyResult<Vec<(&'static str, Bound<'_, PyCapsule>)>> {
-    HANDLERS
+#[pyo3(signature = (platform="cpu"))]
+fn handlers<'py>(
+    py: Python<'py>,
+    platform: &str,
+) -> PyResult<Vec<(&'static str, Bound<'py, PyCapsule>)>> {
+    let table: &[(&str, Handler)] = match platform {
+        "cpu" => HANDLERS,
+        "CUDA" => {
+            jaxmpi_backends::cuda::install().map_err(to_py)?;
+            DEVICE_HANDLERS
+        }
+        other => return Err(PyValueError::new_err(format!("unknown platform {other:?}"))),
+    };
+    table
         .iter()
         .map(|&(name, handler)| {
             // PyO3's PyCapsule::new would store a pointer to a heap box; XLA needs the
@@ -78,6 +94,29 @@ fn handlers(py: Python<'_>) -> PyResult<Vec<(&'static str, Bound<'_, PyCapsule>)
             Ok((name, capsule))
         })
         .collect()
+}
+
+/// What the CUDA side found: whether the driver loads, how many GPUs it sees, and the
+/// pinned staging memory held. Loads libcuda: call it only where CUDA is wanted.
+#[pyfunction]
+fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    let driver = jaxmpi_backends::cuda::load_driver();
+    dict.set_item("driver", driver.is_ok())?;
+    dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
+    dict.set_item(
+        "devices",
+        jaxmpi_backends::cuda::device_count().unwrap_or(0),
+    )?;
+    dict.set_item("staging_bytes", jaxmpi_backends::cuda::staging_bytes())?;
+    Ok(dict)
+}
+
+/// The GPU this rank's arrays must be on (None: no check).
+#[pyfunction]
+#[pyo3(signature = (ordinal=None))]
+fn set_rank_device(ordinal: Option<i32>) {
+    jaxmpi_backends::cuda::set_rank_device(ordinal);
 }
 
 #[pyfunction]
@@ -161,7 +200,10 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
 #[pyfunction]
 fn finalize(py: Python<'_>) -> PyResult<()> {
     match backend() {
-        Ok(backend) => py.detach(|| backend.finalize()).map_err(to_py),
+        Ok(backend) => {
+            jaxmpi_backends::cuda::release();
+            py.detach(|| backend.finalize()).map_err(to_py)
+        }
         Err(_) => Ok(()),
     }
 }
@@ -172,6 +214,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(handlers, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
+    m.add_function(wrap_pyfunction!(set_rank_device, m)?)?;
     m.add_function(wrap_pyfunction!(world, m)?)?;
     m.add_function(wrap_pyfunction!(check_comm, m)?)?;
     m.add_function(wrap_pyfunction!(comm_rank, m)?)?;

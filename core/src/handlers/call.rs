@@ -115,6 +115,10 @@ impl<'a> Call<'a> {
         self.op
     }
 
+    pub(super) fn frame(&self) -> &'a CallFrame {
+        self.frame
+    }
+
     /// The `index`-th data buffer (tokens skipped) of `list`, if there is one.
     fn find_buffer(list: &'a Args, index: usize) -> Option<Operand<'a>> {
         let size = usize::try_from(list.size).unwrap_or(0);

@@ -2,6 +2,7 @@
 //! the process's backend. Each op contributes only its body in `ops.rs`.
 
 mod call;
+mod device;
 mod ops;
 #[cfg(test)]
 mod tests;
@@ -141,8 +142,28 @@ macro_rules! handlers {
             )*
         }
 
+        /// The same targets for GPU buffers: each call runs on XLA's stream through the
+        /// installed device runtime.
+        pub mod exported_device {
+            use super::*;
+            $(
+                /// # Safety
+                /// Called by XLA with a valid call frame.
+                pub unsafe extern "C" fn $name(frame: *mut CallFrame) -> *mut FfiError {
+                    fn body(call: &Call, host: &dyn Backend) -> Result<()> {
+                        device::on_device(call, host, ops::$name)
+                    }
+                    // SAFETY: XLA passes a valid frame.
+                    unsafe { handle(frame, stringify!($name).trim_start_matches("jaxmpi_"), body) }
+                }
+            )*
+        }
+
         /// (FFI target name, handler) for every op.
         pub const HANDLERS: &[(&str, Handler)] = &[$((stringify!($name), exported::$name as Handler)),*];
+        /// (FFI target name, handler) for every op on GPU buffers (same names).
+        pub const DEVICE_HANDLERS: &[(&str, Handler)] =
+            &[$((stringify!($name), exported_device::$name as Handler)),*];
     };
 }
 

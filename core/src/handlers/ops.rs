@@ -82,9 +82,7 @@ pub fn jaxmpi_exscan(call: &Call, backend: &dyn Backend) -> Result<()> {
         call.reduce_op()?,
     )?;
     if backend.comm_rank(comm)? == 0 {
-        let out = y.buf_mut(call.op())?;
-        // SAFETY: XLA's result buffer of `len_bytes` bytes.
-        unsafe { std::ptr::write_bytes(out.ptr(), 0, out.len_bytes()) };
+        backend.fill_zeros(y.buf_mut(call.op())?)?;
     }
     Ok(())
 }

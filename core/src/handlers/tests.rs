@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::sync::Mutex;
 
-use super::HANDLERS;
+use super::{DEVICE_HANDLERS, HANDLERS};
 use crate::xla_ffi::*;
 
 static LAST_ERROR: Mutex<Option<(i32, String)>> = Mutex::new(None);
@@ -57,7 +57,9 @@ fn frame(api: *const Api, extension: *mut ExtensionBase) -> CallFrame {
 
 #[test]
 fn every_handler_answers_the_metadata_probe_with_api_0_1_and_no_traits() {
-    for (name, handler) in HANDLERS {
+    // Device handlers too: non-zero traits would let XLA capture them in a CUDA graph,
+    // whose replays never call MPI.
+    for (name, handler) in HANDLERS.iter().chain(DEVICE_HANDLERS) {
         let mut metadata = Metadata {
             struct_size: METADATA_STRUCT_SIZE,
             api_version: ApiVersion {
@@ -139,4 +141,16 @@ fn a_call_without_a_backend_returns_an_error_naming_the_op() {
         text.contains("barrier") && text.contains("execution stage 1"),
         "{text}"
     );
+}
+
+#[test]
+fn device_handlers_serve_the_same_targets_as_the_host_ones() {
+    fn names(table: &[(&'static str, Handler)]) -> Vec<&'static str> {
+        table.iter().map(|(n, _)| *n).collect()
+    }
+    assert_eq!(names(HANDLERS), names(DEVICE_HANDLERS));
+    assert!(HANDLERS
+        .iter()
+        .zip(DEVICE_HANDLERS)
+        .all(|((_, host), (_, device))| *host as usize != *device as usize));
 }

@@ -1,0 +1,191 @@
+//! `Direct`: device pointers straight to a CUDA-aware MPI. MPI runs on the host thread and
+//! knows nothing of XLA's stream, so the stream is synchronized first; the MPI call returns
+//! once the device buffers are read or written.
+
+use jaxmpi_core::{
+    Backend, Buf, BufMut, Comm, Error, Input, LibraryInfo, Peer, ReduceOp, Result, Status,
+    ThreadLevel,
+};
+
+use super::DeviceMemory;
+
+pub struct Direct<'a> {
+    inner: &'a dyn Backend,
+    device: &'a dyn DeviceMemory,
+}
+
+/// A failure with device pointers may mean the MPI is not CUDA-aware after all.
+fn explain(err: Error) -> Error {
+    if err.mpi_class().is_none() {
+        return err;
+    }
+    err.context(
+        "MPI failed on GPU buffers passed directly (CUDA-aware mode); if this MPI is not \
+         CUDA-aware, set JAXMPI_CUDA_AWARE=0 to stage through host memory",
+    )
+}
+
+impl<'a> Direct<'a> {
+    pub fn new(inner: &'a dyn Backend, device: &'a dyn DeviceMemory) -> Self {
+        Direct { inner, device }
+    }
+
+    /// Runs one MPI call on device memory once XLA's work on it is done.
+    fn call<R>(&self, op: impl FnOnce(&dyn Backend) -> Result<R>) -> Result<R> {
+        self.device.synchronize()?;
+        op(self.inner).map_err(explain)
+    }
+}
+
+impl Backend for Direct<'_> {
+    fn info(&self) -> &LibraryInfo {
+        self.inner.info()
+    }
+    fn thread_level(&self) -> ThreadLevel {
+        self.inner.thread_level()
+    }
+    fn initialized_here(&self) -> bool {
+        self.inner.initialized_here()
+    }
+    fn is_finalized(&self) -> bool {
+        self.inner.is_finalized()
+    }
+    fn finalize(&self) -> Result<()> {
+        self.inner.finalize()
+    }
+    fn cuda_aware(&self) -> bool {
+        true
+    }
+    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
+        if dst.len_bytes() > 0 {
+            self.device.zero_async(dst.ptr(), dst.len_bytes())?;
+        }
+        Ok(())
+    }
+    fn world(&self) -> Comm {
+        self.inner.world()
+    }
+    fn check_comm(&self, comm: Comm) -> Result<()> {
+        self.inner.check_comm(comm)
+    }
+    fn comm_rank(&self, comm: Comm) -> Result<i32> {
+        self.inner.comm_rank(comm)
+    }
+    fn comm_size(&self, comm: Comm) -> Result<i32> {
+        self.inner.comm_size(comm)
+    }
+    fn comm_dup(&self, comm: Comm) -> Result<Comm> {
+        self.inner.comm_dup(comm)
+    }
+    fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>> {
+        self.inner.comm_split(comm, color, key)
+    }
+    fn comm_free(&self, comm: Comm) -> Result<()> {
+        self.inner.comm_free(comm)
+    }
+    fn barrier(&self, comm: Comm) -> Result<()> {
+        self.inner.barrier(comm)
+    }
+    fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+        self.call(|b| b.allreduce(comm, send, recv, op))
+    }
+    fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
+        self.call(|b| b.reduce(comm, send, recv, op, root))
+    }
+    fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+        self.call(|b| b.scan(comm, send, recv, op))
+    }
+    fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+        self.call(|b| b.exscan(comm, send, recv, op))
+    }
+    fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
+        self.call(|b| b.reduce_scatter(comm, send, recv, op))
+    }
+    fn bcast(&self, comm: Comm, buf: BufMut, root: i32) -> Result<()> {
+        self.call(|b| b.bcast(comm, buf, root))
+    }
+    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+        self.call(|b| b.gather(comm, send, recv, root))
+    }
+    fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
+        self.call(|b| b.allgather(comm, send, recv))
+    }
+    fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+        self.call(|b| b.scatter(comm, send, recv, root))
+    }
+    fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
+        self.call(|b| b.alltoall(comm, send, recv))
+    }
+    fn gatherv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        recv: BufMut,
+        counts: &[usize],
+        displs: &[usize],
+        root: i32,
+    ) -> Result<()> {
+        self.call(|b| b.gatherv(comm, send, recv, counts, displs, root))
+    }
+    fn allgatherv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        recv: BufMut,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.call(|b| b.allgatherv(comm, send, recv, counts, displs))
+    }
+    fn scatterv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        counts: &[usize],
+        displs: &[usize],
+        recv: BufMut,
+        root: i32,
+    ) -> Result<()> {
+        self.call(|b| b.scatterv(comm, send, counts, displs, recv, root))
+    }
+    fn alltoallv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: BufMut,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        self.call(|b| {
+            b.alltoallv(
+                comm,
+                send,
+                send_counts,
+                send_displs,
+                recv,
+                recv_counts,
+                recv_displs,
+            )
+        })
+    }
+    fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
+        self.call(|b| b.send(comm, buf, dest, tag))
+    }
+    fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
+        self.call(|b| b.recv(comm, buf, source, tag))
+    }
+    fn sendrecv(
+        &self,
+        comm: Comm,
+        send: Buf,
+        dest: Peer,
+        send_tag: i32,
+        recv: BufMut,
+        source: Peer,
+        recv_tag: Option<i32>,
+    ) -> Result<Status> {
+        self.call(|b| b.sendrecv(comm, send, dest, send_tag, recv, source, recv_tag))
+    }
+}

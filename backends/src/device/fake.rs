@@ -1,0 +1,99 @@
+//! A device for unit tests: "device" memory is host memory and every async operation is
+//! deferred until a `wait`/`synchronize` covers it, so a missing synchronization shows up
+//! as stale data instead of passing by luck.
+
+use std::sync::Mutex;
+
+use jaxmpi_core::Result;
+
+use super::{DeviceMemory, Marker, PinnedBuffer};
+
+enum Pending {
+    Copy { dst: usize, src: usize, len: usize },
+    Zero { dst: usize, len: usize },
+}
+
+#[derive(Default)]
+pub struct FakeDevice {
+    queue: Mutex<Vec<Pending>>,
+    /// Operations run so far (the queue's done prefix).
+    done: Mutex<usize>,
+    pub pinned_allocations: Mutex<usize>,
+}
+
+/// What fresh pinned memory holds, so data read before its copy arrived is recognizable.
+pub const GARBAGE: u8 = 0xAA;
+
+unsafe fn free_boxed(ptr: *mut u8, len: usize) {
+    // SAFETY: made by `alloc_pinned` from a boxed slice of `len` bytes.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
+}
+
+impl FakeDevice {
+    fn push(&self, op: Pending) -> Result<()> {
+        self.queue.lock().unwrap().push(op);
+        Ok(())
+    }
+
+    fn run_until(&self, end: usize) {
+        let queue = self.queue.lock().unwrap();
+        let mut done = self.done.lock().unwrap();
+        while *done < end.min(queue.len()) {
+            // SAFETY: tests pass live, distinct buffers of at least `len` bytes.
+            unsafe {
+                match queue[*done] {
+                    Pending::Copy { dst, src, len } => {
+                        std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len)
+                    }
+                    Pending::Zero { dst, len } => std::ptr::write_bytes(dst as *mut u8, 0, len),
+                }
+            }
+            *done += 1;
+        }
+    }
+
+    /// Operations queued and not yet run.
+    pub fn pending(&self) -> usize {
+        self.queue.lock().unwrap().len() - *self.done.lock().unwrap()
+    }
+}
+
+impl DeviceMemory for FakeDevice {
+    fn copy_to_host_async(&self, host: *mut u8, device: *const u8, len: usize) -> Result<()> {
+        self.push(Pending::Copy {
+            dst: host as usize,
+            src: device as usize,
+            len,
+        })
+    }
+    fn copy_to_device_async(&self, device: *mut u8, host: *const u8, len: usize) -> Result<()> {
+        self.push(Pending::Copy {
+            dst: device as usize,
+            src: host as usize,
+            len,
+        })
+    }
+    fn zero_async(&self, device: *mut u8, len: usize) -> Result<()> {
+        self.push(Pending::Zero {
+            dst: device as usize,
+            len,
+        })
+    }
+    fn mark(&self) -> Result<Marker> {
+        Ok(Marker(self.queue.lock().unwrap().len()))
+    }
+    fn wait(&self, marker: Marker) -> Result<()> {
+        self.run_until(marker.0);
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.run_until(usize::MAX);
+        Ok(())
+    }
+    fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
+        *self.pinned_allocations.lock().unwrap() += 1;
+        let memory = Box::into_raw(vec![GARBAGE; len].into_boxed_slice()) as *mut u8;
+        // SAFETY: a boxed slice of `len` bytes, freed once by `free_boxed`.
+        Ok(unsafe { PinnedBuffer::from_raw(memory, len, free_boxed) })
+    }
+}

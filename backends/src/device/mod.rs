@@ -1,0 +1,36 @@
+//! Device buffers over MPI: the memory operations a device offers (`DeviceMemory`), the pool
+//! of pinned host buffers staging reuses, and the two backend decorators that take device
+//! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware MPI).
+
+mod direct;
+#[cfg(test)]
+mod fake;
+mod pool;
+mod staged;
+
+pub use direct::Direct;
+pub use pool::{PinnedBuffer, PinnedPool};
+pub use staged::Staged;
+
+use jaxmpi_core::Result;
+
+/// A point in a stream's work queue: waiting on it waits for everything enqueued before.
+#[derive(Clone, Copy, Debug)]
+pub struct Marker(pub usize);
+
+/// One device stream's memory operations. "Async" operations are queued on the stream
+/// (after the work XLA queued there) and may complete any time before a `wait`/`synchronize`
+/// that covers them. Addresses are raw: device addresses for `device`, host for `host`.
+pub trait DeviceMemory: Send + Sync {
+    fn copy_to_host_async(&self, host: *mut u8, device: *const u8, len: usize) -> Result<()>;
+    fn copy_to_device_async(&self, device: *mut u8, host: *const u8, len: usize) -> Result<()>;
+    fn zero_async(&self, device: *mut u8, len: usize) -> Result<()>;
+    /// Marks the current end of the queue.
+    fn mark(&self) -> Result<Marker>;
+    /// Blocks until the work before `marker` is done.
+    fn wait(&self, marker: Marker) -> Result<()>;
+    /// Blocks until everything queued so far is done.
+    fn synchronize(&self) -> Result<()>;
+    /// Page-locked host memory: the only kind the device copies at full speed, asynchronously.
+    fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer>;
+}

@@ -1,0 +1,198 @@
+//! Staging logic on a fake device (host memory whose async copies only happen at a
+//! wait/synchronize), with a real MPI library at 1 rank underneath
+//! (`JAXMPI_TEST_LIBS_MPICH`, as ci/test.sh sets it).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use jaxmpi_core::{Backend, Buf, BufMut, Dtype, Input, Peer, ReduceOp};
+
+use super::super::fake::{FakeDevice, GARBAGE};
+use super::super::PinnedPool;
+use super::{chunks, Staged};
+use crate::detect::{Request, SearchPath};
+
+fn mpi() -> &'static dyn Backend {
+    static MPI: OnceLock<Box<dyn Backend>> = OnceLock::new();
+    MPI.get_or_init(|| {
+        let path = std::env::var_os("JAXMPI_TEST_LIBS_MPICH")
+            .expect("JAXMPI_TEST_LIBS_MPICH must name a libmpi.so.12 (ci/test.sh sets it)");
+        let search = SearchPath { prefixes: vec![] };
+        crate::load(&Request::Path(PathBuf::from(path)), &search).expect("load MPI")
+    })
+    .as_ref()
+}
+
+fn floats(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    values.into_iter().flat_map(f32::to_ne_bytes).collect()
+}
+
+fn input(bytes: &[u8]) -> Buf<'_> {
+    Buf::from_bytes(bytes, Dtype::F32).unwrap()
+}
+
+fn output(bytes: &mut [u8]) -> BufMut<'_> {
+    BufMut::from_bytes(bytes, Dtype::F32).unwrap()
+}
+
+#[test]
+fn chunks_cover_the_buffer_once_and_an_empty_buffer_is_one_empty_call() {
+    assert_eq!(chunks(10, 4), vec![(0, 4), (4, 4), (8, 2)]);
+    assert_eq!(chunks(8, 4), vec![(0, 4), (4, 4)]);
+    assert_eq!(chunks(0, 4), vec![(0, 0)]);
+}
+
+#[test]
+fn the_fake_device_defers_copies_until_synchronized() {
+    use super::super::DeviceMemory;
+    let device = FakeDevice::default();
+    let (src, mut dst) = ([1u8; 4], [0u8; 4]);
+    device
+        .copy_to_host_async(dst.as_mut_ptr(), src.as_ptr(), 4)
+        .unwrap();
+    assert_eq!(dst, [0; 4]);
+    device.synchronize().unwrap();
+    assert_eq!(dst, [1; 4]);
+}
+
+#[test]
+fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    // 3 floats per chunk: 10 elements make 3 full chunks and a short one.
+    let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(12);
+    let send = floats((0..10).map(|i| i as f32));
+    for round in 0..3 {
+        let mut recv = vec![0u8; send.len()];
+        staged
+            .allreduce(
+                mpi().world(),
+                Input::Data(input(&send)),
+                output(&mut recv),
+                ReduceOp::Sum,
+            )
+            .unwrap();
+        assert_eq!(recv, send, "round {round}");
+        assert_eq!(
+            device.pending(),
+            0,
+            "work left on the stream after the call"
+        );
+    }
+    assert_eq!(*device.pinned_allocations.lock().unwrap(), 2);
+    assert!(pool.held_bytes() >= 2 * send.len());
+    pool.release();
+    assert_eq!(pool.held_bytes(), 0);
+}
+
+#[test]
+fn in_place_allreduce_reads_and_writes_the_result_buffer() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(8);
+    let expected = floats([1.5, -2.0, 3.0, 4.0, 5.0]);
+    let mut data = expected.clone();
+    staged
+        .allreduce(
+            mpi().world(),
+            Input::InPlace,
+            output(&mut data),
+            ReduceOp::Max,
+        )
+        .unwrap();
+    assert_eq!(data, expected);
+}
+
+#[test]
+fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool);
+    for n in [4usize, 64, 16] {
+        let send = floats((0..n).map(|i| i as f32 * 0.5));
+        let mut recv = vec![0u8; send.len()];
+        staged
+            .sendrecv(
+                mpi().world(),
+                input(&send),
+                Peer::Rank(0),
+                7,
+                output(&mut recv),
+                Peer::Rank(0),
+                Some(7),
+            )
+            .unwrap();
+        assert_eq!(recv, send, "{n} elements");
+    }
+    // 4 → 2 buffers, 64 → 2 larger ones; 16 fits in those.
+    assert_eq!(*device.pinned_allocations.lock().unwrap(), 4);
+}
+
+#[test]
+fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(4);
+    let expected = floats([9.0, 8.0, 7.0]);
+    let mut data = expected.clone();
+    staged.bcast(mpi().world(), output(&mut data), 0).unwrap();
+    assert_eq!((data, device.pending()), (expected, 0));
+}
+
+#[test]
+fn whole_staged_collectives_copy_results_back_to_the_device() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool);
+    let world = mpi().world();
+    let send = floats([1.0, 2.0]);
+    let mut recv = vec![0u8; send.len()];
+    staged
+        .gather(world, input(&send), output(&mut recv), 0)
+        .unwrap();
+    assert_eq!(recv, send);
+    let mut recv = vec![0u8; send.len()];
+    staged
+        .alltoall(world, input(&send), output(&mut recv))
+        .unwrap();
+    assert_eq!(recv, send);
+    let mut recv = vec![0u8; send.len()];
+    staged
+        .reduce(
+            world,
+            Input::Data(input(&send)),
+            output(&mut recv),
+            ReduceOp::Sum,
+            0,
+        )
+        .unwrap();
+    assert_eq!(recv, send);
+    assert_eq!(device.pending(), 0);
+}
+
+#[test]
+fn exscan_leaves_rank_0s_result_as_it_was() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool);
+    let send = floats([1.0, 2.0]);
+    let before = floats([5.0, 6.0]);
+    let mut recv = before.clone();
+    staged
+        .exscan(
+            mpi().world(),
+            Input::Data(input(&send)),
+            output(&mut recv),
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    assert_eq!(recv, before);
+    assert!(!recv.contains(&GARBAGE));
+}
+
+#[test]
+fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool);
+    let mut zeroed = floats([3.0]);
+    staged.fill_zeros(output(&mut zeroed)).unwrap();
+    // Queued on the stream (XLA's later work is ordered after it), not done by the host.
+    assert_eq!(device.pending(), 1);
+    use super::super::DeviceMemory;
+    device.synchronize().unwrap();
+    assert_eq!(zeroed, vec![0u8; 4]);
+}

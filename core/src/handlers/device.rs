@@ -1,0 +1,42 @@
+//! Device handlers: the same op bodies, run by the installed device runtime on XLA's stream.
+
+use super::{Body, Call};
+use crate::device::{device_runtime, Stream};
+use crate::xla_ffi::StreamGetArgs;
+use crate::{Backend, Error, Result};
+
+/// XLA's stream for this call.
+fn stream_of(call: &Call) -> Result<Stream> {
+    let frame = call.frame();
+    // SAFETY: outside the metadata probe XLA sets `api`; Stream_Get fills `stream` only.
+    unsafe {
+        let get = frame.api.as_ref().and_then(|api| api.stream_get);
+        let Some(get) = get else {
+            return Err(Error::unsupported(
+                call.op(),
+                "this XLA has no XLA_FFI_Stream_Get",
+            ));
+        };
+        let mut args = StreamGetArgs {
+            struct_size: std::mem::size_of::<StreamGetArgs>(),
+            extension_start: std::ptr::null_mut(),
+            ctx: frame.ctx,
+            stream: std::ptr::null_mut(),
+        };
+        if !get(&mut args).is_null() {
+            // The error object is XLA's; this path only runs on a GPU platform, where
+            // Stream_Get does not fail, so it is not worth decoding.
+            return Err(Error::library(
+                call.op(),
+                "XLA could not give the op's GPU stream",
+            ));
+        }
+        Ok(Stream(args.stream))
+    }
+}
+
+/// Runs `body` for a call whose buffers are device memory.
+pub fn on_device(call: &Call, host: &dyn Backend, body: Body) -> Result<()> {
+    let stream = stream_of(call)?;
+    device_runtime()?.run(stream, host, &mut |backend| body(call, backend))
+}
