@@ -30,10 +30,12 @@ pub fn load() -> Result<MpiLibrary<Linked>> {
     let mut len = 0;
     // SAFETY: callable before MPI_Init; the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING.
     unsafe { (fns.MPI_Get_library_version)(buffer.as_mut_ptr(), &mut len) };
-    let version = one_line(&c_string(&buffer, len));
+    let version = c_string(&buffer, len);
+    // The first line, up to Open MPI's ", package:": "MPICH Version: 4.0.2", "Open MPI v4.1.4".
+    let first_line = version.lines().next().unwrap_or_default();
     let built = format!(
         "{} ({}, whose mpi.h was found through {BUILD_MPICC} at build time)",
-        version.split(',').next().unwrap_or(&version),
+        one_line(first_line.split(',').next().unwrap_or_default()),
         path.display()
     );
     let lib: Library = UnixLibrary::this().into();
@@ -51,11 +53,8 @@ pub fn load() -> Result<MpiLibrary<Linked>> {
             ))
         }
     }
-    if let Some((family, launcher)) = launcher_hint().filter(|(f, _)| *f != Linked::FAMILY) {
-        return Err(wrong_launcher(
-            &built,
-            &format!("{launcher}, a {family} launcher"),
-        ));
+    if let Some((_, launcher)) = launcher_hint().filter(|(f, _)| *f != Linked::FAMILY) {
+        return Err(wrong_launcher(&built, launcher));
     }
     if let Some(other) = loaded::loaded_mpi_libraries()
         .into_iter()
