@@ -3,11 +3,8 @@
 //! hang or silently give every rank a world of one.
 
 use std::ffi::{c_char, c_void};
-use std::path::PathBuf;
 
 use jaxmpi_core::{Backend, Error, Family, Result};
-use libloading::os::unix::Library as UnixLibrary;
-use libloading::Library;
 
 use crate::detect::{launcher_hint, launcher_size};
 use crate::mpi::abi::linked::BUILD_MPICC;
@@ -25,7 +22,7 @@ pub fn load() -> Result<MpiLibrary<Linked>> {
     let init = fns.MPI_Init_thread as *const c_void;
     let path = loaded::symbol_file(init)
         .map(|p| loaded::canonical(&p))
-        .unwrap_or_else(|| PathBuf::from("the linked MPI library"));
+        .ok_or_else(|| Error::library(STEP, "the linked MPI_Init_thread lies in no loaded file"))?;
     let mut buffer = vec![0 as c_char; 8192];
     let mut len = 0;
     // SAFETY: callable before MPI_Init; the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING.
@@ -38,7 +35,10 @@ pub fn load() -> Result<MpiLibrary<Linked>> {
         one_line(first_line.split(',').next().unwrap_or_default()),
         path.display()
     );
-    let lib: Library = UnixLibrary::this().into();
+    // Opened again by path, RTLD_GLOBAL: Python loads extensions (and so the MPI they link)
+    // with RTLD_LOCAL, but the optional lookups and Open MPI's plugins need its symbols.
+    let lib =
+        open(&path).map_err(|why| Error::library(STEP, format!("{}: {why}", path.display())))?;
     match family_of(&lib) {
         Some(family) if family == Linked::FAMILY => {}
         found => {

@@ -155,9 +155,9 @@ fn compare_reductions(
             }
             let [mine, theirs] = &results;
             p.check(
-                &format!("allreduce {op} on {dtype}: linked and loaded results"),
-                mine.bytes(),
-                theirs.bytes(),
+                &format!("allreduce {op} on {dtype}: first element where linked and loaded differ"),
+                None,
+                mine.first_difference(theirs),
             );
             compared += 1;
         }
