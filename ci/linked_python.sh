@@ -24,7 +24,7 @@ fi
 "$root/.venvs/system/bin/python" -m zipfile -e "$out"/wheel/jaxmpi-*.whl "$out/site" || exit 1
 echo "linked_python: built $(basename "$out"/wheel/jaxmpi-*.whl) ($((SECONDS - t0))s)"
 
-# shellcheck source=ci/matrix.sh
+# shellcheck source=matrix.sh source-path=SCRIPTDIR
 source "$root/ci/matrix.sh"
 # The suite must really have run on the linked backend.
 read -r -a pyenv <<<"${JAXMPI_MATRIX_PYENV[debian-mpich-4.0]//\{root\}/$root}"
