@@ -37,8 +37,10 @@ JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")
 # Debian packages: Open MPI 4.1 and MPICH 4.0 side by side (mpiexec.openmpi,
 # mpiexec.mpich; Debian MPICH's library is libmpich.so.12, Open MPI's
 # libmpi.so.40), their compilers mpicc.openmpi/mpicc.mpich (handy to debug a
-# launcher with a C hello world), and readelf (binutils) for ci/test.sh.
-JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils)
+# launcher with a C hello world), readelf (binutils) for ci/test.sh, and libclang
+# for bindgen, which generates the `linked` backend's bindings from each mpi.h
+# (ci/oracle.sh, ci/linked_python.sh).
+JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils libclang-dev)
 
 _setup_log() { printf 'setup: %s\n' "$*"; }
 

@@ -34,6 +34,8 @@ check "path that does not exist" "/nonexistent/libmpi.so.12 does not exist" JAXM
 check "library that is not MPI" "is not an MPI library" "JAXMPI_MPI=$libz" --
 check "second MPI requested (by family)" "is already loaded in this process" JAXMPI_MPI=mpich -- --preload "$openmpi"
 check "second MPI requested (by path)" "$mpich was requested" "JAXMPI_MPI=$mpich" -- --preload "$openmpi"
+# shellcheck disable=SC2016  # the backquotes are literal text of the message
+check "JAXMPI_MPI=linked in a build without the feature" 'built without the `linked` feature' JAXMPI_MPI=linked --
 check "no MPI anywhere" "no MPI library could be loaded" JAXMPI_MPI=mpiabi LD_LIBRARY_PATH=/nonexistent --
 echo "$failed failed"
 ((failed == 0))

@@ -18,6 +18,8 @@ pub enum Request {
     Auto,
     Family(Family),
     Path(PathBuf),
+    /// The MPI linked at build time (feature `linked`).
+    Linked,
 }
 
 impl Request {
@@ -25,6 +27,9 @@ impl Request {
         let value = value.trim();
         if value.is_empty() || value == "auto" {
             return Ok(Request::Auto);
+        }
+        if value == "linked" {
+            return Ok(Request::Linked);
         }
         if let Some(family) = Family::from_name(value) {
             return Ok(Request::Family(family));
@@ -34,7 +39,7 @@ impl Request {
         }
         Err(Error::invalid_argument(
             "JAXMPI_MPI",
-            format!("unknown value {value:?}: use auto, mpich, openmpi, mpiabi, or the path of an MPI library"),
+            format!("unknown value {value:?}: use auto, mpich, openmpi, mpiabi, the path of an MPI library, or linked (source builds)"),
         ))
     }
 
@@ -93,7 +98,7 @@ const ANY_SONAMES: [&str; 6] = [
 ];
 
 /// The family the launcher that started us implies, from variables it sets in every rank.
-fn launcher_hint() -> Option<(Family, &'static str)> {
+pub(crate) fn launcher_hint() -> Option<(Family, &'static str)> {
     let set = |name: &str| std::env::var_os(name).is_some();
     if set("OMPI_COMM_WORLD_SIZE") {
         Some((
@@ -105,6 +110,27 @@ fn launcher_hint() -> Option<(Family, &'static str)> {
     } else {
         None
     }
+}
+
+/// The number of ranks the launcher started, and the variable that says so.
+#[cfg(feature = "linked")]
+pub(crate) fn launcher_size() -> Option<(i32, &'static str)> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .into_iter()
+        .find_map(|name| {
+            let size = std::env::var(name).ok()?.trim().parse().ok()?;
+            Some((size, name))
+        })
+}
+
+/// What `JAXMPI_MPI=linked` gives in a build without the feature.
+pub fn linked_not_built() -> Error {
+    Error::invalid_argument(
+        "JAXMPI_MPI",
+        "linked: this jaxmpi was built without the `linked` feature, so it has no MPI linked in. \
+         Build it from source against your MPI (`maturin build --release --features linked` in \
+         python/, with that MPI's mpicc on PATH or in MPICC), or use JAXMPI_MPI=auto",
+    )
 }
 
 /// Every place `names` could be: each prefix's lib/, then the bare names for the system.
@@ -150,6 +176,7 @@ pub fn choose(request: &Request, search: &SearchPath, loaded: &[PathBuf]) -> Res
                 reason: format!("JAXMPI_MPI={}", path.display()),
             }]),
             Request::Path(path) => Err(second_library(already, &path.display().to_string())),
+            Request::Linked => Err(linked_not_built()),
         };
     }
     let by_family = |family: Family, why: String| -> Vec<Choice> {
@@ -163,6 +190,7 @@ pub fn choose(request: &Request, search: &SearchPath, loaded: &[PathBuf]) -> Res
             .collect()
     };
     match request {
+        Request::Linked => Err(linked_not_built()),
         Request::Path(path) => {
             if !path.exists() {
                 return Err(Error::invalid_argument(
@@ -269,6 +297,7 @@ mod tests {
             Request::parse("/opt/x/libmpi.so.12").unwrap(),
             Request::Path("/opt/x/libmpi.so.12".into())
         );
+        assert_eq!(Request::parse(" linked ").unwrap(), Request::Linked);
         let err = Request::parse("intel").unwrap_err().to_string();
         assert!(
             err.contains("unknown value \"intel\"") && err.contains("auto, mpich, openmpi, mpiabi"),
@@ -304,6 +333,20 @@ mod tests {
             .unwrap_err()
             .message
             .contains("two MPI libraries"));
+    }
+
+    #[test]
+    #[cfg(not(feature = "linked"))]
+    fn linked_in_a_build_without_the_feature_says_how_to_get_it() {
+        let err = choose(&Request::Linked, &SearchPath::default(), &[]).unwrap_err();
+        assert_eq!(err.op, "JAXMPI_MPI");
+        for part in [
+            "built without the `linked` feature",
+            "--features linked",
+            "JAXMPI_MPI=auto",
+        ] {
+            assert!(err.message.contains(part), "{err}");
+        }
     }
 
     #[test]

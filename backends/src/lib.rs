@@ -6,6 +6,8 @@
 pub mod cuda;
 pub mod detect;
 pub mod device;
+#[cfg(feature = "linked")]
+pub mod linked;
 mod loaded;
 mod memory;
 pub mod mpi;
@@ -35,6 +37,10 @@ pub fn select_with(search: &SearchPath) -> Result<&'static dyn Backend> {
 
 /// Chooses, opens and initializes a library without installing it (`select` installs).
 pub fn load(request: &Request, search: &SearchPath) -> Result<Box<dyn Backend>> {
+    #[cfg(feature = "linked")]
+    if *request == Request::Linked {
+        return Ok(Box::new(linked::load()?));
+    }
     let loaded = loaded::loaded_mpi_libraries();
     let mut tried = Vec::new();
     for choice in choose(request, search, &loaded)? {
@@ -54,7 +60,7 @@ pub fn load(request: &Request, search: &SearchPath) -> Result<Box<dyn Backend>> 
     ))
 }
 
-fn open(library: &Path) -> Result<Library, String> {
+pub(crate) fn open(library: &Path) -> Result<Library, String> {
     // RTLD_GLOBAL: Open MPI's plugins resolve symbols of libmpi through the global scope.
     // SAFETY: loading runs the library's initializers; MPI libraries have no harmful ones.
     match unsafe { UnixLibrary::open(Some(library), RTLD_NOW | RTLD_GLOBAL) } {
@@ -64,7 +70,7 @@ fn open(library: &Path) -> Result<Library, String> {
 }
 
 /// Tells the ABI family of an opened library (facts: mpi-abi.md, "Telling the families apart").
-fn family_of(lib: &Library) -> Option<Family> {
+pub(crate) fn family_of(lib: &Library) -> Option<Family> {
     type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
     // SAFETY: symbol lookups only; MPI_Abi_get_version may be called before MPI_Init.
     unsafe {

@@ -35,11 +35,11 @@ unsafe fn resolve<F: Copy>(lib: &Library, name: &str) -> Result<F, String> {
 /// Declares a struct of function pointers and a `load` that resolves all of them, failing
 /// with the name of the first one missing.
 macro_rules! function_table {
-    ($(#[$doc:meta])* struct $table:ident<$h:ident> { $($name:ident($($arg:ty),* $(,)?);)* }) => {
+    ($(#[$doc:meta])* struct $table:ident<$h:ident> { $($(#[$field:meta])* $name:ident($($arg:ty),* $(,)?);)* }) => {
         $(#[$doc])*
         #[allow(non_snake_case)]
         pub struct $table<$h> {
-            $(pub $name: unsafe extern "C" fn($($arg),*) -> c_int,)*
+            $($(#[$field])* pub $name: unsafe extern "C" fn($($arg),*) -> c_int,)*
         }
 
         impl<$h: Copy> $table<$h> {
@@ -50,9 +50,31 @@ macro_rules! function_table {
             }
         }
     };
+    (linked $(#[$doc:meta])* struct $table:ident<$h:ident> { $($(#[$field:meta])* $name:ident($($arg:ty),* $(,)?);)* }) => {
+        function_table! { $(#[$doc])* struct $table<$h> { $($(#[$field])* $name($($arg),*);)* } }
+
+        #[cfg(feature = "linked")]
+        impl $table<super::abi::linked::Handle> {
+            /// The table filled from the library linked at build time: each name must
+            /// exist in its `mpi.h` for this to compile, and the linker binds it.
+            pub fn linked() -> Self {
+                type $h = super::abi::linked::Handle;
+                // SAFETY: as for `load`: each mpi-sys function has the standard's prototype
+                // with its own handle types, which share `H`'s representation.
+                unsafe {
+                    $table {
+                        $($name: std::mem::transmute::<*const (), unsafe extern "C" fn($($arg),*) -> c_int>(
+                            mpi_sys::$name as *const (),
+                        ),)*
+                    }
+                }
+            }
+        }
+    };
 }
 
 function_table! {
+    linked
     /// Every function of MPI 3.0 jaxmpi needs; a library lacking one is not usable.
     struct Functions<H> {
         MPI_Get_version(*mut c_int, *mut c_int);
@@ -109,6 +131,8 @@ function_table! {
         // Not used by the ops; the probe cross-checks the handle tables with them.
         MPI_Type_size(H, *mut c_int);
         MPI_Type_get_name(H, *mut c_char, *mut c_int);
+        #[cfg_attr(not(feature = "linked"), allow(dead_code))] // the oracle's
+        MPI_Comm_compare(H, H, *mut c_int);
     }
 }
 

@@ -73,7 +73,7 @@ impl<A: Abi> Drop for Typed<'_, A> {
     }
 }
 
-fn c_string(buffer: &[c_char], len: c_int) -> String {
+pub(crate) fn c_string(buffer: &[c_char], len: c_int) -> String {
     let len = usize::try_from(len).unwrap_or(0).min(buffer.len());
     let bytes: Vec<u8> = buffer[..len].iter().map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes)
@@ -99,14 +99,28 @@ impl<A: Abi> MpiLibrary<A> {
     /// Takes over an opened library: resolves every function, checks the MPI version,
     /// initializes MPI unless someone already did, and prepares jaxmpi's own ops.
     pub fn load(lib: Library, path: PathBuf, chosen_by: String) -> Result<Self> {
-        let step = "load MPI";
-        let shown = path.display().to_string();
         let fns = Functions::<A::Handle>::load(&lib).map_err(|missing| {
             Error::library(
-                step,
-                format!("{shown} is not a usable MPI library: it has no {missing}"),
+                "load MPI",
+                format!(
+                    "{} is not a usable MPI library: it has no {missing}",
+                    path.display()
+                ),
             )
         })?;
+        Self::with_functions(lib, fns, path, chosen_by)
+    }
+
+    /// As `load`, with the function table already filled (from dlsym or by the linker);
+    /// `lib` serves the optional lookups.
+    pub(crate) fn with_functions(
+        lib: Library,
+        fns: Functions<A::Handle>,
+        path: PathBuf,
+        chosen_by: String,
+    ) -> Result<Self> {
+        let step = "load MPI";
+        let shown = path.display().to_string();
         let pre =
             A::predefined(&lib).map_err(|why| Error::library(step, format!("{shown}: {why}")))?;
         let large = LargeCountFunctions::load(&lib).ok();
@@ -476,7 +490,7 @@ impl<A: Abi> MpiLibrary<A> {
         Ok(())
     }
 
-    fn element_size(&self, datatype: A::Handle) -> Result<usize> {
+    pub(super) fn element_size(&self, datatype: A::Handle) -> Result<usize> {
         let mut size = 0;
         // SAFETY: a predefined datatype; writes one int.
         self.check("MPI_Type_size", unsafe {

@@ -4,6 +4,7 @@
 //!
 //!     mpiexec -n 3 jaxmpi-probe [--expect-family NAME] [--preload PATH]
 //!                               [--expect-error SUBSTRING] [--large] [--trace]
+//!     mpiexec -n 2 jaxmpi-probe --oracle     (built with --features linked)
 //!
 //! The library is selected exactly as the Python package selects it (`JAXMPI_MPI` and the
 //! environment), every result is compared with values computed locally, each failing
@@ -16,6 +17,8 @@ mod data;
 mod known;
 mod large;
 mod movement;
+#[cfg(feature = "linked")]
+mod oracle;
 mod p2p;
 mod reductions;
 mod report;
@@ -67,7 +70,7 @@ pub fn cases(dtypes: &[Dtype]) -> impl Iterator<Item = (usize, Dtype, usize)> + 
 }
 
 const USAGE: &str = "usage: jaxmpi-probe [--expect-family mpich|openmpi|mpiabi] [--preload PATH] \
-                     [--expect-error SUBSTRING] [--large] [--trace]";
+                     [--expect-error SUBSTRING] [--large] [--trace] | --oracle [--trace]";
 
 #[derive(Debug, Default)]
 struct Args {
@@ -76,6 +79,7 @@ struct Args {
     expect_error: Option<String>,
     large: bool,
     trace: bool,
+    oracle: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -88,6 +92,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--expect-error" => parsed.expect_error = Some(value()?),
             "--large" => parsed.large = true,
             "--trace" => parsed.trace = true,
+            "--oracle" => parsed.oracle = true,
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
@@ -168,6 +173,15 @@ fn main() {
             exit(2);
         }
     };
+    if args.oracle {
+        #[cfg(feature = "linked")]
+        exit(oracle::oracle(args.trace));
+        #[cfg(not(feature = "linked"))]
+        {
+            eprintln!("jaxmpi-probe: --oracle needs a probe built with `--features linked`");
+            exit(2);
+        }
+    }
     if let Some(path) = &args.preload {
         if let Err(why) = preload(path) {
             println!("PROBE FAIL rank=? error={}", quoted(&why));

@@ -2,10 +2,14 @@
 //! and its conversion from the pointer-sized integers mpi4py hands out, the predefined
 //! handles, and the status layout. Behaviour lives in `MpiLibrary`, written once.
 
+#[cfg(feature = "linked")]
+pub mod linked;
 mod mpich;
 mod openmpi;
 mod standard;
 
+#[cfg(feature = "linked")]
+pub use linked::Linked;
 pub use mpich::Mpich;
 pub use openmpi::OpenMpi;
 pub use standard::Standard;
