@@ -177,6 +177,9 @@ done
 matrix_cells probe run_cell "${probe_cells[@]}"
 
 step "selection errors" selection-errors "$ROOT/tests/selection_errors.sh" "$(matrix_probe)"
+# The linked backend (mpi-sys, bindings from each MPI's own mpi.h) against jaxmpi's own
+# ABI tables, on Debian's Open MPI and MPICH.
+step "linked oracle (Debian Open MPI + MPICH)" oracle bash "$ROOT/ci/oracle.sh"
 
 banner "MPI matrix: Python suite"
 pytest_cells=("${JAXMPI_MATRIX_BUILDS[0]} 1" "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4")
@@ -188,6 +191,8 @@ matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
 # About 6 GiB per rank, so one cell at a time, on 2 ranks.
 large_cell() { PYTEST_TARGETS=tests/python/test_large.py run_pytest_cell "$@" JAXMPI_TEST_LARGE=1; }
 matrix_cells large large_cell "pypi-mpich-5 2" "debian-openmpi-4.1 2"
+
+step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
 
 # ---------------------------------------------------------------------------
 # Summary.
