@@ -7,9 +7,11 @@
 
 mod backend;
 mod buffer;
+pub mod calllog;
 mod error;
 pub mod handlers;
 mod types;
+mod watchdog;
 pub mod xla_ffi;
 
 pub use backend::{backend, install_backend, Backend};

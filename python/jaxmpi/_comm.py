@@ -32,32 +32,38 @@ class Comm:
 
     def __init__(self, handle: int):
         self._handle = handle
+        self._freed = False
 
     @property
     def handle(self) -> int:
+        if self._freed:
+            raise ValueError(
+                f"{self!r} was freed (Comm.Free()); use a communicator that is still alive"
+            )
         return self._handle
 
     def Get_rank(self) -> int:
-        return _native.comm_rank(self._handle)
+        return _native.comm_rank(self.handle)
 
     def Get_size(self) -> int:
-        return _native.comm_size(self._handle)
+        return _native.comm_size(self.handle)
 
     def Dup(self) -> Comm:
-        return Comm(_native.comm_dup(self._handle))
+        return Comm(_native.comm_dup(self.handle))
 
     Clone = Dup
 
     def Split(self, color: int | None = None, key: int = 0) -> Comm | None:
         """`color=None` (MPI_UNDEFINED) leaves this rank out: it gets None."""
-        handle = _native.comm_split(self._handle, color, key)
+        handle = _native.comm_split(self.handle, color, key)
         return None if handle is None else Comm(handle)
 
     def Free(self) -> None:
-        _native.comm_free(self._handle)
+        _native.comm_free(self.handle)
+        self._freed = True
 
     def Barrier(self) -> None:
-        _native.barrier(self._handle)
+        _native.barrier(self.handle)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Comm) and other._handle == self._handle
@@ -116,13 +122,22 @@ def resolve_comm(comm, op: str) -> CommInfo:
         comm = default_comm()
     mpi = _mpi4py()
     if isinstance(comm, Comm):
-        handle = comm.handle
+        try:
+            handle = comm.handle
+        except ValueError as err:
+            raise ValueError(f"jaxmpi.{op}: {err}") from None
     elif mpi is not None and isinstance(comm, mpi.Comm):
         if comm == mpi.COMM_NULL:
             raise ValueError(
                 f"jaxmpi.{op}: comm is MPI.COMM_NULL (a freed or never-created communicator)"
             )
-        if comm.Is_inter():
+        try:
+            inter = comm.Is_inter()
+        except mpi.Exception as err:
+            raise ValueError(
+                f"jaxmpi.{op}: MPI does not accept the communicator (was it freed?): {err}"
+            ) from None
+        if inter:
             raise ValueError(
                 f"jaxmpi.{op}: comm is an intercommunicator; jaxmpi ops need an intracommunicator"
             )

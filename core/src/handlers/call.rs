@@ -115,30 +115,34 @@ impl<'a> Call<'a> {
         self.op
     }
 
-    /// The `index`-th data buffer (tokens skipped) of `list`.
-    fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
+    /// The data buffers (tokens skipped) of `list`.
+    fn data_buffers(list: &'a Args) -> impl Iterator<Item = &'a Buffer> {
         let size = usize::try_from(list.size).unwrap_or(0);
-        let mut seen = 0;
-        for i in 0..size {
+        (0..size).filter_map(move |i| {
             // SAFETY: XLA gives `size` entries in both arrays.
             let (kind, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
             if kind != ArgType::BUFFER {
-                continue;
+                return None;
             }
             // SAFETY: a BUFFER entry points to an XLA_FFI_Buffer.
             let buffer = unsafe { &*(ptr as *const Buffer) };
-            if buffer.dtype == DataType::TOKEN {
-                continue;
-            }
-            if seen == index {
-                return Ok(Operand { buffer });
-            }
-            seen += 1;
-        }
-        Err(Error::invalid_argument(
-            self.op,
-            format!("the call has no {what} #{index}: the lowering and the handler disagree"),
-        ))
+            (buffer.dtype != DataType::TOKEN).then_some(buffer)
+        })
+    }
+
+    /// The `index`-th data buffer (tokens skipped) of `list`.
+    fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
+        Self::data_buffers(list)
+            .nth(index)
+            .map(|buffer| Operand { buffer })
+            .ok_or_else(|| {
+                Error::invalid_argument(
+                    self.op,
+                    format!(
+                        "the call has no {what} #{index}: the lowering and the handler disagree"
+                    ),
+                )
+            })
     }
 
     pub fn arg(&self, index: usize) -> Result<Operand<'a>> {
@@ -159,7 +163,8 @@ impl<'a> Call<'a> {
         Ok(Input::Data(arg.buf(self.op)?))
     }
 
-    fn attr_ptr(&self, name: &str, want: AttrType) -> Result<*mut c_void> {
+    /// The attribute `name` if the call has it with kind `want`.
+    fn find_attr(&self, name: &str, want: AttrType) -> Option<*mut c_void> {
         let attrs = &self.frame.attrs;
         let size = usize::try_from(attrs.size).unwrap_or(0);
         for i in 0..size {
@@ -174,16 +179,39 @@ impl<'a> Call<'a> {
             // SAFETY: a byte span of `len` bytes.
             let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
             if key == name.as_bytes() {
-                if kind != want {
-                    break;
-                }
-                return Ok(ptr);
+                return (kind == want).then_some(ptr);
             }
         }
-        Err(Error::invalid_argument(
-            self.op,
-            format!("attribute {name:?} is missing or has the wrong kind"),
-        ))
+        None
+    }
+
+    fn attr_ptr(&self, name: &str, want: AttrType) -> Result<*mut c_void> {
+        self.find_attr(name, want).ok_or_else(|| {
+            Error::invalid_argument(
+                self.op,
+                format!("attribute {name:?} is missing or has the wrong kind"),
+            )
+        })
+    }
+
+    /// An int64 scalar attribute the op may not have (for describing a call).
+    pub fn optional_i64(&self, name: &str) -> Option<i64> {
+        let ptr = self.find_attr(name, AttrType::SCALAR)?;
+        // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
+        let scalar = unsafe { &*(ptr as *const Scalar) };
+        // SAFETY: the value has the checked type.
+        (scalar.dtype == DataType::S64).then(|| unsafe { *(scalar.value as *const i64) })
+    }
+
+    /// Bytes of all data operands together: what the call sends (or, for a receive, the
+    /// size of its template).
+    pub fn operand_bytes(&self) -> usize {
+        Self::data_buffers(&self.frame.args)
+            .map(|buffer| {
+                let operand = Operand { buffer };
+                operand.count() * operand.dtype(self.op).map_or(0, |d| d.size())
+            })
+            .sum()
     }
 
     pub fn scalar<T: ScalarAttr>(&self, name: &str) -> Result<T> {
