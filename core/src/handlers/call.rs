@@ -203,15 +203,15 @@ impl<'a> Call<'a> {
         (scalar.dtype == DataType::S64).then(|| unsafe { *(scalar.value as *const i64) })
     }
 
-    /// Bytes of all data operands together: what the call sends (or, for a receive, the
-    /// size of its template).
+    /// Bytes of the first data operand: what the call sends (for a receive, the size of
+    /// its template: what it can receive).
     pub fn operand_bytes(&self) -> usize {
         Self::data_buffers(&self.frame.args)
-            .map(|buffer| {
+            .next()
+            .map_or(0, |buffer| {
                 let operand = Operand { buffer };
                 operand.count() * operand.dtype(self.op).map_or(0, |d| d.size())
             })
-            .sum()
     }
 
     pub fn scalar<T: ScalarAttr>(&self, name: &str) -> Result<T> {
