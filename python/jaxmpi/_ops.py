@@ -115,7 +115,10 @@ def _array(x, op: str):
 
 def _leading_axis_is_size(x, size: int, op: str, name: str) -> None:
     if x.ndim == 0 or x.shape[0] != size:
-        raise ValueError(f"{name} input must have shape (nproc, ...)")
+        raise ValueError(
+            f"jaxmpi.{op}: {name} input must have shape (nproc, ...) = ({size}, ...) for "
+            f"a communicator of {size} ranks, got shape {x.shape}"
+        )
 
 
 def _reduction(primitive, name: str, x, op, comm, root=None, **params):

@@ -443,3 +443,36 @@ def test_communicator_of_another_mpi_family():
     foreign = 0x7F00_1234_5000 if family == "mpich" else 0x4400_0000
     check_raises(ValueError, ["communicator"], jaxmpi.allreduce, 1.0, jaxmpi.SUM,
                  comm=jaxmpi.Comm(foreign))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# Ranks and tags that are traced values: they decide which MPI call is compiled
+# ---------------------------------------------------------------------------------------
+
+TRACED = {
+    "root": lambda x, r: jaxmpi.bcast(x, r),
+    "dest": lambda x, r: jaxmpi.send(x, r),
+    "source": lambda x, r: jaxmpi.recv(x, r),
+    "tag": lambda x, r: jaxmpi.send(x, jaxmpi.PROC_NULL, tag=r),
+}
+
+
+@pytest.mark.parametrize("what", list(TRACED))
+def test_a_traced_rank_or_tag_is_refused_at_trace_time(what):
+    program = jax.jit(TRACED[what])
+    check_raises(TypeError, [what, "known at trace time", "static_argnums"], program,
+                 valid_input(), np.int32(0))  # fmt: skip
+
+
+def test_a_concrete_jax_scalar_is_a_valid_rank_and_tag():
+    y = jaxmpi.bcast(np.float32(RANK), jnp.int32(0))
+    assert float(y) == 0.0
+    jaxmpi.send(valid_input(), jaxmpi.PROC_NULL, tag=jnp.int32(3))
+
+
+def test_the_leading_axis_message_names_the_size_and_the_shape():
+    x = np.zeros((SIZE + 1, 2), np.float32)
+    check_raises(ValueError, ["jaxmpi.alltoall", f"({SIZE}, ...)", str((SIZE + 1, 2))],
+                 jaxmpi.alltoall, x)  # fmt: skip
+    check_raises(ValueError, ["jaxmpi.reduce_scatter", f"({SIZE}, ...)"],
+                 jaxmpi.reduce_scatter, x, jaxmpi.SUM)  # fmt: skip
