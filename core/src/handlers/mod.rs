@@ -61,7 +61,8 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
         // SAFETY: forwarded from the caller.
         let call = unsafe { Call::new(frame, op) }?;
         let backend = backend()?;
-        calllog::run(&call, backend, || body(&call, backend))
+        // SAFETY: `call` was made from `frame`, valid for this whole function.
+        unsafe { calllog::run(frame, &call, backend, || body(&call, backend)) }
             .map_err(|err| with_rank(err, backend).with_call(CallInfo::of(&call)))
     }));
     let error = match outcome {
