@@ -273,3 +273,38 @@ impl Drop for Watched<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_names_its_comm_peers_tags_and_bytes_as_mpi_does() {
+        let mut attrs = [None; DESCRIBED.len()];
+        attrs[2] = Some(i64::from(PEER_ANY)); // source
+        attrs[3] = Some(i64::from(TAG_ANY)); // tag
+        let info = CallInfo {
+            op: "recv",
+            comm: 0x4400_0000,
+            attrs,
+            bytes: 16,
+        };
+        assert_eq!(
+            info.to_string(),
+            "comm 0x44000000, source ANY_SOURCE, tag ANY_TAG, 16 bytes"
+        );
+        attrs = [
+            Some(0),
+            Some(i64::from(PEER_NULL)),
+            None,
+            Some(3),
+            None,
+            None,
+        ];
+        let info = CallInfo { attrs, ..info };
+        assert_eq!(
+            info.to_string(),
+            "comm 0x44000000, root 0, dest PROC_NULL, tag 3, 16 bytes"
+        );
+    }
+}

@@ -476,3 +476,15 @@ def test_the_leading_axis_message_names_the_size_and_the_shape():
                  jaxmpi.alltoall, x)  # fmt: skip
     check_raises(ValueError, ["jaxmpi.reduce_scatter", f"({SIZE}, ...)"],
                  jaxmpi.reduce_scatter, x, jaxmpi.SUM)  # fmt: skip
+
+
+def test_mpi_error_reads_every_field_of_the_message():
+    err = jaxmpi.MPIError(
+        "jaxmpi.sendrecv failed: rank 3: Message truncated, error stack:\nline two "
+        "(MPI error class 15) [comm 0x44000000, dest 2, source ANY_SOURCE, sendtag 1, "
+        "recvtag 4, 64 bytes]"
+    )
+    assert (err.op, err.rank, err.error_class, err.comm) == ("sendrecv", 3, 15, 0x44000000)
+    assert (err.peer, err.tag, err.root, err.nbytes) == ("ANY_SOURCE", 4, None, 64)
+    assert err.error_string == "Message truncated, error stack:\nline two"
+    assert err.call["dest"] == 2
