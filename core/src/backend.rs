@@ -25,6 +25,16 @@ pub trait Backend: Send + Sync {
     fn finalize(&self) -> Result<()>;
     /// Whether the library can take device (CUDA) pointers directly.
     fn cuda_aware(&self) -> bool;
+    /// Ends the whole job (MPI_Abort on the world communicator), for a call that can never
+    /// finish: the launcher then tears down every rank.
+    fn abort(&self, code: i32) -> !;
+
+    // --- error handling ---
+    /// Makes MPI errors on `comm` come back as codes if its error handler would do
+    /// anything else, without changing the user's handler beyond one call: returns the
+    /// handler to put back with `restore_errhandler` once the call is over.
+    fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>>;
+    fn restore_errhandler(&self, comm: Comm, handler: usize);
 
     // --- memory the op bodies touch themselves (device backends override these) ---
     /// Sets every byte of `dst` to zero.

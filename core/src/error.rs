@@ -25,6 +25,9 @@ pub struct Error {
     /// The operation that failed: an op name (`allreduce`) or a step (`select MPI`).
     pub op: Cow<'static, str>,
     pub message: String,
+    /// What the failed call was doing (comm, peer or root, tag, bytes), when a handler
+    /// knows it; shown last, in brackets, where `jaxmpi.MPIError` reads it back.
+    pub call: Option<String>,
 }
 
 impl Error {
@@ -37,6 +40,7 @@ impl Error {
             kind,
             op: op.into(),
             message: message.into(),
+            call: None,
         }
     }
 
@@ -69,6 +73,12 @@ impl Error {
         self.message = format!("{context}: {}", self.message);
         self
     }
+
+    /// Records what the failed call was doing.
+    pub fn with_call(mut self, call: impl fmt::Display) -> Self {
+        self.call = Some(call.to_string());
+        self
+    }
 }
 
 impl fmt::Display for Error {
@@ -82,6 +92,10 @@ impl fmt::Display for Error {
                 )
             }
             _ => write!(f, "{}: {}", self.op, self.message),
+        }?;
+        match &self.call {
+            Some(call) => write!(f, " [{call}]"),
+            None => Ok(()),
         }
     }
 }
@@ -103,5 +117,12 @@ mod tests {
         let bad = Error::invalid_argument("bcast", "root 5 is out of range for 2 ranks");
         assert_eq!(bad.to_string(), "bcast: root 5 is out of range for 2 ranks");
         assert_eq!(bad.mpi_class(), None);
+        let described = Error::mpi("recv", 15, "rank 1: Message truncated")
+            .with_call("comm 0x44000000, source 0, tag 9, 16 bytes");
+        assert_eq!(
+            described.to_string(),
+            "recv failed: rank 1: Message truncated (MPI error class 15) \
+             [comm 0x44000000, source 0, tag 9, 16 bytes]"
+        );
     }
 }

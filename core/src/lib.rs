@@ -7,10 +7,12 @@
 
 mod backend;
 mod buffer;
+pub mod calllog;
 pub mod device;
 mod error;
 pub mod handlers;
 mod types;
+mod watchdog;
 pub mod xla_ffi;
 
 pub use backend::{backend, install_backend, Backend};

@@ -5,6 +5,7 @@ whatever MPI library the machine has. A drop-in for mpi4jax: `import jaxmpi as m
 from . import _rules  # noqa: F401  (registers differentiation and batching rules)
 from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS
+from ._errors import raise_mpi_errors
 from ._ops import (
     allgather,
     allreduce,
@@ -66,6 +67,7 @@ __all__ = [
     "gather",
     "gatherv",
     "has_cuda_support",
+    "raise_mpi_errors",
     "recv",
     "reduce",
     "reduce_scatter",

@@ -3,8 +3,11 @@ own), checked at trace time and turned into the raw values the handlers read."""
 
 from __future__ import annotations
 
+import operator
 import sys
 from dataclasses import dataclass
+
+import jax
 
 from . import _native
 from ._runtime import info
@@ -32,32 +35,38 @@ class Comm:
 
     def __init__(self, handle: int):
         self._handle = handle
+        self._freed = False
 
     @property
     def handle(self) -> int:
+        if self._freed:
+            raise ValueError(
+                f"{self!r} was freed (Comm.Free()); use a communicator that is still alive"
+            )
         return self._handle
 
     def Get_rank(self) -> int:
-        return _native.comm_rank(self._handle)
+        return _native.comm_rank(self.handle)
 
     def Get_size(self) -> int:
-        return _native.comm_size(self._handle)
+        return _native.comm_size(self.handle)
 
     def Dup(self) -> Comm:
-        return Comm(_native.comm_dup(self._handle))
+        return Comm(_native.comm_dup(self.handle))
 
     Clone = Dup
 
     def Split(self, color: int | None = None, key: int = 0) -> Comm | None:
         """`color=None` (MPI_UNDEFINED) leaves this rank out: it gets None."""
-        handle = _native.comm_split(self._handle, color, key)
+        handle = _native.comm_split(self.handle, color, key)
         return None if handle is None else Comm(handle)
 
     def Free(self) -> None:
-        _native.comm_free(self._handle)
+        _native.comm_free(self.handle)
+        self._freed = True
 
     def Barrier(self) -> None:
-        _native.barrier(self._handle)
+        _native.barrier(self.handle)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Comm) and other._handle == self._handle
@@ -116,13 +125,22 @@ def resolve_comm(comm, op: str) -> CommInfo:
         comm = default_comm()
     mpi = _mpi4py()
     if isinstance(comm, Comm):
-        handle = comm.handle
+        try:
+            handle = comm.handle
+        except ValueError as err:
+            raise ValueError(f"jaxmpi.{op}: {err}") from None
     elif mpi is not None and isinstance(comm, mpi.Comm):
         if comm == mpi.COMM_NULL:
             raise ValueError(
                 f"jaxmpi.{op}: comm is MPI.COMM_NULL (a freed or never-created communicator)"
             )
-        if comm.Is_inter():
+        try:
+            inter = comm.Is_inter()
+        except mpi.Exception as err:
+            raise ValueError(
+                f"jaxmpi.{op}: MPI does not accept the communicator (was it freed?): {err}"
+            ) from None
+        if inter:
             raise ValueError(
                 f"jaxmpi.{op}: comm is an intercommunicator; jaxmpi ops need an intracommunicator"
             )
@@ -164,10 +182,23 @@ def resolve_op(op, dtype, opname: str) -> tuple[int, int]:
     return PREDEFINED_OPS.index(name), 0
 
 
-def check_rank(value, size: int, what: str, op: str) -> int:
+def static_int(value, what: str, op: str) -> int:
+    """`value` as a Python int known at trace time, or a clear error: ranks and tags decide
+    which MPI call is compiled, so they cannot be traced values."""
     if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
         raise TypeError(f"jaxmpi.{op}: {what} must be an int, got {type(value).__name__}")
-    value = int(value)
+    try:
+        return operator.index(value)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError):
+        raise TypeError(
+            f"jaxmpi.{op}: {what} must be known at trace time (a Python int), but it is a "
+            f"traced value inside jit; pass it as a static argument (static_argnums) or "
+            f"compute it outside the jitted function"
+        ) from None
+
+
+def check_rank(value, size: int, what: str, op: str) -> int:
+    value = static_int(value, what, op)
     if not 0 <= value < size:
         raise ValueError(
             f"jaxmpi.{op}: {what} {value} is out of range for a communicator of {size} ranks"
@@ -176,6 +207,7 @@ def check_rank(value, size: int, what: str, op: str) -> int:
 
 
 def encode_source(source, size: int, op: str) -> int:
+    source = static_int(source, "source", op)
     if source == ANY_SOURCE:
         return PEER_ANY
     if source == PROC_NULL:
@@ -184,6 +216,7 @@ def encode_source(source, size: int, op: str) -> int:
 
 
 def encode_dest(dest, size: int, op: str) -> int:
+    dest = static_int(dest, "dest", op)
     if dest == PROC_NULL:
         return PEER_NULL
     if dest == ANY_SOURCE:
@@ -193,6 +226,8 @@ def encode_dest(dest, size: int, op: str) -> int:
 
 def encode_tag(tag, op: str, allow_any: bool) -> int:
     """Tags are C ints; MPI refuses those above MPI_TAG_UB (at least 32767) at run time."""
+    if isinstance(tag, jax.Array):  # a jnp scalar works if concrete; a tracer says why not
+        tag = static_int(tag, "tag", op)
     if allow_any and tag == ANY_TAG:
         return TAG_ANY
     if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 2**31:

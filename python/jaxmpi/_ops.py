@@ -20,6 +20,7 @@ from ._comm import (
     resolve_op,
     status_address,
 )
+from ._errors import raise_mpi_errors
 from ._jax_shim import ShapedArray
 
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
@@ -131,7 +132,10 @@ def _array(x, op: str):
 
 def _leading_axis_is_size(x, size: int, op: str, name: str) -> None:
     if x.ndim == 0 or x.shape[0] != size:
-        raise ValueError(f"{name} input must have shape (nproc, ...)")
+        raise ValueError(
+            f"jaxmpi.{op}: {name} input must have shape (nproc, ...) = ({size}, ...) for "
+            f"a communicator of {size} ranks, got shape {x.shape}"
+        )
 
 
 def _reduction(primitive, name: str, x, op, comm, root=None, **params):
@@ -146,26 +150,31 @@ def _reduction(primitive, name: str, x, op, comm, root=None, **params):
     return outs[0] if outs else x
 
 
+@raise_mpi_errors()
 def allreduce(x, op, *, comm=None):
     """Reduces `x` over all ranks with `op`; every rank gets the result."""
     return _reduction(_allreduce_p, "allreduce", x, op, comm, identity=False)
 
 
+@raise_mpi_errors()
 def reduce(x, op, root, *, comm=None):
     """Reduces `x` over all ranks to `root`; other ranks get `x` back unchanged."""
     return _reduction(_reduce_p, "reduce", x, op, comm, root=root)
 
 
+@raise_mpi_errors()
 def scan(x, op, *, comm=None):
     """Inclusive prefix reduction: rank r gets `op` over ranks 0..r."""
     return _reduction(_scan_p, "scan", x, op, comm)
 
 
+@raise_mpi_errors()
 def exscan(x, op, *, comm=None):
     """Exclusive prefix reduction: rank r gets `op` over ranks 0..r-1; rank 0 gets zeros."""
     return _reduction(_exscan_p, "exscan", x, op, comm)
 
 
+@raise_mpi_errors()
 def reduce_scatter(x, op, *, comm=None):
     """`x` has shape `(size, ...)`; rank r gets the reduction over all ranks of slice r."""
     x = _array(x, "reduce_scatter")
@@ -176,6 +185,7 @@ def reduce_scatter(x, op, *, comm=None):
     return y
 
 
+@raise_mpi_errors()
 def bcast(x, root, *, comm=None):
     """Sends `x` from `root` to all ranks; others pass an array of the same shape and
     dtype (its values are ignored)."""
@@ -186,6 +196,7 @@ def bcast(x, root, *, comm=None):
     return outs[0] if outs else x
 
 
+@raise_mpi_errors()
 def gather(x, root, *, comm=None):
     """`root` gets every rank's `x` stacked, shape `(size, *x.shape)`; others get `x`."""
     x = _array(x, "gather")
@@ -195,6 +206,7 @@ def gather(x, root, *, comm=None):
     return outs[0] if outs else x
 
 
+@raise_mpi_errors()
 def allgather(x, *, comm=None):
     """Every rank gets every rank's `x` stacked, shape `(size, *x.shape)`."""
     x = _array(x, "allgather")
@@ -203,6 +215,7 @@ def allgather(x, *, comm=None):
     return y
 
 
+@raise_mpi_errors()
 def scatter(x, root, *, comm=None):
     """`root` holds `x` of shape `(size, ...)` and sends slice i to rank i; other ranks
     pass an array shaped like one slice (values ignored)."""
@@ -215,6 +228,7 @@ def scatter(x, root, *, comm=None):
     return y
 
 
+@raise_mpi_errors()
 def alltoall(x, *, comm=None):
     """`x` has shape `(size, ...)`; rank r sends slice i to rank i and receives slice r of
     every rank, in rank order."""
@@ -225,6 +239,7 @@ def alltoall(x, *, comm=None):
     return y
 
 
+@raise_mpi_errors()
 def send(x, dest, *, tag=0, comm=None):
     """Sends `x` to rank `dest`."""
     x = _array(x, "send")
@@ -233,6 +248,7 @@ def send(x, dest, *, tag=0, comm=None):
     return _send_p.bind(x, comm=c.handle, dest=dest, tag=encode_tag(tag, "send", allow_any=False))
 
 
+@raise_mpi_errors()
 def recv(x, source=None, *, tag=None, comm=None, status=None):
     """Receives an array shaped like `x` (a template; its values are ignored) from
     `source` (default: any) with `tag` (default: any); fills `status` if given."""
@@ -248,6 +264,7 @@ def recv(x, source=None, *, tag=None, comm=None, status=None):
     return y
 
 
+@raise_mpi_errors()
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=None, status=None):
     """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` from
     `source`, deadlock-free."""
@@ -268,6 +285,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=No
     return y
 
 
+@raise_mpi_errors()
 def barrier(*, comm=None):
     """Waits until every rank of `comm` has reached the barrier."""
     c = resolve_comm(comm, "barrier")

@@ -11,8 +11,9 @@ import sys
 import jax
 
 from . import _jax_shim, _native
+from ._errors import MPIError
 
-MPIError = _native.MPIError
+_native.set_error_type(MPIError)
 
 
 def _search_prefixes() -> list[str]:
@@ -39,6 +40,25 @@ def _agree_with_mpi4py() -> None:
         import warnings
 
         warnings.warn(f"jaxmpi: mpi4py could not be imported ({err}); continuing without it")
+
+
+def _check_environment() -> None:
+    """JAXMPI_TIMEOUT and JAXMPI_DEBUG are read by the handlers, which cannot raise a
+    clear error at import; a bad value is refused here."""
+    timeout = os.environ.get("JAXMPI_TIMEOUT", "").strip()
+    try:
+        seconds = float(timeout) if timeout else 0.0
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds < float("inf"):
+        raise ValueError(
+            f"JAXMPI_TIMEOUT={timeout!r}: expected a number of seconds (e.g. 300), or 0 for no timeout"
+        )
+    debug = os.environ.get("JAXMPI_DEBUG", "").strip()
+    if debug not in ("", "0", "1"):
+        raise ValueError(f"JAXMPI_DEBUG={debug!r}: expected 1 (log every MPI call) or 0")
+
+
 
 
 # Launchers' node-local rank variables (hydra, Open MPI, MVAPICH, Slurm, PMI).

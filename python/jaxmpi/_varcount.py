@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._comm import check_rank, resolve_comm
+from ._errors import raise_mpi_errors
 from ._jax_shim import ShapedArray
 from ._ops import _array, _at_root_only, _define
 
@@ -99,6 +100,7 @@ def _leading_rows(x, rows: int, what: str, op: str) -> None:
         )
 
 
+@raise_mpi_errors()
 def gatherv(x, counts, root, *, comm=None):
     """`root` gets every rank's rows stacked in rank order, `sum(counts)` rows; rank r
     contributes `x` with `counts[r]` rows. Other ranks get `x` back."""
@@ -111,6 +113,7 @@ def gatherv(x, counts, root, *, comm=None):
     return outs[0] if outs else x
 
 
+@raise_mpi_errors()
 def allgatherv(x, counts, *, comm=None):
     """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows)."""
     x = _array(x, "allgatherv")
@@ -121,6 +124,7 @@ def allgatherv(x, counts, *, comm=None):
     return y
 
 
+@raise_mpi_errors()
 def scatterv(x, counts, root, *, comm=None):
     """`root` holds `sum(counts)` rows and sends rows of block r to rank r (`counts[r]`
     rows); other ranks pass a template of their block (values ignored)."""
@@ -136,6 +140,7 @@ def scatterv(x, counts, root, *, comm=None):
     return y
 
 
+@raise_mpi_errors()
 def alltoallv(x, send_counts, recv_counts, *, comm=None):
     """Rank r sends `send_counts[s]` rows of `x` to each rank s (blocks in rank order) and
     receives `recv_counts[s]` rows from each, stacked in rank order."""

@@ -12,7 +12,8 @@ use jaxmpi_core::{
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict, PyType};
 
 pyo3::create_exception!(
     _native,
@@ -21,11 +22,24 @@ pyo3::create_exception!(
     "An MPI call failed, or no usable MPI library could be set up."
 );
 
+/// `jaxmpi.MPIError`, once the package has registered it; until then `_native.MPIError`.
+static ERROR_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
 fn to_py(err: Error) -> PyErr {
-    match err.kind {
-        ErrorKind::InvalidArgument => PyValueError::new_err(err.to_string()),
-        _ => MPIError::new_err(err.to_string()),
+    if err.kind == ErrorKind::InvalidArgument {
+        return PyValueError::new_err(err.to_string());
     }
+    let message = format!("jaxmpi.{err}");
+    Python::attach(|py| match ERROR_TYPE.get(py) {
+        Some(error_type) => PyErr::from_type(error_type.bind(py).clone(), (message,)),
+        None => MPIError::new_err(message),
+    })
+}
+
+/// Makes every later MPI failure raise `error_type` (`jaxmpi.MPIError`) with the message.
+#[pyfunction]
+fn set_error_type(py: Python<'_>, error_type: Bound<'_, PyType>) {
+    let _ = ERROR_TYPE.set(py, error_type.unbind());
 }
 
 fn installed() -> PyResult<&'static dyn Backend> {
@@ -211,6 +225,7 @@ fn finalize(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MPIError", m.py().get_type::<MPIError>())?;
+    m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(handlers, m)?)?;

@@ -318,3 +318,173 @@ def test_library_usable_after_a_runtime_error_inside_a_bigger_program():
     gathered = jaxmpi.allgather(np.int32(RANK))
     assert int(summed) == sum(range(SIZE))
     assert jax.device_get(gathered).tolist() == list(range(SIZE))
+
+
+# ---------------------------------------------------------------------------------------
+# jaxmpi.MPIError: type, attributes, and how a user's own jit gets it
+# ---------------------------------------------------------------------------------------
+
+
+def truncated_receive(partner: int, receive):
+    """The even rank of a pair sends 8 numbers with tag 9; the odd one calls
+    `receive(template of 4, partner)`, which must fail with MPI_ERR_TRUNCATE. Returns what
+    `receive` raised (None on the sending rank)."""
+    if RANK % 2 == 0:
+        jaxmpi.send(np.arange(8, dtype=np.float32), partner, tag=9)
+        return None
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(receive(np.zeros(4, np.float32), partner))
+    return info.value
+
+
+def assert_truncation_error(err, partner: int) -> None:
+    assert isinstance(err, jaxmpi.MPIError), type(err)
+    assert isinstance(err, RuntimeError) and isinstance(err, jax.errors.JaxRuntimeError)
+    assert err.op == "recv"
+    assert err.rank == MPI_WORLD_RANK
+    assert (err.peer, err.tag, err.nbytes) == (partner, 9, 16)
+    assert isinstance(err.error_class, int) and err.error_class > 0
+    assert "truncat" in err.error_string.lower()
+    assert err.comm is not None
+
+
+MPI_WORLD_RANK = jaxmpi.COMM_WORLD.Get_rank()
+
+
+@needs_ranks(2)
+def test_eager_mpi_failure_raises_mpi_error_with_its_attributes():
+    partner = p2p_partner()
+    if partner is not None:
+        err = truncated_receive(partner, lambda t, p: jaxmpi.recv(t, p, tag=9))
+        if err is not None:
+            assert_truncation_error(err, partner)
+
+
+@needs_ranks(2)
+@pytest.mark.parametrize("how", ["decorator", "context manager", "from_exception"])
+def test_mpi_error_from_a_users_own_jit(how):
+    """Inside a user's jit JAX raises its JaxRuntimeError; jaxmpi turns it into MPIError."""
+    partner = p2p_partner()
+    if partner is None:
+        return
+    program = jax.jit(lambda t: jaxmpi.recv(t, partner, tag=9) * 2)
+
+    def receive(t, p):
+        if how == "decorator":
+            return jaxmpi.raise_mpi_errors()(program)(t)
+        if how == "context manager":
+            with jaxmpi.raise_mpi_errors():
+                return jax.block_until_ready(program(t))
+        try:
+            return jax.block_until_ready(program(t))
+        except jax.errors.JaxRuntimeError as err:
+            raise jaxmpi.MPIError.from_exception(err) from None
+
+    err = truncated_receive(partner, receive)
+    if err is not None:
+        assert_truncation_error(err, partner)
+
+
+def test_from_exception_ignores_errors_from_elsewhere():
+    assert jaxmpi.MPIError.from_exception(ValueError("jaxmpi.recv failed: x")) is None
+    assert jaxmpi.MPIError.from_exception(jax.errors.JaxRuntimeError("INTERNAL: oops")) is None
+    with pytest.raises(KeyError), jaxmpi.raise_mpi_errors():
+        raise KeyError("not an MPI error")
+
+
+@needs_mpi4py
+@needs_ranks(2)
+def test_a_user_communicator_that_aborts_on_errors_returns_them_during_jaxmpi_calls():
+    """The user's ERRORS_ARE_FATAL stays theirs: jaxmpi swaps it only for its own call."""
+    comm = MPI.COMM_WORLD.Dup()
+    comm.Set_errhandler(MPI.ERRORS_ARE_FATAL)
+    try:
+        left, right = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+        with pytest.raises(jaxmpi.MPIError) as info:
+            jaxmpi.sendrecv(np.zeros(8), np.zeros(4), left, right, comm=comm)
+        assert info.value.op == "sendrecv" and info.value.peer == left
+        handler = comm.Get_errhandler()
+        assert handler == MPI.ERRORS_ARE_FATAL, "the user's error handler was not restored"
+        handler.Free()
+        summed = jaxmpi.allreduce(np.int32(1), jaxmpi.SUM, comm=comm)
+        assert int(summed) == SIZE
+    finally:
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        comm.Free()
+
+
+# ---------------------------------------------------------------------------------------
+# Communicators that are freed or belong to another MPI library
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", list(ALL_OPS))
+def test_freed_jaxmpi_communicator(op):
+    comm = jaxmpi.COMM_WORLD.Dup()
+    comm.Free()
+    check_raises(ValueError, ["freed"], ALL_OPS[op], valid_input(), comm=comm)
+    check_raises(ValueError, ["freed"], comm.Get_rank)
+
+
+@needs_mpi4py
+def test_freed_mpi4py_communicator_seen_through_another_reference():
+    """Free() turns the freed object into COMM_NULL, but a second Python object still holds
+    the old handle: MPI itself must refuse it, as a clear error."""
+    comm = MPI.COMM_WORLD.Dup()
+    alias = MPI.Intracomm(comm)
+    comm.Free()
+    check_raises(ValueError, ["freed"], jaxmpi.allreduce, 1.0, jaxmpi.SUM, comm=alias)
+
+
+def test_communicator_of_another_mpi_family():
+    """A handle of the other family's shape (an Open MPI pointer where MPICH is loaded, an
+    MPICH integer handle where Open MPI is): refused, naming what it is, not a crash."""
+    family = jaxmpi._runtime.info["family"]
+    foreign = 0x7F00_1234_5000 if family == "mpich" else 0x4400_0000
+    check_raises(ValueError, ["communicator"], jaxmpi.allreduce, 1.0, jaxmpi.SUM,
+                 comm=jaxmpi.Comm(foreign))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# Ranks and tags that are traced values: they decide which MPI call is compiled
+# ---------------------------------------------------------------------------------------
+
+TRACED = {
+    "root": lambda x, r: jaxmpi.bcast(x, r),
+    "dest": lambda x, r: jaxmpi.send(x, r),
+    "source": lambda x, r: jaxmpi.recv(x, r),
+    "tag": lambda x, r: jaxmpi.send(x, jaxmpi.PROC_NULL, tag=r),
+}
+
+
+@pytest.mark.parametrize("what", list(TRACED))
+def test_a_traced_rank_or_tag_is_refused_at_trace_time(what):
+    program = jax.jit(TRACED[what])
+    check_raises(TypeError, [what, "known at trace time", "static_argnums"], program,
+                 valid_input(), np.int32(0))  # fmt: skip
+
+
+def test_a_concrete_jax_scalar_is_a_valid_rank_and_tag():
+    y = jaxmpi.bcast(np.float32(RANK), jnp.int32(0))
+    assert float(y) == 0.0
+    jaxmpi.send(valid_input(), jaxmpi.PROC_NULL, tag=jnp.int32(3))
+
+
+def test_the_leading_axis_message_names_the_size_and_the_shape():
+    x = np.zeros((SIZE + 1, 2), np.float32)
+    check_raises(ValueError, ["jaxmpi.alltoall", f"({SIZE}, ...)", str((SIZE + 1, 2))],
+                 jaxmpi.alltoall, x)  # fmt: skip
+    check_raises(ValueError, ["jaxmpi.reduce_scatter", f"({SIZE}, ...)"],
+                 jaxmpi.reduce_scatter, x, jaxmpi.SUM)  # fmt: skip
+
+
+def test_mpi_error_reads_every_field_of_the_message():
+    err = jaxmpi.MPIError(
+        "jaxmpi.sendrecv failed: rank 3: Message truncated, error stack:\nline two "
+        "(MPI error class 15) [comm 0x44000000, dest 2, source ANY_SOURCE, sendtag 1, "
+        "recvtag 4, 64 bytes]"
+    )
+    assert (err.op, err.rank, err.error_class, err.comm) == ("sendrecv", 3, 15, 0x44000000)
+    assert (err.peer, err.tag, err.root, err.nbytes) == ("ANY_SOURCE", 4, None, 64)
+    assert err.error_string == "Message truncated, error stack:\nline two"
+    assert err.call["dest"] == 2

@@ -2,10 +2,7 @@
 //! knows nothing of XLA's stream, so the stream is synchronized first; the MPI call returns
 //! once the device buffers are read or written.
 
-use jaxmpi_core::{
-    Backend, Buf, BufMut, Comm, Error, Input, LibraryInfo, Peer, ReduceOp, Result, Status,
-    ThreadLevel,
-};
+use jaxmpi_core::{Backend, Buf, BufMut, Comm, Error, Input, Peer, ReduceOp, Result, Status};
 
 use super::DeviceMemory;
 
@@ -38,53 +35,12 @@ impl<'a> Direct<'a> {
 }
 
 impl Backend for Direct<'_> {
-    fn info(&self) -> &LibraryInfo {
-        self.inner.info()
-    }
-    fn thread_level(&self) -> ThreadLevel {
-        self.inner.thread_level()
-    }
-    fn initialized_here(&self) -> bool {
-        self.inner.initialized_here()
-    }
-    fn is_finalized(&self) -> bool {
-        self.inner.is_finalized()
-    }
+    host_methods!();
     fn finalize(&self) -> Result<()> {
         self.inner.finalize()
     }
     fn cuda_aware(&self) -> bool {
         true
-    }
-    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
-        if dst.len_bytes() > 0 {
-            self.device.zero_async(dst.ptr(), dst.len_bytes())?;
-        }
-        Ok(())
-    }
-    fn world(&self) -> Comm {
-        self.inner.world()
-    }
-    fn check_comm(&self, comm: Comm) -> Result<()> {
-        self.inner.check_comm(comm)
-    }
-    fn comm_rank(&self, comm: Comm) -> Result<i32> {
-        self.inner.comm_rank(comm)
-    }
-    fn comm_size(&self, comm: Comm) -> Result<i32> {
-        self.inner.comm_size(comm)
-    }
-    fn comm_dup(&self, comm: Comm) -> Result<Comm> {
-        self.inner.comm_dup(comm)
-    }
-    fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>> {
-        self.inner.comm_split(comm, color, key)
-    }
-    fn comm_free(&self, comm: Comm) -> Result<()> {
-        self.inner.comm_free(comm)
-    }
-    fn barrier(&self, comm: Comm) -> Result<()> {
-        self.inner.barrier(comm)
     }
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         self.call(|b| b.allreduce(comm, send, recv, op))

@@ -2,6 +2,65 @@
 //! of pinned host buffers staging reuses, and the two backend decorators that take device
 //! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware MPI).
 
+/// The `Backend` methods both device decorators share: everything that touches no message
+/// buffer goes to the host backend (`self.inner`); zeroing is queued on the stream
+/// (`self.device`).
+macro_rules! host_methods {
+    () => {
+        fn info(&self) -> &jaxmpi_core::LibraryInfo {
+            self.inner.info()
+        }
+        fn thread_level(&self) -> jaxmpi_core::ThreadLevel {
+            self.inner.thread_level()
+        }
+        fn initialized_here(&self) -> bool {
+            self.inner.initialized_here()
+        }
+        fn is_finalized(&self) -> bool {
+            self.inner.is_finalized()
+        }
+        fn abort(&self, code: i32) -> ! {
+            self.inner.abort(code)
+        }
+        fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>> {
+            self.inner.return_errors_on(comm)
+        }
+        fn restore_errhandler(&self, comm: Comm, handler: usize) {
+            self.inner.restore_errhandler(comm, handler)
+        }
+        fn fill_zeros(&self, dst: BufMut) -> Result<()> {
+            if dst.len_bytes() > 0 {
+                self.device.zero_async(dst.ptr(), dst.len_bytes())?;
+            }
+            Ok(())
+        }
+        fn world(&self) -> Comm {
+            self.inner.world()
+        }
+        fn check_comm(&self, comm: Comm) -> Result<()> {
+            self.inner.check_comm(comm)
+        }
+        fn comm_rank(&self, comm: Comm) -> Result<i32> {
+            self.inner.comm_rank(comm)
+        }
+        fn comm_size(&self, comm: Comm) -> Result<i32> {
+            self.inner.comm_size(comm)
+        }
+        fn comm_dup(&self, comm: Comm) -> Result<Comm> {
+            self.inner.comm_dup(comm)
+        }
+        fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>> {
+            self.inner.comm_split(comm, color, key)
+        }
+        fn comm_free(&self, comm: Comm) -> Result<()> {
+            self.inner.comm_free(comm)
+        }
+        fn barrier(&self, comm: Comm) -> Result<()> {
+            self.inner.barrier(comm)
+        }
+    };
+}
+
 mod direct;
 #[cfg(test)]
 mod fake;

@@ -94,6 +94,9 @@ function_table! {
         MPI_Comm_free(*mut H);
         MPI_Comm_test_inter(H, *mut c_int);
         MPI_Comm_set_errhandler(H, H);
+        MPI_Comm_get_errhandler(H, *mut H);
+        MPI_Errhandler_free(*mut H);
+        MPI_Abort(H, c_int);
 
         MPI_Op_create(UserFunction, c_int, *mut H);
         MPI_Op_free(*mut H);

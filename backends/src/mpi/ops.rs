@@ -183,6 +183,45 @@ impl<A: Abi> Backend for MpiLibrary<A> {
     fn cuda_aware(&self) -> bool {
         self.cuda_aware
     }
+    fn abort(&self, code: i32) -> ! {
+        // SAFETY: MPI is initialized; MPI_Abort may be called from any thread.
+        unsafe { (self.fns.MPI_Abort)(self.pre.comm_world, code) };
+        // MPI_Abort is not supposed to return; if it does, this process ends at least.
+        std::process::exit(code)
+    }
+
+    fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>> {
+        let op = "error handler check";
+        let handle = self.comm(op, comm)?;
+        let mut current = self.pre.errors_return;
+        // SAFETY: a communicator handle of this family; writes one handle.
+        self.check(op, unsafe {
+            (self.fns.MPI_Comm_get_errhandler)(handle, &mut current)
+        })?;
+        if current == self.pre.errors_return {
+            // SAFETY: get_errhandler returned a reference, which is released here.
+            unsafe { (self.fns.MPI_Errhandler_free)(&mut current) };
+            return Ok(None);
+        }
+        // SAFETY: as above; the reference taken is kept until `restore_errhandler`.
+        self.check(op, unsafe {
+            (self.fns.MPI_Comm_set_errhandler)(handle, self.pre.errors_return)
+        })?;
+        Ok(Some(A::handle_to_raw(current)))
+    }
+
+    fn restore_errhandler(&self, comm: Comm, handler: usize) {
+        let (Ok(handle), Ok(mut handler)) =
+            (A::handle_from_raw(comm.0), A::handle_from_raw(handler))
+        else {
+            return;
+        };
+        // SAFETY: the communicator and the handler reference `return_errors_on` took.
+        unsafe {
+            (self.fns.MPI_Comm_set_errhandler)(handle, handler);
+            (self.fns.MPI_Errhandler_free)(&mut handler);
+        }
+    }
 
     fn world(&self) -> Comm {
         self.to_comm(self.pre.comm_world)
@@ -193,9 +232,19 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         let handle = self.comm(op, comm)?;
         A::check_comm_object(&self.lib, handle).map_err(|why| Error::invalid_argument(op, why))?;
         let mut inter = 0;
-        // SAFETY: `handle` is a live communicator of this library (checked above).
+        // SAFETY: `handle` has the shape of a communicator of this library (checked above);
+        // MPI validates the object itself and, on a freed one, returns an error.
         self.check(op, unsafe {
             (self.fns.MPI_Comm_test_inter)(handle, &mut inter)
+        })
+        .map_err(|err| {
+            Error::invalid_argument(
+                op,
+                format!(
+                    "MPI does not accept the communicator (was it freed?): {}",
+                    err.message
+                ),
+            )
         })?;
         if inter != 0 {
             return Err(Error::invalid_argument(

@@ -119,17 +119,24 @@ impl<'a> Call<'a> {
         self.frame
     }
 
+    /// The data buffers (tokens skipped) of `list`.
+    fn data_buffers(list: &'a Args) -> impl Iterator<Item = &'a Buffer> {
+        let size = usize::try_from(list.size).unwrap_or(0);
+        (0..size).filter_map(move |i| {
+            // SAFETY: XLA gives `size` entries in both arrays.
+            let (kind, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
+            if kind != ArgType::BUFFER {
+                return None;
+            }
+            // SAFETY: a BUFFER entry points to an XLA_FFI_Buffer.
+            let buffer = unsafe { &*(ptr as *const Buffer) };
+            (buffer.dtype != DataType::TOKEN).then_some(buffer)
+        })
+    }
+
     /// The `index`-th data buffer (tokens skipped) of `list`, if there is one.
     fn find_buffer(list: &'a Args, index: usize) -> Option<Operand<'a>> {
-        let size = usize::try_from(list.size).unwrap_or(0);
-        (0..size)
-            .filter_map(|i| {
-                // SAFETY: XLA gives `size` entries in both arrays.
-                let (kind, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
-                // SAFETY: a BUFFER entry points to an XLA_FFI_Buffer.
-                (kind == ArgType::BUFFER).then(|| unsafe { &*(ptr as *const Buffer) })
-            })
-            .filter(|buffer| buffer.dtype != DataType::TOKEN)
+        Self::data_buffers(list)
             .nth(index)
             .map(|buffer| Operand { buffer })
     }
@@ -167,7 +174,8 @@ impl<'a> Call<'a> {
         Ok(Input::Data(arg.buf(self.op)?))
     }
 
-    fn attr_ptr(&self, name: &str, want: AttrType) -> Result<*mut c_void> {
+    /// The attribute `name` if the call has it with kind `want`.
+    fn find_attr(&self, name: &str, want: AttrType) -> Option<*mut c_void> {
         let attrs = &self.frame.attrs;
         let size = usize::try_from(attrs.size).unwrap_or(0);
         for i in 0..size {
@@ -182,16 +190,39 @@ impl<'a> Call<'a> {
             // SAFETY: a byte span of `len` bytes.
             let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
             if key == name.as_bytes() {
-                if kind != want {
-                    break;
-                }
-                return Ok(ptr);
+                return (kind == want).then_some(ptr);
             }
         }
-        Err(Error::invalid_argument(
-            self.op,
-            format!("attribute {name:?} is missing or has the wrong kind"),
-        ))
+        None
+    }
+
+    fn attr_ptr(&self, name: &str, want: AttrType) -> Result<*mut c_void> {
+        self.find_attr(name, want).ok_or_else(|| {
+            Error::invalid_argument(
+                self.op,
+                format!("attribute {name:?} is missing or has the wrong kind"),
+            )
+        })
+    }
+
+    /// An int64 scalar attribute the op may not have (for describing a call).
+    pub fn optional_i64(&self, name: &str) -> Option<i64> {
+        let ptr = self.find_attr(name, AttrType::SCALAR)?;
+        // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
+        let scalar = unsafe { &*(ptr as *const Scalar) };
+        // SAFETY: the value has the checked type.
+        (scalar.dtype == DataType::S64).then(|| unsafe { *(scalar.value as *const i64) })
+    }
+
+    /// Bytes of the first data operand: what the call sends (for a receive, the size of
+    /// its template: what it can receive).
+    pub fn operand_bytes(&self) -> usize {
+        Self::data_buffers(&self.frame.args)
+            .next()
+            .map_or(0, |buffer| {
+                let operand = Operand { buffer };
+                operand.count() * operand.dtype(self.op).map_or(0, |d| d.size())
+            })
     }
 
     pub fn scalar<T: ScalarAttr>(&self, name: &str) -> Result<T> {

@@ -10,8 +10,9 @@ mod tests;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use call::Call;
+pub use call::{Call, PEER_ANY, PEER_NULL, TAG_ANY};
 
+use crate::calllog::{self, CallInfo};
 use crate::xla_ffi::{
     CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, Handler, MetadataExtension,
     API_VERSION_STRUCT_SIZE, CALL_FRAME_STRUCT_SIZE, METADATA_STRUCT_SIZE,
@@ -61,7 +62,9 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
         // SAFETY: forwarded from the caller.
         let call = unsafe { Call::new(frame, op) }?;
         let backend = backend()?;
-        body(&call, backend).map_err(|err| with_rank(err, backend))
+        // SAFETY: `call` was made from `frame`, valid for this whole function.
+        unsafe { calllog::run(frame, &call, backend, || body(&call, backend)) }
+            .map_err(|err| with_rank(err, backend).with_call(CallInfo::of(&call)))
     }));
     let error = match outcome {
         Ok(Ok(())) => return std::ptr::null_mut(),

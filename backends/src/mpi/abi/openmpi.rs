@@ -108,7 +108,9 @@ impl Abi for OpenMpi {
             ));
         }
         if !header.contains(&class) {
-            return Err(format!("{comm:#x} is not an Open MPI communicator"));
+            return Err(format!(
+                "{comm:#x} is not a live Open MPI communicator (was it freed?)"
+            ));
         }
         Ok(())
     }

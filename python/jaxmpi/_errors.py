@@ -1,0 +1,107 @@
+"""`jaxmpi.MPIError`: the exception for an MPI call that failed, with what failed as
+attributes.
+
+Every error a jaxmpi handler reports reaches Python inside XLA's `JaxRuntimeError`, whose
+text jaxmpi writes in one format (core/src/error.rs):
+
+    jaxmpi.<op> failed: rank <r>: <MPI's text> (MPI error class <c>) [comm <h>, source 0, ...]
+
+`MPIError` subclasses `JaxRuntimeError` (so code that catches that keeps working) and
+`RuntimeError`. jaxmpi raises it itself from every call it executes: eager ops,
+communicator methods, initialization. Inside a user's own `jax.jit` function JAX raises
+its own `JaxRuntimeError`; `raise_mpi_errors` (decorator or context manager) or
+`MPIError.from_exception` turn that into an `MPIError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+from jax.errors import JaxRuntimeError
+
+_MESSAGE = re.compile(
+    r"jaxmpi\.(?P<op>\w+)(?: failed)?: (?:rank (?P<rank>-?\d+): )?(?P<text>.*?)"
+    r"(?: \(MPI error class (?P<error_class>-?\d+)\))?(?: \[(?P<call>[^\[\]]*)\])?\s*$",
+    re.DOTALL,
+)
+
+
+def _call_fields(call: str) -> dict:
+    """'comm 0x44000000, source 0, tag 9, 16 bytes' as {'comm': 0x44000000, 'source': 0,
+    'tag': 9, 'bytes': 16}; ANY_SOURCE, ANY_TAG and PROC_NULL stay names."""
+    fields = {}
+    for item in call.split(", "):
+        first, _, second = item.partition(" ")
+        key, value = ("bytes", first) if second == "bytes" else (first, second)
+        try:
+            fields[key] = int(value, 0)
+        except ValueError:
+            fields[key] = value
+    return fields
+
+
+class MPIError(JaxRuntimeError):
+    """An MPI call made by jaxmpi failed.
+
+    Attributes (None where they do not apply): `op` (jaxmpi op name), `rank` (rank in
+    MPI_COMM_WORLD of the process that saw the failure), `peer` (source or destination
+    rank of a point-to-point call), `root`, `tag`, `comm` (communicator handle),
+    `nbytes`, `error_class` (the MPI library's error class), `error_string` (its text).
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        match = _MESSAGE.search(message)
+        groups = match.groupdict() if match else {}
+        call = _call_fields(groups["call"]) if groups.get("call") else {}
+        self.op: str | None = groups.get("op")
+        self.rank: int | None = int(groups["rank"]) if groups.get("rank") else None
+        self.error_class: int | None = (
+            int(groups["error_class"]) if groups.get("error_class") else None
+        )
+        self.error_string: str = (groups.get("text") or message).strip()
+        self.call: dict = call
+        self.comm: int | None = call.get("comm")
+        self.root = call.get("root")
+        self.tag = call.get("tag", call.get("recvtag"))
+        self.peer = call.get("source", call.get("dest"))
+        self.nbytes: int | None = call.get("bytes")
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> MPIError | None:
+        """The `MPIError` an exception raised by a jaxmpi call stands for, or None if it
+        did not come from jaxmpi. Use it on the `JaxRuntimeError` of a jitted function."""
+        if isinstance(exc, MPIError):
+            return exc
+        if not isinstance(exc, JaxRuntimeError):
+            return None
+        message = str(exc)
+        start = message.find("jaxmpi.")
+        if start < 0 or not _MESSAGE.search(message[start:]):
+            return None
+        return cls(message[start:])
+
+
+class raise_mpi_errors(contextlib.ContextDecorator):
+    """Turns JAX's `JaxRuntimeError` from a failed jaxmpi call into `jaxmpi.MPIError`:
+
+        @jaxmpi.raise_mpi_errors()
+        def step(x): return jitted_step(x)
+
+        with jaxmpi.raise_mpi_errors():
+            y = jitted_step(x)
+
+    Other exceptions pass through unchanged.
+    """
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc is None or isinstance(exc, MPIError):
+            return False
+        error = MPIError.from_exception(exc)
+        if error is None:
+            return False
+        raise error.with_traceback(traceback) from None
