@@ -56,6 +56,9 @@ impl Backend for Direct<'_> {
     fn cuda_aware(&self) -> bool {
         true
     }
+    fn cuda_aware_reason(&self) -> &str {
+        self.inner.cuda_aware_reason()
+    }
     fn fill_zeros(&self, dst: BufMut) -> Result<()> {
         if dst.len_bytes() > 0 {
             self.device.zero_async(dst.ptr(), dst.len_bytes())?;
@@ -82,6 +85,9 @@ impl Backend for Direct<'_> {
     }
     fn comm_free(&self, comm: Comm) -> Result<()> {
         self.inner.comm_free(comm)
+    }
+    fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {
+        self.inner.node_local_rank(comm)
     }
     fn barrier(&self, comm: Comm) -> Result<()> {
         self.inner.barrier(comm)

@@ -173,6 +173,9 @@ impl Backend for Staged<'_> {
     fn cuda_aware(&self) -> bool {
         false
     }
+    fn cuda_aware_reason(&self) -> &str {
+        self.inner.cuda_aware_reason()
+    }
 
     fn fill_zeros(&self, dst: BufMut) -> Result<()> {
         if dst.len_bytes() > 0 {
@@ -201,6 +204,9 @@ impl Backend for Staged<'_> {
     }
     fn comm_free(&self, comm: Comm) -> Result<()> {
         self.inner.comm_free(comm)
+    }
+    fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {
+        self.inner.node_local_rank(comm)
     }
     fn barrier(&self, comm: Comm) -> Result<()> {
         self.inner.barrier(comm)
