@@ -25,6 +25,8 @@ pub trait Backend: Send + Sync {
     fn finalize(&self) -> Result<()>;
     /// Whether the library can take device (CUDA) pointers directly.
     fn cuda_aware(&self) -> bool;
+    /// Why the process passes device pointers to MPI or stages them, in words.
+    fn cuda_aware_reason(&self) -> &str;
     /// Ends the whole job (MPI_Abort on the world communicator), for a call that can never
     /// finish: the launcher then tears down every rank.
     fn abort(&self, code: i32) -> !;
@@ -57,6 +59,9 @@ pub trait Backend: Send + Sync {
     /// `color: None` is MPI_UNDEFINED: the caller joins no new communicator.
     fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>>;
     fn comm_free(&self, comm: Comm) -> Result<()>;
+    /// This rank's (rank, size) among the ranks of `comm` that share its node
+    /// (`MPI_COMM_TYPE_SHARED`). Collective over `comm`.
+    fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)>;
 
     // --- collectives ---
     fn barrier(&self, comm: Comm) -> Result<()>;

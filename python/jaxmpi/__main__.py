@@ -23,7 +23,7 @@ def info_lines() -> list[str]:
         f"  chosen        {info['chosen_by']}",
         f"  thread level  {info['thread_level']}",
         f"  initialized   {'by jaxmpi' if info['initialized_here'] else 'before jaxmpi (e.g. by mpi4py)'}",
-        f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}",
+        f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}: {info['cuda_aware_reason']}",
         f"CUDA            {_cuda_line(cuda)}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__}",
@@ -38,6 +38,7 @@ def _cuda_line(cuda: dict) -> str:
     if not cuda["driver"]:
         return f"jaxlib has CUDA, but the driver does not load: {cuda['driver_error']}"
     gpu = "chosen by JAX" if cuda["rank_gpu"] is None else f"GPU {cuda['rank_gpu']}"
+    gpu += f" (node-local rank {cuda['node_rank']} of {cuda['node_size']})"
     return f"driver loaded, {cuda['devices']} GPU(s), this rank: {gpu}, mode: {cuda['mode']}"
 
 

@@ -59,17 +59,10 @@ def _check_environment() -> None:
         raise ValueError(f"JAXMPI_DEBUG={debug!r}: expected 1 (log every MPI call) or 0")
 
 
-
-
-# Launchers' node-local rank variables (hydra, Open MPI, MVAPICH, Slurm, PMI).
-_LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-                    "SLURM_LOCALID", "PMI_LOCAL_RANK")
-
-
-def _rank_gpu(devices: int) -> int | None:
+def _rank_gpu(devices: int, node_rank: int) -> int | None:
     """The GPU this rank uses: JAXMPI_GPU if set (a number, or `jax` to leave it to JAX),
-    else none when CUDA_VISIBLE_DEVICES is set (the user chose), else the node-local rank
-    modulo the GPU count."""
+    else none when CUDA_VISIBLE_DEVICES is set (the user chose), else the rank's node-local
+    rank (from MPI_COMM_TYPE_SHARED, whatever the launcher) modulo the GPU count."""
     chosen = os.environ.get("JAXMPI_GPU", "auto").strip()
     if chosen == "jax" or devices == 0:
         return None
@@ -80,23 +73,24 @@ def _rank_gpu(devices: int) -> int | None:
         return int(chosen)
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         return None
-    for var in _LOCAL_RANK_VARS:
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var]) % devices
-    return None
+    return node_rank % devices
 
 
 def _setup_cuda(mpi: dict) -> dict:
     """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
     cuda = {"plugin": _jax_shim.has_cuda_plugin(), "driver": False, "devices": 0,
-            "rank_gpu": None, "mode": None, "driver_error": None}
+            "rank_gpu": None, "mode": None, "driver_error": None, "node_rank": None,
+            "node_size": None}
     if not cuda["plugin"]:
         return cuda
+    # Collective over COMM_WORLD: every rank whose jaxlib has CUDA gets here, before any
+    # per-rank condition (driver, env) could make one rank skip it.
+    cuda["node_rank"], cuda["node_size"] = _native.node_local_rank(_native.world())
     for name, capsule in _native.handlers("CUDA"):
         _jax_shim.register_ffi_target(name, capsule, platform="CUDA")
     cuda.update(_native.cuda_info())
     cuda["mode"] = "direct (CUDA-aware MPI)" if mpi["cuda_aware"] else "staged (pinned host copies)"
-    cuda["rank_gpu"] = _rank_gpu(cuda["devices"])
+    cuda["rank_gpu"] = _rank_gpu(cuda["devices"], cuda["node_rank"])
     if cuda["rank_gpu"] is not None:
         _jax_shim.use_only_gpu(cuda["rank_gpu"])
         _native.set_rank_device(cuda["rank_gpu"])
@@ -104,6 +98,7 @@ def _setup_cuda(mpi: dict) -> dict:
 
 
 def _initialize() -> tuple[dict, dict]:
+    _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
     for name, capsule in _native.handlers("cpu"):

@@ -68,6 +68,7 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("thread_level", backend.thread_level().name())?;
     dict.set_item("initialized_here", backend.initialized_here())?;
     dict.set_item("cuda_aware", backend.cuda_aware())?;
+    dict.set_item("cuda_aware_reason", backend.cuda_aware_reason())?;
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
@@ -181,6 +182,14 @@ fn comm_free(py: Python<'_>, handle: usize) -> PyResult<()> {
     py.detach(|| backend.comm_free(Comm(handle))).map_err(to_py)
 }
 
+/// This rank's (rank, size) among the ranks of the communicator on its node. Collective.
+#[pyfunction]
+fn node_local_rank(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
+    let backend = installed()?;
+    py.detach(|| backend.node_local_rank(Comm(handle)))
+        .map_err(to_py)
+}
+
 #[pyfunction]
 fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
     let backend = installed()?;
@@ -238,6 +247,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(comm_dup, m)?)?;
     m.add_function(wrap_pyfunction!(comm_split, m)?)?;
     m.add_function(wrap_pyfunction!(comm_free, m)?)?;
+    m.add_function(wrap_pyfunction!(node_local_rank, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

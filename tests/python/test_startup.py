@@ -86,3 +86,26 @@ def test_info_names_the_library_and_how_it_was_chosen():
         "jaxlib",
     ):
         assert field in out, out
+
+
+INFO = "import runpy, sys; sys.argv = ['jaxmpi', 'info']; runpy.run_module('jaxmpi', run_name='__main__')"
+
+
+@rank_0_only
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"JAXMPI_CUDA_AWARE": "1"}, "CUDA-aware    yes: JAXMPI_CUDA_AWARE=1 (set by the user)"),
+        # Each family reads its own hint; with all of them off, whichever it reads stages.
+        (
+            {"MPICH_GPU_SUPPORT_ENABLED": "0", "I_MPI_OFFLOAD": "0",
+             "OMPI_MCA_opal_cuda_support": "0"},
+            "=0 switches the library's GPU support off",
+        ),
+        ({}, "CUDA-aware    no: "),  # the MPIs here are built without CUDA
+    ],
+)
+def test_info_says_why_device_pointers_are_passed_or_staged(env, line):
+    result = run_alone(INFO, **env)
+    assert result.returncode == 0, result.stderr
+    assert line in result.stdout, result.stdout

@@ -28,6 +28,9 @@ macro_rules! host_methods {
         fn restore_errhandler(&self, comm: Comm, handler: usize) {
             self.inner.restore_errhandler(comm, handler)
         }
+        fn cuda_aware_reason(&self) -> &str {
+            self.inner.cuda_aware_reason()
+        }
         fn fill_zeros(&self, dst: BufMut) -> Result<()> {
             if dst.len_bytes() > 0 {
                 self.device.zero_async(dst.ptr(), dst.len_bytes())?;
@@ -54,6 +57,9 @@ macro_rules! host_methods {
         }
         fn comm_free(&self, comm: Comm) -> Result<()> {
             self.inner.comm_free(comm)
+        }
+        fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {
+            self.inner.node_local_rank(comm)
         }
         fn barrier(&self, comm: Comm) -> Result<()> {
             self.inner.barrier(comm)

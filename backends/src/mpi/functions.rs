@@ -91,6 +91,7 @@ function_table! {
         MPI_Comm_size(H, *mut c_int);
         MPI_Comm_dup(H, *mut H);
         MPI_Comm_split(H, c_int, c_int, *mut H);
+        MPI_Comm_split_type(H, c_int, c_int, H, *mut H);
         MPI_Comm_free(*mut H);
         MPI_Comm_test_inter(H, *mut c_int);
         MPI_Comm_set_errhandler(H, H);

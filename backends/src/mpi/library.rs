@@ -12,6 +12,7 @@ use jaxmpi_core::{
 use libloading::Library;
 
 use super::abi::{Abi, Predefined, RawStatus};
+use super::cuda_aware::{self, CudaAware, LibraryAnswer};
 use super::functions::{self, Aint, Functions, LargeCountFunctions};
 use super::own_ops;
 use super::quirks::Quirks;
@@ -38,7 +39,7 @@ pub struct MpiLibrary<A: Abi> {
     pub(super) initialized_here: bool,
     pub(super) finalized_here: AtomicBool,
     pub(super) world_rank: i32,
-    pub(super) cuda_aware: bool,
+    pub(super) cuda_aware: CudaAware,
 }
 
 /// How counts are passed to MPI for one call.
@@ -80,19 +81,6 @@ pub(crate) fn c_string(buffer: &[c_char], len: c_int) -> String {
         .trim_end_matches('\0')
         .trim()
         .to_string()
-}
-
-/// Interprets `JAXMPI_CUDA_AWARE`; `None` means ask the library.
-fn cuda_aware_override() -> Result<Option<bool>> {
-    match std::env::var("JAXMPI_CUDA_AWARE").as_deref() {
-        Err(_) | Ok("") | Ok("auto") => Ok(None),
-        Ok("1") => Ok(Some(true)),
-        Ok("0") => Ok(Some(false)),
-        Ok(other) => Err(Error::invalid_argument(
-            "JAXMPI_CUDA_AWARE",
-            format!("unknown value {other:?}; use auto, 1 (pass device pointers) or 0 (stage through host)"),
-        )),
-    }
 }
 
 impl<A: Abi> MpiLibrary<A> {
@@ -162,7 +150,10 @@ impl<A: Abi> MpiLibrary<A> {
             initialized_here: false,
             finalized_here: AtomicBool::new(false),
             world_rank: -1,
-            cuda_aware: false,
+            cuda_aware: CudaAware {
+                aware: false,
+                reason: "not decided before MPI_Init".into(),
+            },
         };
         library.initialize()?;
         Ok(library)
@@ -249,14 +240,18 @@ impl<A: Abi> MpiLibrary<A> {
             self.check(step, rc)?;
             self.own_ops.push((dtype, op, handle));
         }
-        self.cuda_aware = match cuda_aware_override()? {
-            Some(forced) => forced,
-            None => self.query_cuda_support(),
-        };
+        let setting = std::env::var(cuda_aware::SETTING).ok();
+        let hints: Vec<(&str, String)> = A::CUDA_HINTS
+            .iter()
+            .filter_map(|&name| Some((name, std::env::var(name).ok()?)))
+            .collect();
+        let hints: Vec<(&str, &str)> = hints.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        self.cuda_aware =
+            cuda_aware::decide(setting.as_deref(), self.query_cuda_support(), &hints)?;
         Ok(())
     }
 
-    fn query_cuda_support(&self) -> bool {
+    fn query_cuda_support(&self) -> LibraryAnswer {
         type GpuQuery = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
         type CudaQuery = unsafe extern "C" fn() -> c_int;
         const MPIX_GPU_SUPPORT_CUDA: c_int = 0;
@@ -266,10 +261,19 @@ impl<A: Abi> MpiLibrary<A> {
                 functions::optional::<GpuQuery>(&self.lib, "MPIX_GPU_query_support")
             {
                 let mut supported = 0;
-                return query(MPIX_GPU_SUPPORT_CUDA, &mut supported) == 0 && supported != 0;
+                let rc = query(MPIX_GPU_SUPPORT_CUDA, &mut supported);
+                return LibraryAnswer::Answered {
+                    query: "MPIX_GPU_query_support",
+                    supported: rc == 0 && supported != 0,
+                };
             }
-            functions::optional::<CudaQuery>(&self.lib, "MPIX_Query_cuda_support")
-                .is_some_and(|query| query() != 0)
+            match functions::optional::<CudaQuery>(&self.lib, "MPIX_Query_cuda_support") {
+                Some(query) => LibraryAnswer::Answered {
+                    query: "MPIX_Query_cuda_support",
+                    supported: query() != 0,
+                },
+                None => LibraryAnswer::NoQuery,
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! The dlopen backend: one generic `MpiLibrary<A>` over the three ABI families.
 
 pub mod abi;
+pub mod cuda_aware;
 pub(crate) mod functions;
 #[cfg(feature = "linked")]
 pub mod inspect;

@@ -181,7 +181,10 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         self.finalize_if_owned()
     }
     fn cuda_aware(&self) -> bool {
-        self.cuda_aware
+        self.cuda_aware.aware
+    }
+    fn cuda_aware_reason(&self) -> &str {
+        &self.cuda_aware.reason
     }
     fn abort(&self, code: i32) -> ! {
         // SAFETY: MPI is initialized; MPI_Abort may be called from any thread.
@@ -311,6 +314,29 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         }
         // SAFETY: a user communicator; MPI sets the handle to COMM_NULL.
         self.check(op, unsafe { (self.fns.MPI_Comm_free)(&mut handle) })
+    }
+
+    fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {
+        let op = "node_local_rank";
+        let handle = self.comm(op, comm)?;
+        let mut node = self.pre.comm_null;
+        // SAFETY: a valid communicator, the family's predefined info and split type, and an
+        // out-pointer to one handle.
+        self.check(op, unsafe {
+            (self.fns.MPI_Comm_split_type)(
+                handle,
+                A::COMM_TYPE_SHARED,
+                0,
+                self.pre.info_null,
+                &mut node,
+            )
+        })?;
+        let rank_and_size = self
+            .comm_rank_raw(node)
+            .and_then(|rank| Ok((rank, self.comm_size_raw(node)?)));
+        // SAFETY: `node` is the communicator just created and nobody else holds it.
+        self.check(op, unsafe { (self.fns.MPI_Comm_free)(&mut node) })?;
+        rank_and_size
     }
 
     fn barrier(&self, comm: Comm) -> Result<()> {

@@ -38,6 +38,11 @@ pub trait Abi: Send + Sync + 'static {
     const STATUS_ERROR: usize;
     /// `sizeof(MPI_Status)`.
     const STATUS_SIZE: usize;
+    /// `MPI_COMM_TYPE_SHARED`: the split type that groups the ranks of one node.
+    const COMM_TYPE_SHARED: c_int;
+    /// Env variables with which this family's libraries switch their CUDA support on or
+    /// off at run time (read by `cuda_aware::decide`).
+    const CUDA_HINTS: &'static [&'static str];
 
     /// The predefined handles; Open MPI's are addresses of symbols in the library.
     fn predefined(lib: &Library) -> Result<Predefined<Self::Handle>, String>;
@@ -62,6 +67,7 @@ pub struct Predefined<H> {
     pub comm_null: H,
     pub op_null: H,
     pub errors_return: H,
+    pub info_null: H,
     /// Indexed by `Dtype::ALL` order. The 16-bit floats travel as UINT16_T: no family has a
     /// portable type for both, and jaxmpi reduces them with its own ops.
     pub datatypes: [H; 15],

@@ -27,6 +27,9 @@ impl Abi for Mpich {
     const STATUS_TAG: usize = 12;
     const STATUS_SIZE: usize = 20;
     const STATUS_ERROR: usize = 16;
+    const COMM_TYPE_SHARED: c_int = 1;
+    // Cray MPICH; Intel MPI.
+    const CUDA_HINTS: &'static [&'static str] = &["MPICH_GPU_SUPPORT_ENABLED", "I_MPI_OFFLOAD"];
 
     fn predefined(_lib: &Library) -> Result<Predefined<c_int>, String> {
         Ok(Predefined {
@@ -35,6 +38,7 @@ impl Abi for Mpich {
             comm_null: 0x0400_0000,
             op_null: 0x1800_0000,
             errors_return: 0x5400_0001,
+            info_null: 0x1c00_0000,
             datatypes: [
                 0x4c00_013f, // C_BOOL
                 0x4c00_0137, // INT8_T

@@ -40,6 +40,8 @@ impl Abi for OpenMpi {
     const STATUS_TAG: usize = 4;
     const STATUS_SIZE: usize = 24;
     const STATUS_ERROR: usize = 8;
+    const COMM_TYPE_SHARED: c_int = 0;
+    const CUDA_HINTS: &'static [&'static str] = &["OMPI_MCA_opal_cuda_support"];
 
     fn predefined(lib: &Library) -> Result<Predefined<Handle>, String> {
         let s = |name: &CStr| symbol_address(lib, name);
@@ -49,6 +51,7 @@ impl Abi for OpenMpi {
             comm_null: s(c"ompi_mpi_comm_null")?,
             op_null: s(c"ompi_mpi_op_null")?,
             errors_return: s(c"ompi_mpi_errors_return")?,
+            info_null: s(c"ompi_mpi_info_null")?,
             datatypes: [
                 s(c"ompi_mpi_c_bool")?,
                 s(c"ompi_mpi_int8_t")?,

@@ -27,6 +27,13 @@ impl Abi for Standard {
     const STATUS_TAG: usize = 4;
     const STATUS_SIZE: usize = 32;
     const STATUS_ERROR: usize = 8;
+    const COMM_TYPE_SHARED: c_int = 221;
+    // The implementation behind the standard ABI may be of either family.
+    const CUDA_HINTS: &'static [&'static str] = &[
+        "MPICH_GPU_SUPPORT_ENABLED",
+        "I_MPI_OFFLOAD",
+        "OMPI_MCA_opal_cuda_support",
+    ];
 
     fn predefined(_lib: &Library) -> Result<Predefined<Handle>, String> {
         Ok(Predefined {
@@ -35,6 +42,7 @@ impl Abi for Standard {
             comm_null: 0x100,
             op_null: 0x020,
             errors_return: 0x143,
+            info_null: 0x130,
             datatypes: [
                 0x238, // C_BOOL
                 0x240, // INT8_T
