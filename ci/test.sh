@@ -193,6 +193,9 @@ large_cell() { PYTEST_TARGETS=tests/python/test_large.py run_pytest_cell "$@" JA
 matrix_cells large large_cell "pypi-mpich-5 2" "debian-openmpi-4.1 2"
 
 step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
+# Failures that end a job: a receive that never matches under JAXMPI_TIMEOUT, concurrent
+# calls below MPI_THREAD_MULTIPLE, JAXMPI_DEBUG's lines, bad values of the env vars.
+step "reliability: errors, timeout, debug" reliability-errors "$ROOT/tests/reliability_errors.sh"
 
 # ---------------------------------------------------------------------------
 # Summary.
