@@ -50,11 +50,11 @@ def parse_args():
     p.add_argument("--large-elements", type=int, default=4 * MIB, help="float32 per large op")
     p.add_argument("--bound-mib", type=float, default=16.0, help="allowed growth per phase")
     p.add_argument(
-        "--lite", action="store_true", help="CI size: 10^5 small, 200 large, 2000 eager ops"
+        "--lite", action="store_true", help="CI size: 3x10^5 small, 300 large, 4000 eager ops"
     )
     args = p.parse_args()
     if args.lite:
-        args.small_ops, args.large_ops, args.eager_ops = 10**5, 200, 2000
+        args.small_ops, args.large_ops, args.eager_ops = 3 * 10**5, 300, 4000
     return args
 
 

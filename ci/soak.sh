@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci/soak.sh -- the lite soak (benches/soak.py --lite) on 2 ranks of the default MPI
-# (the first build of ci/matrix.sh, PyPI MPICH 5): 10^5 small ops, 200 ops of 16 MiB and
-# 2000 eager ops, resident memory sampled after every call. Fails if memory grows beyond
+# (the first build of ci/matrix.sh, PyPI MPICH 5): 3x10^5 small ops, 300 ops of 16 MiB and
+# 4000 eager ops, resident memory sampled after every call. Fails if memory grows beyond
 # the bound benches/soak.py states, or if the job does not finish in
 # JAXMPI_SOAK_TIMEOUT seconds (default 300; it takes about a minute).
 #
