@@ -44,17 +44,23 @@ def rounds(x):
 
 x = jnp.full(1024, float(rank), jnp.float32)
 jax.block_until_ready(rounds(x))  # compiled and run once everywhere before anyone dies
-print(f"rank {rank}/{size}: pid {os.getpid()} running; rank {victim} dies in {args.die_after}s",
-      flush=True)
+print(
+    f"rank {rank}/{size}: pid {os.getpid()} running; rank {victim} dies in {args.die_after}s",
+    flush=True,
+)
 start = time.monotonic()
 calls = 0
 while time.monotonic() - start < args.run_for:
     if rank == victim and time.monotonic() - start > args.die_after:
-        print(f"rank {rank}: SIGKILL to myself after {calls} calls at {time.time():.3f}",
-              flush=True)
+        print(
+            f"rank {rank}: SIGKILL to myself after {calls} calls at {time.time():.3f}", flush=True
+        )
         os.kill(os.getpid(), signal.SIGKILL)
     x = jax.block_until_ready(rounds(x))
     calls += 1
-print(f"rank {rank}: still running after {args.run_for}s ({calls} calls); nobody stopped me",
-      file=sys.stderr, flush=True)
+print(
+    f"rank {rank}: still running after {args.run_for}s ({calls} calls); nobody stopped me",
+    file=sys.stderr,
+    flush=True,
+)
 sys.exit(3)
