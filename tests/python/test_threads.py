@@ -21,7 +21,7 @@ from conftest import MPI, RANK, SIZE
 from jaxmpi._runtime import info
 
 THREADS = 4
-ROUNDS = 60
+ROUNDS = 40
 JOIN_TIMEOUT = 120  # seconds; a deadlock shows as threads still running after this
 
 pytestmark = pytest.mark.skipif(
