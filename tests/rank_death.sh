@@ -23,7 +23,7 @@
 set -u -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=../ci/matrix.sh
+# shellcheck source=../ci/matrix.sh source-path=SCRIPTDIR
 source "$ROOT/ci/matrix.sh"
 
 limit=${JAXMPI_RANK_DEATH_LIMIT:-60}
