@@ -196,6 +196,10 @@ step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/l
 # Failures that end a job: a receive that never matches under JAXMPI_TIMEOUT, concurrent
 # calls below MPI_THREAD_MULTIPLE, JAXMPI_DEBUG's lines, bad values of the env vars.
 step "reliability: errors, timeout, debug" reliability-errors "$ROOT/tests/reliability_errors.sh"
+# A rank killed mid-job: every build at 2 and 3 ranks must end the job, with a diagnostic.
+step "reliability: rank death" rank-death "$ROOT/tests/rank_death.sh"
+# Memory stays flat over many calls (the full-size soak is benches/soak.py).
+step "reliability: soak (lite)" soak "$ROOT/ci/soak.sh"
 
 # ---------------------------------------------------------------------------
 # Summary.
