@@ -5,8 +5,10 @@
 # (apt packages, one venv per MPI wheel, cargo build), then
 #   fmt, clippy, cargo test, ruff, the readelf check of the artifacts,
 #   the probe on every MPI build of ci/matrix.sh at 1, 2 and 3 ranks,
-#   the selection-error cases, and the Python suite (tests/python) on the
-#   default MPI at 1-4 ranks and on every build of the matrix at 2,
+#   the selection-error cases, the linked backend's ABI oracle (Debian Open MPI
+#   and MPICH), the Python suite (tests/python) on the default MPI at 1-4 ranks,
+#   on every build of the matrix at 2 and on a linked build, messages over 2^31
+#   elements, and the reliability checks (job-ending errors, rank death, soak),
 # and prints a summary table ending in "N passed, N failed[, N skipped]".
 # Every item runs even if an earlier one failed; the exit status is non-zero
 # if any item failed. Logs: .ci-out/ (one file per item).
