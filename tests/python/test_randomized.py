@@ -27,7 +27,16 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import ALL_DTYPES, MPI, OP_DTYPES, RANK, SIZE, assert_array, needs_mpi4py
+from conftest import (
+    ALL_DTYPES,
+    MPI,
+    OP_DTYPES,
+    RANK,
+    SIZE,
+    assert_array,
+    needs_mpi4py,
+    reduce_arrays,
+)
 
 pytestmark = needs_mpi4py
 
@@ -251,42 +260,20 @@ def _from_bytes(b: np.ndarray, dtype, shape) -> np.ndarray:
     return b.view(dtype).reshape(shape)
 
 
-def _widen(a):
-    if a.dtype == np.bool_:
-        return a
-    if jnp.issubdtype(a.dtype, jnp.integer):
-        return a.astype(np.int64)
-    if jnp.issubdtype(a.dtype, jnp.complexfloating):
-        return a.astype(np.complex128)
-    return a.astype(np.float64)
-
-
-NUMPY_OPS = {
-    "SUM": np.add, "PROD": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
-    "LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor,
-    "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor,
-}  # fmt: skip
-
-
-def _reduce(op: str, arrays) -> np.ndarray:
-    result = functools.reduce(NUMPY_OPS[op], [_widen(a) for a in arrays])
-    return np.asarray(result).astype(arrays[0].dtype)
-
-
 def reference_step(comm, step: Step, x: np.ndarray):
     """Step `step` on this rank with mpi4py: what jaxmpi must give here."""
     kind, root, size, rank = step.kind, step.root, SIZE, RANK
     if kind in REDUCTIONS:
         every = [_from_bytes(b, x.dtype, x.shape) for b in comm.allgather(_bytes(x))]
         if kind == "allreduce":
-            return _reduce(step.op, every)
+            return reduce_arrays(step.op, every)
         if kind == "reduce":
-            return _reduce(step.op, every) if rank == root else x
+            return reduce_arrays(step.op, every) if rank == root else x
         if kind == "scan":
-            return _reduce(step.op, every[: rank + 1])
+            return reduce_arrays(step.op, every[: rank + 1])
         if kind == "exscan":
-            return np.zeros_like(x) if rank == 0 else _reduce(step.op, every[:rank])
-        return _reduce(step.op, every)[rank]  # reduce_scatter
+            return np.zeros_like(x) if rank == 0 else reduce_arrays(step.op, every[:rank])
+        return reduce_arrays(step.op, every)[rank]  # reduce_scatter
     if kind == "bcast":
         buf = _bytes(x).copy()
         comm.Bcast(buf, root)
