@@ -50,6 +50,14 @@ impl<A: Abi> Inspect for MpiLibrary<A> {
             ("offsetof(MPI_Status, MPI_TAG)", A::STATUS_TAG as i64),
             ("offsetof(MPI_Status, MPI_ERROR)", A::STATUS_ERROR as i64),
             ("sizeof(MPI_Status)", A::STATUS_SIZE as i64),
+            ("MPI_COMM_TYPE_SHARED", A::COMM_TYPE_SHARED.into()),
+            // Handles that are no communicator, datatype or op: compared by value.
+            ("MPI_INFO_NULL", A::handle_to_raw(self.pre.info_null) as i64),
+            (
+                "MPI_ERRORS_RETURN",
+                A::handle_to_raw(self.pre.errors_return) as i64,
+            ),
+            ("MPI_COMM_NULL", A::handle_to_raw(self.pre.comm_null) as i64),
         ];
         Ok(Facts {
             datatypes,

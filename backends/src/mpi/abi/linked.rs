@@ -73,6 +73,12 @@ impl Abi for Linked {
         Family::Mpich => Mpich::IN_PLACE,
         _ => OpenMpi::IN_PLACE,
     };
+    const COMM_TYPE_SHARED: c_int = sys::MPI_COMM_TYPE_SHARED as c_int;
+    /// Which variables hint at GPU support is the family's convention, not mpi.h's.
+    const CUDA_HINTS: &'static [&'static str] = match Self::FAMILY {
+        Family::Mpich => Mpich::CUDA_HINTS,
+        _ => OpenMpi::CUDA_HINTS,
+    };
     const ANY_SOURCE: c_int = sys::MPI_ANY_SOURCE as c_int;
     const ANY_TAG: c_int = sys::MPI_ANY_TAG as c_int;
     const PROC_NULL: c_int = sys::MPI_PROC_NULL as c_int;
@@ -103,6 +109,7 @@ impl Abi for Linked {
                 comm_null: handle(sys::RSMPI_COMM_NULL),
                 op_null,
                 errors_return: handle(sys::RSMPI_ERRORS_RETURN),
+                info_null: handle(sys::RSMPI_INFO_NULL),
                 datatypes: [
                     handle(sys::RSMPI_C_BOOL),
                     handle(sys::RSMPI_INT8_T),
