@@ -135,8 +135,12 @@ def has_cuda_plugin() -> bool:
     """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
     import importlib.util
 
-    names = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12",
-             "jax_plugins.xla_cuda13")
+    names = (
+        "jax_cuda12_plugin",
+        "jax_cuda13_plugin",
+        "jax_plugins.xla_cuda12",
+        "jax_plugins.xla_cuda13",
+    )
     for name in names:
         try:
             if importlib.util.find_spec(name) is not None:

@@ -86,14 +86,16 @@ def _in_place_at_root(*, at_root, **_):
     return {0: 0} if at_root else {}
 
 
+def _in_place_away_from_root(*, at_root, **_):
+    return {} if at_root else {0: 0}
+
+
 _allreduce_p = _define("allreduce", _like, _in_place)
 _reduce_p = _define("reduce", _at_root_only(_same), _in_place_at_root)
 _scan_p = _define("scan", _like, _in_place)
 _exscan_p = _define("exscan", _like, _in_place)
 _bcast_p = _define(
-    "bcast",
-    lambda x, *, at_root, **_: [] if at_root else _like(x),
-    lambda *, at_root, **_: {} if at_root else {0: 0},
+    "bcast", lambda x, *, at_root, **_: [] if at_root else _like(x), _in_place_away_from_root
 )
 _gather_p = _define(
     "gather", _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype))
@@ -101,11 +103,13 @@ _gather_p = _define(
 _allgather_p = _define(
     "allgather", lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)]
 )
-# Away from the root the operand is a template: only its shape matters, so the result is
-# not aliased to it (the handler writes every byte of the result).
+# Away from the root the operand is a receive template, as recv's: the result is received
+# into it, so `y = scatter(y, root)` in a loop moves no data but the message. (A template
+# the program still uses afterwards costs XLA one copy of it.)
 _scatter_p = _define(
     "scatter",
     lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
+    _in_place_away_from_root,
 )
 _alltoall_p = _define("alltoall", _like)
 _reduce_scatter_p = _define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])

@@ -68,8 +68,9 @@ def _rank_gpu(devices: int, node_rank: int) -> int | None:
         return None
     if chosen not in ("", "auto"):
         if not chosen.isdigit() or int(chosen) >= devices:
-            raise ValueError(f"JAXMPI_GPU={chosen!r}: use a GPU number below {devices}, "
-                             "auto, or jax")
+            raise ValueError(
+                f"JAXMPI_GPU={chosen!r}: use a GPU number below {devices}, auto, or jax"
+            )
         return int(chosen)
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         return None
@@ -78,9 +79,16 @@ def _rank_gpu(devices: int, node_rank: int) -> int | None:
 
 def _setup_cuda(mpi: dict) -> dict:
     """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
-    cuda = {"plugin": _jax_shim.has_cuda_plugin(), "driver": False, "devices": 0,
-            "rank_gpu": None, "mode": None, "driver_error": None, "node_rank": None,
-            "node_size": None}
+    cuda = {
+        "plugin": _jax_shim.has_cuda_plugin(),
+        "driver": False,
+        "devices": 0,
+        "rank_gpu": None,
+        "mode": None,
+        "driver_error": None,
+        "node_rank": None,
+        "node_size": None,
+    }
     if not cuda["plugin"]:
         return cuda
     # Collective over COMM_WORLD: every rank whose jaxlib has CUDA gets here, before any
