@@ -70,17 +70,22 @@ pub unsafe fn run(
     body: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     // A communicator whose handler would abort (the user's choice, or MPI's default where
-    // nobody changed it) returns errors for the duration of this call only.
+    // nobody changed it) returns errors for the duration of this call only. The check and
+    // the swap are MPI calls too, so they run inside the monitored part: below
+    // MPI_THREAD_MULTIPLE they must not overlap another thread's call either.
     let comm = call.comm()?;
-    let previous = backend.return_errors_on(comm)?;
-    let result = match MONITOR.get_or_init(|| Monitor::from_env(backend)) {
-        None => body(),
-        Some(monitor) => monitor.run(frame, call, body),
+    let with_errors_returned = || {
+        let previous = backend.return_errors_on(comm)?;
+        let result = body();
+        if let Some(handler) = previous {
+            backend.restore_errhandler(comm, handler);
+        }
+        result
     };
-    if let Some(handler) = previous {
-        backend.restore_errhandler(comm, handler);
+    match MONITOR.get_or_init(|| Monitor::from_env(backend)) {
+        None => with_errors_returned(),
+        Some(monitor) => monitor.run(frame, call, with_errors_returned),
     }
-    result
 }
 
 /// The process's settings and the calls in flight; absent when nothing is tracked.

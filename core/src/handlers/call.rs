@@ -207,11 +207,7 @@ impl<'a> Call<'a> {
 
     /// An int64 scalar attribute the op may not have (for describing a call).
     pub fn optional_i64(&self, name: &str) -> Option<i64> {
-        let ptr = self.find_attr(name, AttrType::SCALAR)?;
-        // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
-        let scalar = unsafe { &*(ptr as *const Scalar) };
-        // SAFETY: the value has the checked type.
-        (scalar.dtype == DataType::S64).then(|| unsafe { *(scalar.value as *const i64) })
+        self.scalar::<i64>(name).ok()
     }
 
     /// Bytes of the first data operand: what the call sends (for a receive, the size of
