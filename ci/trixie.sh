@@ -27,6 +27,9 @@
 # network access to the mirror. Python venvs are made inside by ci/setup.sh, in the
 # clone's .venvs/ like every other venv.
 set -u -o pipefail
+# chroot, debootstrap and (on some systems) mount live in sbin, which a non-login
+# shell's PATH may lack.
+PATH="$PATH:/usr/sbin:/sbin"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=setup.sh source-path=SCRIPTDIR
