@@ -179,7 +179,8 @@ run)
     trixie_run "$@"
     ;;
 dir) printf '%s\n' "$TRIXIE_DIR" ;;
-remove) _trixie_rm "$TRIXIE_DIR" && rm -f "$TRIXIE_DIR.lock" ;;
+remove) _trixie_rm "$TRIXIE_DIR.partial" && _trixie_rm "$TRIXIE_DIR" &&
+    rm -f "$TRIXIE_DIR.partial.log" "$TRIXIE_DIR.lock" ;;
 *)
     sed -n '8,11p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
