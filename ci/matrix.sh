@@ -59,11 +59,18 @@ debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           
 debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | LD_LIBRARY_PATH={root}/.venvs/system/mpich-compat MPI4PY_LIBMPI=libmpi.so.12
 intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | -
 jax-0.6-mpich-5    | jax-oldest | .venvs/jax-oldest/bin/mpiexec -n {N}          | -                 | mpich   | -
+jax-0.12-py3.13    | py3.13-jax-0.12@trixie | .venvs/py3.13-jax-0.12/bin/mpiexec -n {N} | - | mpich | -
+jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec -n {N} | - | mpich | -
 '
+# A venv named VENV@trixie is one of ci/setup.sh's venvs inside the Debian trixie
+# chroot (Python 3.13, for the JAX releases that need Python >= 3.12): matrix_exec runs
+# the cell through `ci/trixie.sh run`, which sees the clone at the same path, so the
+# launcher, PATH and VIRTUAL_ENV read the same as for any other row.
 
-# Rows that only the Python suite runs on: the oldest supported JAX over the
-# same MPICH wheel as the first row (the probe has no JAX in it).
-JAXMPI_MATRIX_PYTHON_ONLY=(jax-0.6-mpich-5)
+# Rows that only the Python suite runs on: the oldest supported JAX and the two newest
+# JAX minor releases over the same MPICH wheel as the first row (the probe has no JAX in
+# it).
+JAXMPI_MATRIX_PYTHON_ONLY=(jax-0.6-mpich-5 jax-0.12-py3.13 jax-0.11-py3.13)
 
 # Builds whose absence is a "skip", not a failure: setup.sh treats their
 # installation as best effort (impi-rt has wheels for x86_64 Linux only).
@@ -146,6 +153,11 @@ matrix_exec() {
     local build=$1 n=$2
     shift 2
     local venv=${JAXMPI_MATRIX_VENV[$build]} extra=${JAXMPI_MATRIX_ENV[$build]}
+    local -a chroot=()
+    if [[ $venv == *@trixie ]]; then
+        venv=${venv%@trixie}
+        chroot=("$JAXMPI_ROOT/ci/trixie.sh" run)
+    fi
     # A fixed PATH: the caller's PATH may hold an activated venv or another
     # MPI's bin/, which would leak a different mpiexec or library into the cell.
     local path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -185,7 +197,9 @@ matrix_exec() {
     else
         run=("${MATRIX_ARGV[@]}" "$@")
     fi
-    local -a cmd=(timeout -k 5 "${JAXMPI_CELL_TIMEOUT:-120}" env -i "${cellenv[@]}" "${run[@]}")
+    # The chroot's mounts live in a mount namespace that ends with the command, timeout
+    # or not (see ci/trixie.sh).
+    local -a cmd=(timeout -k 5 "${JAXMPI_CELL_TIMEOUT:-120}" "${chroot[@]}" env -i "${cellenv[@]}" "${run[@]}")
     printf '+'
     printf ' %q' "${cmd[@]}"
     printf '\n'
@@ -197,13 +211,15 @@ run_probe() {
 }
 
 # run_pytest_cell BUILD N LOG [K=V...]: the Python suite (or the pytest targets in
-# PYTEST_TARGETS) on BUILD with N ranks, with the extra environment given. Passes when
-# every rank's pytest passed (tests/run_pytest_mpi.sh checks that).
+# PYTEST_TARGETS, and only the tests that match the pytest -k expression PYTEST_K) on
+# BUILD with N ranks, with the extra environment given. Passes when every rank's pytest
+# passed (tests/run_pytest_mpi.sh checks that).
 run_pytest_cell() {
     local build=$1 n=$2 log=$3 reason rc
     shift 3
     local -a targets
-    read -r -a targets <<<"${PYTEST_TARGETS:-tests/python}"
+    read -r -d '' -a targets <<<"${PYTEST_TARGETS:-tests/python}"
+    [[ -n ${PYTEST_K:-} ]] && targets=(-k "$PYTEST_K" "${targets[@]}")
     CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY=${JAXMPI_MATRIX_FAMILY[$build]} CELL_NOTE=""
     if reason=$(matrix_skip_reason "$build"); then
         CELL_RESULT=skip CELL_NOTE=$reason
@@ -212,11 +228,15 @@ run_pytest_cell() {
     fi
     local -a pyenv=()
     [[ ${JAXMPI_MATRIX_PYENV[$build]} != - ]] && read -r -a pyenv <<<"${JAXMPI_MATRIX_PYENV[$build]}"
-    JAXMPI_CELL_TIMEOUT=${JAXMPI_PYTEST_TIMEOUT:-600} matrix_exec "$build" "$n" "${pyenv[@]}" "$@" -- \
+    # run_pytest_mpi.sh's own time limit ends first: it kills the launcher with the ranks
+    # and says which ranks never finished. The cell's limit is only the backstop: its
+    # signal reaches the script's process group, not the launcher's (timeout starts one).
+    local limit=${JAXMPI_PYTEST_TIMEOUT:-600}
+    JAXMPI_CELL_TIMEOUT=$limit matrix_exec "$build" "$n" "${pyenv[@]}" "JAXMPI_TEST_TIMEOUT=$((limit > 40 ? limit - 20 : limit))" "$@" -- \
         tests/run_pytest_mpi.sh {launcher} -- -q "${targets[@]}" >"$log" 2>&1
     rc=$?
     CELL_NOTE=$(grep -a -E '^=* ?[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=')
-    if ((rc == 124 || rc == 137)); then
+    if ((rc == 124 || rc == 137)) || grep -q '^  timed out after' "$log"; then
         CELL_NOTE="timed out; $CELL_NOTE"
     elif ((rc == 0)); then
         CELL_RESULT=pass

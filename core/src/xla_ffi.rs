@@ -1,6 +1,17 @@
 //! The subset of the XLA FFI C API (API version 0.1) jaxmpi's handlers use, as `#[repr(C)]`
-//! mirrors of `xla/ffi/api/c_api.h` (identical in jaxlib 0.6 through 0.10). Every offset is
-//! pinned by a test. C enums are `i32` newtypes: XLA may send values newer than this file.
+//! mirrors of `xla/ffi/api/c_api.h`. Every offset is pinned by a test. C enums are `i32`
+//! newtypes: XLA may send values newer than this file.
+//!
+//! Checked against the headers of jaxlib 0.6.2 (API 0.1), 0.10.2 (0.3), 0.11.2 (0.4) and
+//! 0.12.0.1 (0.5) by compiling offsetof/sizeof of every field and constant pinned below
+//! against each: all identical. What changed is names only: `XLA_FFI_Extension_Base` became
+//! `XLA_FFI_InternalExtension` (0.11; same layout, same Metadata type 1; a new, separate
+//! `XLA_FFI_Extension` is not used here), `Error_GetMessage` became `Error_GetDetails`
+//! (same slot), `ExecutionContext` is an alias of `InvokeContext`; `Metadata` gained a field
+//! after `traits`, outside its declared STRUCT_SIZE (36), which is all we write. Handler
+//! API versions each jaxlib registers (a handler reporting 0.N, tried for N = 0..6): 0.10.2
+//! 0.1-0.3, 0.11.2 0.1-0.4, 0.12.0.1 0.1-0.5. So reporting 0.1 still serves all of them;
+//! XLA promises old versions for at least 12 months after a newer one.
 
 use std::ffi::{c_char, c_void};
 

@@ -2,6 +2,7 @@
 whatever MPI library the machine has. A drop-in for mpi4jax: `import jaxmpi as mpi4jax`.
 """
 
+from . import _support  # noqa: F401  # isort: skip  (first: refuses an unsupported JAX)
 from . import _rules  # noqa: F401  (registers differentiation and batching rules)
 from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS

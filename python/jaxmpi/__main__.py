@@ -10,6 +10,7 @@ def info_lines() -> list[str]:
     import jax
     import jaxlib
 
+    from jaxmpi import _support
     from jaxmpi._runtime import cuda, info
 
     mpi4py = sys.modules.get("mpi4py")
@@ -26,7 +27,7 @@ def info_lines() -> list[str]:
         f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}: {info['cuda_aware_reason']}",
         f"CUDA            {_cuda_line(cuda)}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
-        f"jax             {jax.__version__}",
+        f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",
         f"jaxlib          {jaxlib.__version__}",
         f"python          {sys.version.split()[0]} ({sys.executable})",
     ]
