@@ -101,10 +101,6 @@ def _in_place_at_root(*, at_root, **_):
     return {0: 0} if at_root else {}
 
 
-def _in_place_away_from_root(*, at_root, **_):
-    return {} if at_root else {0: 0}
-
-
 def _template_away_from_root(*, at_root, **_):
     return {} if at_root else {0}
 
@@ -119,7 +115,7 @@ def _recv_aliases(*, source, **_):
 
 
 def _recv_unread(*, source, **_):
-    return {0} if _receives(source) else {}
+    return {0} if _receives(source) else set()
 
 
 def _sendrecv_aliases(*, source, replace, **_):
@@ -131,7 +127,7 @@ def _sendrecv_aliases(*, source, replace, **_):
 
 
 def _sendrecv_unread(*, source, replace, **_):
-    return {1} if replace or _receives(source) else {}
+    return {1} if replace or _receives(source) else set()
 
 
 _allreduce_p = _define("allreduce", _like, _in_place)
@@ -320,8 +316,9 @@ def recv(x, source=None, *, tag=None, comm=None, status=None):
 
 @raise_mpi_errors()
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=None, status=None):
-    """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` from
-    `source`, deadlock-free."""
+    """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` (a
+    template; its values are ignored) from `source`, deadlock-free. The same array as both
+    (`a = sendrecv(a, a, ...)`) is exchanged in place."""
     from ._comm import ANY_TAG
 
     replace = sendbuf is recvbuf
