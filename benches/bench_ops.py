@@ -34,7 +34,7 @@ except ImportError:  # measured where it is installed (ci/bench.sh's venv)
     mpi4jax = None
 
 OPS = ["allreduce", "reduce", "scan", "bcast", "gather", "allgather", "scatter",
-       "alltoall", "sendrecv", "send/recv", "barrier"]  # fmt: skip
+       "alltoall", "sendrecv", "send/recv", "sendrecv_replace", "barrier"]  # fmt: skip
 RAW_CODES = {op: i for i, op in enumerate(OPS)}  # raw_loop.c's enum, in the same order
 SIZES = [1, 4 * 1024, 4 * 1024 * 1024]  # float32 elements per rank
 TARGET = 0.1  # seconds per measurement
@@ -117,6 +117,8 @@ def loop_body(lib, op: str):
             return x, lib.alltoall(x)
         if op == "sendrecv":
             return x, lib.sendrecv(x, y, source=left, dest=right)
+        if op == "sendrecv_replace":  # one array sent and received: a = sendrecv(a, a)
+            return lib.sendrecv(x, x, source=left, dest=right), y
         if op == "send/recv":
             if partner >= NRANKS:
                 return x, y
@@ -248,6 +250,8 @@ def measure_ops(raw: Raw, rounds: int, ops, sizes) -> list[dict]:
             iters = int(min(MAX_ITERS, max(MIN_ITERS, TARGET / max(per_call, 1e-9))))
             iters = int(raw.slowest(float(iters)))  # every rank the same
             timers = {"raw": raw.loop(op, max(n, 1), iters)}
+            if op == "sendrecv_replace":  # the same shift from C with two buffers
+                timers["raw_two_buffers"] = raw.loop("sendrecv", max(n, 1), iters)
             copies = {}
             if op == "allreduce" and MINIMAL:
                 timers["minimal"] = minimal_loop(raw, max(n, 1), iters)

@@ -5,8 +5,9 @@
  *
  * Buffers and counts are those of bench_ops.py's jitted loops: `count` float32 elements
  * per rank (alltoall: `count` per destination block), reductions in place (as jaxmpi's run
- * on a loop carry), rooted ops at rank 0, sendrecv a ring shift, send/recv pairs
- * (0, 1), (2, 3), ... each sending then receiving (even ranks) or the reverse (odd). */
+ * on a loop carry), rooted ops at rank 0, sendrecv a ring shift (from x into y; in place
+ * in x with MPI_Sendrecv_replace for sendrecv_replace), send/recv pairs (0, 1), (2, 3),
+ * ... each sending then receiving (even ranks) or the reverse (odd). */
 #include <mpi.h>
 #include <stddef.h>
 
@@ -21,6 +22,7 @@ enum {
     OP_ALLTOALL,
     OP_SENDRECV,
     OP_SEND_RECV,
+    OP_SENDRECV_REPLACE,
     OP_BARRIER,
 };
 
@@ -66,6 +68,9 @@ static int call(int op, float *x, float *y, int count, int rank, int size) {
         }
         MPI_Recv(y, count, MPI_FLOAT, partner, 0, c, MPI_STATUS_IGNORE);
         return MPI_Send(x, count, MPI_FLOAT, partner, 0, c);
+    case OP_SENDRECV_REPLACE:
+        return MPI_Sendrecv_replace(x, count, MPI_FLOAT, (rank + 1) % size, 0,
+                                    (rank + size - 1) % size, 0, c, MPI_STATUS_IGNORE);
     case OP_BARRIER:
         return MPI_Barrier(c);
     }

@@ -137,6 +137,18 @@ pub trait Backend: Send + Sync {
         source: Peer,
         recv_tag: Option<i32>,
     ) -> Result<Status>;
+    /// `sendrecv` through one buffer: sends its contents to `dest`, then holds what came
+    /// from `source` (kept as it was when `source` is `Peer::Null`). The library copies
+    /// the outgoing message aside itself (MPI_Sendrecv_replace).
+    fn sendrecv_replace(
+        &self,
+        comm: Comm,
+        buf: BufMut,
+        dest: Peer,
+        send_tag: i32,
+        source: Peer,
+        recv_tag: Option<i32>,
+    ) -> Result<Status>;
 }
 
 static BACKEND: OnceLock<Result<Box<dyn Backend>, Error>> = OnceLock::new();

@@ -153,3 +153,15 @@ def has_cuda_plugin() -> bool:
 def use_only_gpu(ordinal: int) -> None:
     """Makes JAX use GPU `ordinal` alone (effective before JAX starts its GPU client)."""
     jax.config.update("jax_cuda_visible_devices", str(ordinal))
+
+
+def lower_ordered_ffi_call_of(ctx, kept, target: str, operands, attributes: dict, aliases):
+    """`lower_ordered_ffi_call` passing XLA only the operands at the indices `kept`: the
+    others (receive templates) exist for JAX's rules but never reach the compiled call, so
+    XLA neither computes nor keeps them. `aliases` index the kept operands."""
+    inner = ctx.replace(avals_in=[ctx.avals_in[i] for i in kept], tokens_out=None)
+    results = lower_ordered_ffi_call(
+        inner, target, [operands[i] for i in kept], attributes, aliases
+    )
+    ctx.set_tokens_out(inner.tokens_out)
+    return results

@@ -1,8 +1,9 @@
 """The MPI ops as JAX primitives.
 
-Each op is declared once with `_define`: its shape rule, and which operand its result may
-alias (so MPI can work in place, without a copy). Lowering, attributes, ordering and eager
-execution are the same generic path for all of them.
+Each op is declared once with `_define`: its shape rule, which operand its result may
+alias (so MPI can work in place, without a copy), and which operands it never reads
+(receive templates). Lowering, attributes, ordering and eager execution are the same
+generic path for all of them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 
 from . import _jax_shim, _native
 from ._comm import (
+    PEER_NULL,
     check_rank,
     encode_dest,
     encode_source,
@@ -26,7 +28,7 @@ from ._jax_shim import ShapedArray
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
 # Parameters that only shape rules use; they do not reach the handler.
 _TRACE_ONLY = frozenset(
-    {"size", "rank", "at_root", "identity", "counts", "send_counts", "recv_counts"}
+    {"size", "rank", "at_root", "identity", "counts", "send_counts", "recv_counts", "replace"}
 )
 # Handles and addresses: unsigned and pointer-sized.
 _ADDRESSES = frozenset({"comm", "user_op", "status"})
@@ -43,9 +45,18 @@ def _attributes(params: dict) -> dict:
     }
 
 
-def _define(name: str, shapes, aliases=lambda **params: {}, attributes=None):
+def _none(**_):
+    return {}
+
+
+def _define(name: str, shapes, aliases=_none, attributes=None, unread=_none):
     """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name.
-    `attributes(avals_in, **params)`, if given, adds attributes that depend on shapes."""
+    `aliases(**params)` maps an operand to the result it may alias; `attributes(avals_in,
+    **params)`, if given, adds attributes that depend on shapes; `unread(**params)` names
+    the operands the op never reads (receive templates: only their shape matters). Those
+    stay operands for JAX (its AD and batching rules see them) but are left out of the XLA
+    call: XLA then never computes them, never keeps them alive for the call, and places
+    the fresh result wherever is cheapest (in a loop, straight into the carry)."""
     target = f"jaxmpi_{name}"
     primitive = _jax_shim.new_primitive(target, shapes)
 
@@ -56,7 +67,11 @@ def _define(name: str, shapes, aliases=lambda **params: {}, attributes=None):
         attrs = _attributes(params)
         if attributes is not None:
             attrs.update(attributes(ctx.avals_in, **params))
-        return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, attrs, aliases(**params))
+        skipped = unread(**params)
+        kept = [i for i in range(len(operands)) if i not in skipped]
+        position = {operand: k for k, operand in enumerate(kept)}
+        aliased = {position[operand]: out for operand, out in aliases(**params).items()}
+        return _jax_shim.lower_ordered_ffi_call_of(ctx, kept, target, operands, attrs, aliased)
 
     _jax_shim.register_lowering(primitive, lowering, platform="cpu")
     _jax_shim.register_lowering(primitive, lowering, platform="cuda")
@@ -86,8 +101,33 @@ def _in_place_at_root(*, at_root, **_):
     return {0: 0} if at_root else {}
 
 
-def _in_place_away_from_root(*, at_root, **_):
-    return {} if at_root else {0: 0}
+def _template_away_from_root(*, at_root, **_):
+    return {} if at_root else {0}
+
+
+def _receives(source) -> bool:
+    """A receive from PROC_NULL writes nothing: its template is the result, in place."""
+    return source != PEER_NULL
+
+
+def _recv_aliases(*, source, **_):
+    return {} if _receives(source) else {0: 0}
+
+
+def _recv_unread(*, source, **_):
+    return {0} if _receives(source) else set()
+
+
+def _sendrecv_aliases(*, source, replace, **_):
+    """`replace`: the send buffer is also the template (`a = sendrecv(a, a)`); the result
+    replaces it in place (MPI_Sendrecv_replace), so a loop carrying `a` copies nothing."""
+    if replace:
+        return {0: 0}
+    return {} if _receives(source) else {1: 0}
+
+
+def _sendrecv_unread(*, source, replace, **_):
+    return {1} if replace or _receives(source) else set()
 
 
 _allreduce_p = _define("allreduce", _like, _in_place)
@@ -95,7 +135,9 @@ _reduce_p = _define("reduce", _at_root_only(_same), _in_place_at_root)
 _scan_p = _define("scan", _like, _in_place)
 _exscan_p = _define("exscan", _like, _in_place)
 _bcast_p = _define(
-    "bcast", lambda x, *, at_root, **_: [] if at_root else _like(x), _in_place_away_from_root
+    "bcast",
+    lambda x, *, at_root, **_: [] if at_root else _like(x),
+    unread=_template_away_from_root,
 )
 _gather_p = _define(
     "gather", _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype))
@@ -103,19 +145,23 @@ _gather_p = _define(
 _allgather_p = _define(
     "allgather", lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)]
 )
-# Away from the root the operand is a receive template, as recv's: the result is received
-# into it, so `y = scatter(y, root)` in a loop moves no data but the message. (A template
-# the program still uses afterwards costs XLA one copy of it.)
+# Away from the root the operand is a receive template, as recv's: never read, so not
+# passed to XLA at all.
 _scatter_p = _define(
     "scatter",
     lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
-    _in_place_away_from_root,
+    unread=_template_away_from_root,
 )
 _alltoall_p = _define("alltoall", _like)
 _reduce_scatter_p = _define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])
 _send_p = _define("send", lambda x, **_: [])
-_recv_p = _define("recv", _like, _in_place)
-_sendrecv_p = _define("sendrecv", lambda sendbuf, recvbuf, **_: _like(recvbuf), lambda **_: {1: 0})
+_recv_p = _define("recv", _like, _recv_aliases, unread=_recv_unread)
+_sendrecv_p = _define(
+    "sendrecv",
+    lambda sendbuf, recvbuf, **_: _like(recvbuf),
+    _sendrecv_aliases,
+    unread=_sendrecv_unread,
+)
 _barrier_p = _define("barrier", lambda **_: [])
 
 
@@ -270,15 +316,18 @@ def recv(x, source=None, *, tag=None, comm=None, status=None):
 
 @raise_mpi_errors()
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=None, status=None):
-    """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` from
-    `source`, deadlock-free."""
+    """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` (a
+    template; its values are ignored) from `source`, deadlock-free. The same array as both
+    (`a = sendrecv(a, a, ...)`) is exchanged in place."""
     from ._comm import ANY_TAG
 
+    replace = sendbuf is recvbuf
     sendbuf, recvbuf = _array(sendbuf, "sendrecv"), _array(recvbuf, "sendrecv")
     c = resolve_comm(comm, "sendrecv")
     (y,) = _sendrecv_p.bind(
         sendbuf,
         recvbuf,
+        replace=replace,
         comm=c.handle,
         source=encode_source(source, c.size, "sendrecv"),
         dest=encode_dest(dest, c.size, "sendrecv"),

@@ -256,7 +256,8 @@ def _recv_transpose(cts, x, *, comm, source, tag, status):
 def _sendrecv_transpose(cts, sendbuf, recvbuf, *, source, dest, sendtag, **params):
     """The cotangent goes back to the rank the data came from; the cotangent of what this
     rank sent comes back from its destination (matched by source, any tag)."""
-    params = dict(params, recvtag=TAG_ANY, status=0)
+    # The cotangents are two arrays even where the primal sent and received one.
+    params = dict(params, recvtag=TAG_ANY, status=0, replace=False)
     back = _one(
         _sendrecv_p,
         *cts,

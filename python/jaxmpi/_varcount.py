@@ -13,7 +13,7 @@ import numpy as np
 from ._comm import check_rank, resolve_comm
 from ._errors import raise_mpi_errors
 from ._jax_shim import ShapedArray
-from ._ops import _array, _at_root_only, _define, _in_place_away_from_root
+from ._ops import _array, _at_root_only, _define, _template_away_from_root
 
 
 def _elements(counts, row: int) -> dict:
@@ -30,8 +30,8 @@ def _rows_like(x, rows: int):
     return ShapedArray((rows, *x.shape[1:]), x.dtype)
 
 
-# Like gather and scatter (see _ops.py): no result away from gatherv's root; scatterv
-# receives into its template there.
+# Like gather and scatter (see _ops.py): no result away from gatherv's root; scatterv's
+# operand there is a template, never read.
 _gatherv_p = _define(
     "gatherv",
     _at_root_only(lambda x, *, counts, **_: _rows_like(x, sum(counts))),
@@ -45,8 +45,8 @@ _allgatherv_p = _define(
 _scatterv_p = _define(
     "scatterv",
     lambda x, *, counts, rank, at_root, **_: [_rows_like(x, counts[rank]) if at_root else x],
-    _in_place_away_from_root,
-    lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+    unread=_template_away_from_root,
 )
 
 

@@ -229,3 +229,44 @@ def test_eager_send_recv_in_a_loop():
             received.append(int(jaxmpi.recv(np.int64(0), partner, tag=k % 3)))
     expected = [100 * partner + k for k in range(20) if (RANK + k) % 2 == 1]
     assert received == expected
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16", "complex128"])
+def test_sendrecv_of_one_array_into_itself(mode, dtype):
+    """`sendrecv(a, a)` sends and receives through one buffer (MPI_Sendrecv_replace);
+    the program may still use `a` afterwards (XLA then hands MPI a copy)."""
+    left, right = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+    mine = rank_data(RANK, dtype, (5, 3))
+
+    def shift_and_keep(a):
+        return jaxmpi.sendrecv(a, a, source=left, dest=right, sendtag=3), a
+
+    shifted, kept = call(mode, shift_and_keep, mine)
+    assert_array(shifted, rank_data(left, dtype, (5, 3)), "received")
+    assert_array(kept, mine, "kept")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sendrecv_of_one_array_with_open_ends_and_status(mode):
+    """In place with PROC_NULL: rank 0 receives nothing and keeps its array; the status
+    describes what arrived."""
+    status = MPI.Status() if MPI is not None else None
+    source = RANK - 1 if RANK > 0 else jaxmpi.PROC_NULL
+    dest = RANK + 1 if RANK < SIZE - 1 else jaxmpi.PROC_NULL
+    mine = rank_data(RANK, "float64", (4,))
+    got = call(mode, lambda a: jaxmpi.sendrecv(a, a, source, dest, status=status), mine)
+    assert_array(got, rank_data(RANK - 1, "float64", (4,)) if RANK > 0 else mine)
+    if status is not None:
+        assert status.Get_source() == (RANK - 1 if RANK > 0 else MPI.PROC_NULL)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_vmapped_sendrecv_of_one_array(mode):
+    """One in-place MPI call for the whole batch, whichever axis is batched."""
+    left, right = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+    batch = np.stack([rank_data(RANK, "float32", (3, 2)) * (k + 1) for k in range(4)], axis=1)
+    shift = jax.vmap(lambda a: jaxmpi.sendrecv(a, a, left, right), in_axes=1, out_axes=1)
+    got = call(mode, shift, batch)
+    expected = np.stack([rank_data(left, "float32", (3, 2)) * (k + 1) for k in range(4)], axis=1)
+    assert_array(got, expected)

@@ -144,4 +144,15 @@ impl Backend for Direct<'_> {
     ) -> Result<Status> {
         self.call(|b| b.sendrecv(comm, send, dest, send_tag, recv, source, recv_tag))
     }
+    fn sendrecv_replace(
+        &self,
+        comm: Comm,
+        buf: BufMut,
+        dest: Peer,
+        send_tag: i32,
+        source: Peer,
+        recv_tag: Option<i32>,
+    ) -> Result<Status> {
+        self.call(|b| b.sendrecv_replace(comm, buf, dest, send_tag, source, recv_tag))
+    }
 }

@@ -377,6 +377,20 @@ impl Backend for Staged<'_> {
                 .sendrecv(comm, s, dest, send_tag, r, source, recv_tag)
         })
     }
+    fn sendrecv_replace(
+        &self,
+        comm: Comm,
+        buf: BufMut,
+        dest: Peer,
+        send_tag: i32,
+        source: Peer,
+        recv_tag: Option<i32>,
+    ) -> Result<Status> {
+        self.whole(None, buf, true, |_, b| {
+            self.inner
+                .sendrecv_replace(comm, b, dest, send_tag, source, recv_tag)
+        })
+    }
 }
 
 #[cfg(test)]

@@ -126,6 +126,32 @@ fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
 }
 
 #[test]
+fn sendrecv_replace_stages_the_buffer_in_and_the_message_out() {
+    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let staged = Staged::new(mpi(), &device, &pool);
+    let expected = floats([3.0, -1.0, 0.5]);
+    let mut data = expected.clone();
+    let world = mpi().world();
+    let status = staged
+        .sendrecv_replace(
+            world,
+            output(&mut data),
+            Peer::Rank(0),
+            3,
+            Peer::Rank(0),
+            Some(3),
+        )
+        .unwrap();
+    assert_eq!((data, device.pending(), status.count), (expected, 0, 3));
+    // From PROC_NULL nothing arrives: the buffer comes back as it went in.
+    let mut kept = floats([7.0, 8.0]);
+    staged
+        .sendrecv_replace(world, output(&mut kept), Peer::Null, 0, Peer::Null, None)
+        .unwrap();
+    assert_eq!(kept, floats([7.0, 8.0]));
+}
+
+#[test]
 fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
     let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(4);

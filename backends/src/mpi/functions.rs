@@ -131,6 +131,7 @@ function_table! {
             *const c_void, c_int, H, c_int, c_int,
             *mut c_void, c_int, H, c_int, c_int, H, StatusPtr,
         );
+        MPI_Sendrecv_replace(*mut c_void, c_int, H, c_int, c_int, c_int, c_int, H, StatusPtr);
 
         // Not used by the ops; the probe cross-checks the handle tables with them.
         MPI_Type_size(H, *mut c_int);
@@ -162,6 +163,7 @@ function_table! {
             *const c_void, Count, H, c_int, c_int,
             *mut c_void, Count, H, c_int, c_int, H, StatusPtr,
         );
+        MPI_Sendrecv_replace_c(*mut c_void, Count, H, c_int, c_int, c_int, c_int, H, StatusPtr);
     }
 }
 

@@ -841,6 +841,52 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         self.check(name, rc)?;
         self.status(name, &mut status, &recv)
     }
+
+    fn sendrecv_replace(
+        &self,
+        comm: Comm,
+        buf: BufMut,
+        dest: Peer,
+        send_tag: i32,
+        source: Peer,
+        recv_tag: Option<i32>,
+    ) -> Result<Status> {
+        let name = "sendrecv";
+        let handle = self.comm(name, comm)?;
+        let (dest, source) = (
+            self.peer(name, dest, false)?,
+            self.peer(name, source, true)?,
+        );
+        let mode = self.mode([buf.count()]);
+        let t = self.typed(name, &mode, buf.count(), buf.dtype())?;
+        let (p, rtag) = (buf.ptr().cast(), self.tag(recv_tag));
+        let mut status = RawStatus::default();
+        let st = status.as_mut_ptr();
+        // SAFETY: `buf` holds `t` elements, read and then written by this one call; `st`
+        // is a whole MPI_Status of this family.
+        let rc = match mode {
+            Mode::Int => unsafe {
+                (self.fns.MPI_Sendrecv_replace)(
+                    p,
+                    t.int(),
+                    t.datatype,
+                    dest,
+                    send_tag,
+                    source,
+                    rtag,
+                    handle,
+                    st,
+                )
+            },
+            Mode::Large(l) => unsafe {
+                (l.MPI_Sendrecv_replace_c)(
+                    p, t.count, t.datatype, dest, send_tag, source, rtag, handle, st,
+                )
+            },
+        };
+        self.check(name, rc)?;
+        self.status(name, &mut status, &buf)
+    }
 }
 
 /// `layout` builds `Layout::Large` exactly when the mode is `Large`; any other pairing is a

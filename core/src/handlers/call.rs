@@ -210,10 +210,11 @@ impl<'a> Call<'a> {
         self.scalar::<i64>(name).ok()
     }
 
-    /// Bytes of the first data operand: what the call sends (for a receive, the size of
-    /// its template: what it can receive).
+    /// Bytes of the first data operand: what the call sends; for a receive, which has no
+    /// operand, of its result: what it can receive.
     pub fn operand_bytes(&self) -> usize {
         Self::data_buffers(&self.frame.args)
+            .chain(Self::data_buffers(&self.frame.rets))
             .next()
             .map_or(0, |buffer| {
                 let operand = Operand { buffer };

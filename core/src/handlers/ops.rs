@@ -3,6 +3,7 @@
 //! rooted ops bind no result on those ranks (the Python side returns the input), so the
 //! presence of a result is what tells a body whether this rank receives.
 
+use super::call::Operand;
 use super::Call;
 use crate::{Backend, Buf, BufMut, Dtype, Input, Result, Status};
 
@@ -98,6 +99,7 @@ pub fn jaxmpi_reduce_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
 /// The root has no result: its operand is the message, which MPI_Bcast only reads there
 /// (the `Backend::bcast` contract), so it is passed as the buffer without a copy.
 pub fn jaxmpi_bcast(call: &Call, backend: &dyn Backend) -> Result<()> {
+    // Elsewhere the template is no operand: the result is the buffer received into.
     let buf = match call.optional_ret(0) {
         Some(y) => y,
         None => call.arg(0)?,
@@ -122,15 +124,25 @@ pub fn jaxmpi_allgather(call: &Call, backend: &dyn Backend) -> Result<()> {
     backend.allgather(call.comm()?, x, y)
 }
 
-pub fn jaxmpi_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
-    let op = call.op();
-    let send = if is_root(call, backend, root)? {
-        x.buf(op)?
+/// What the root scatters; elsewhere the call has no operand (the template stays in
+/// JAX: XLA never sees it).
+fn scattered<'a>(
+    call: &Call<'a>,
+    backend: &dyn Backend,
+    root: i32,
+    y: &Operand,
+) -> Result<Buf<'a>> {
+    if is_root(call, backend, root)? {
+        call.arg(0)?.buf(call.op())
     } else {
-        empty_buf(x.dtype(op)?)
-    };
-    backend.scatter(call.comm()?, send, y.buf_mut(op)?, root)
+        Ok(empty_buf(y.dtype(call.op())?))
+    }
+}
+
+pub fn jaxmpi_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
+    let (y, root) = (call.ret(0)?, call.int("root")?);
+    let send = scattered(call, backend, root, &y)?;
+    backend.scatter(call.comm()?, send, y.buf_mut(call.op())?, root)
 }
 
 pub fn jaxmpi_alltoall(call: &Call, backend: &dyn Backend) -> Result<()> {
@@ -159,17 +171,11 @@ pub fn jaxmpi_allgatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
 }
 
 pub fn jaxmpi_scatterv(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y, root) = (call.arg(0)?, call.ret(0)?, call.int("root")?);
+    let (y, root) = (call.ret(0)?, call.int("root")?);
     let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
-    let op = call.op();
-    backend.scatterv(
-        call.comm()?,
-        x.buf(op)?,
-        &counts,
-        &displs,
-        y.buf_mut(op)?,
-        root,
-    )
+    let send = scattered(call, backend, root, &y)?;
+    let recv = y.buf_mut(call.op())?;
+    backend.scatterv(call.comm()?, send, &counts, &displs, recv, root)
 }
 
 pub fn jaxmpi_alltoallv(call: &Call, backend: &dyn Backend) -> Result<()> {
@@ -200,14 +206,18 @@ pub fn jaxmpi_recv(call: &Call, backend: &dyn Backend) -> Result<()> {
     fill_status(call, &status)
 }
 
+/// The lowering aliases the result to the send buffer when the program sends and
+/// receives the same array (`a = sendrecv(a, a)`): then the message is received in place.
 pub fn jaxmpi_sendrecv(call: &Call, backend: &dyn Backend) -> Result<()> {
-    let (x, y) = (
-        call.arg(0)?.buf(call.op())?,
-        call.ret(0)?.buf_mut(call.op())?,
-    );
-    let (dest, send_tag) = (call.peer("dest")?, call.int("sendtag")?);
+    let (x, y, op) = (call.arg(0)?, call.ret(0)?, call.op());
+    let (comm, dest, send_tag) = (call.comm()?, call.peer("dest")?, call.int("sendtag")?);
     let (source, recv_tag) = (call.peer("source")?, call.tag("recvtag")?);
-    let status = backend.sendrecv(call.comm()?, x, dest, send_tag, y, source, recv_tag)?;
+    let status = if x.data() == y.data() && y.count() > 0 {
+        backend.sendrecv_replace(comm, y.buf_mut(op)?, dest, send_tag, source, recv_tag)?
+    } else {
+        let (send, recv) = (x.buf(op)?, y.buf_mut(op)?);
+        backend.sendrecv(comm, send, dest, send_tag, recv, source, recv_tag)?
+    };
     fill_status(call, &status)
 }
 

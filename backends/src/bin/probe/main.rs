@@ -124,7 +124,7 @@ fn preload(path: &Path) -> Result<(), String> {
 /// Which path counts above 2^31-1 take: the backend uses the MPI-4 `_c` functions when the
 /// library exports all it needs, derived datatypes otherwise.
 fn large_count_path(library: &Path) -> &'static str {
-    const NEEDED: [&CStr; 12] = [
+    const NEEDED: [&CStr; 13] = [
         c"MPI_Bcast_c",
         c"MPI_Gather_c",
         c"MPI_Allgather_c",
@@ -137,6 +137,7 @@ fn large_count_path(library: &Path) -> &'static str {
         c"MPI_Send_c",
         c"MPI_Recv_c",
         c"MPI_Sendrecv_c",
+        c"MPI_Sendrecv_replace_c",
     ];
     let Ok(name) = CString::new(library.as_os_str().as_bytes()) else {
         return "unknown";

@@ -1,5 +1,5 @@
-//! Point to point: send/recv around a ring, sendrecv ring shifts, MPI_PROC_NULL, and the
-//! status each receive reports.
+//! Point to point: send/recv around a ring, sendrecv ring shifts (two buffers, and one
+//! replaced in place), MPI_PROC_NULL, and the status each receive reports.
 
 use jaxmpi_core::{Dtype, Peer, Status};
 
@@ -7,6 +7,15 @@ use crate::array::Array;
 use crate::data::{Data, Pattern};
 use crate::report::{Group, Probe};
 use crate::{cases, BIG, SOME_DTYPES};
+
+/// Where sendrecv's message arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Landing {
+    /// A second buffer (MPI_Sendrecv).
+    Apart,
+    /// The send buffer itself (MPI_Sendrecv_replace).
+    InPlace,
+}
 
 /// How the ring's receive names its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,9 +35,13 @@ fn tag_of(rank: i32) -> i32 {
 
 pub fn full(p: &mut Probe, g: &Group) {
     for (_, dtype, n) in cases(&Dtype::ALL) {
-        sendrecv(p, g, dtype, n);
+        sendrecv(p, g, dtype, n, Landing::Apart);
     }
-    sendrecv(p, g, Dtype::F32, BIG);
+    for (_, dtype, n) in cases(&SOME_DTYPES) {
+        sendrecv(p, g, dtype, n, Landing::InPlace);
+    }
+    sendrecv(p, g, Dtype::F32, BIG, Landing::Apart);
+    sendrecv(p, g, Dtype::F64, BIG, Landing::InPlace);
     proc_null(p, g);
     // A blocking send to oneself may never complete: rings need a second rank.
     if g.size > 1 {
@@ -43,7 +56,8 @@ pub fn full(p: &mut Probe, g: &Group) {
 }
 
 pub fn subset(p: &mut Probe, g: &Group) {
-    sendrecv(p, g, Dtype::BF16, 1001);
+    sendrecv(p, g, Dtype::BF16, 1001, Landing::Apart);
+    sendrecv(p, g, Dtype::C128, 1001, Landing::InPlace);
     proc_null(p, g);
     if g.size > 1 {
         ring(p, g, Dtype::I64, 7, Receive::Any);
@@ -88,24 +102,33 @@ fn ring(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, how: Receive) {
 }
 
 /// A ring shift in one call: to the right, from the left (oneself on a single rank).
-fn sendrecv(p: &mut Probe, g: &Group, dtype: Dtype, n: usize) {
-    let label = format!("sendrecv {dtype} n={n} on {}", g.name);
+fn sendrecv(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, into: Landing) {
+    let label = format!("sendrecv {dtype} n={n} {into:?} on {}", g.name);
     p.start(&label);
     let data = Data::new(&label, dtype, Pattern::Wide, g.size);
     let (left, right) = g.neighbours();
-    let send = data.of_rank(g.rank, n);
+    let mut send = data.of_rank(g.rank, n);
     let mut recv = Array::zeroed(dtype, n);
     let expected = data.of_rank(left, n);
     let tag = Some(tag_of(left));
-    let result = p.backend.sendrecv(
-        g.comm,
-        send.buf(),
-        Peer::Rank(right),
-        tag_of(g.rank),
-        recv.buf_mut(),
-        Peer::Rank(left),
-        tag,
-    );
+    let (b, dest, sendtag) = (p.backend, Peer::Rank(right), tag_of(g.rank));
+    let result = match into {
+        Landing::Apart => b.sendrecv(
+            g.comm,
+            send.buf(),
+            dest,
+            sendtag,
+            recv.buf_mut(),
+            Peer::Rank(left),
+            tag,
+        ),
+        Landing::InPlace => {
+            let result =
+                b.sendrecv_replace(g.comm, send.buf_mut(), dest, sendtag, Peer::Rank(left), tag);
+            recv = send;
+            result
+        }
+    };
     if let Some(status) = p.ok(&label, result) {
         check_status(p, &label, status, Peer::Rank(left), tag, n);
         p.data(&label, &expected, &recv);
@@ -149,6 +172,13 @@ fn proc_null(p: &mut Probe, g: &Group) {
     );
     if let Some(status) = p.ok(&format!("sendrecv with {label}"), result) {
         check_status(p, &format!("sendrecv {label}"), status, Peer::Null, None, 0);
+    }
+    let mut kept = send.clone();
+    let result = b.sendrecv_replace(g.comm, kept.buf_mut(), Peer::Null, 5, Peer::Null, None);
+    if let Some(status) = p.ok(&format!("sendrecv_replace with {label}"), result) {
+        let what = format!("sendrecv_replace {label}");
+        check_status(p, &what, status, Peer::Null, None, 0);
+        p.data(&what, &send, &kept);
     }
 }
 
