@@ -41,6 +41,14 @@ def _call_fields(call: str) -> dict:
     return fields
 
 
+def _forget_kept_failure(message: str) -> None:
+    """The user now holds this failure: the core need not raise it again later (see
+    core/src/handlers/pending.rs)."""
+    from . import _native
+
+    _native.discard_failure(message)
+
+
 class MPIError(JaxRuntimeError):
     """An MPI call made by jaxmpi failed.
 
@@ -67,6 +75,7 @@ class MPIError(JaxRuntimeError):
         self.tag = call.get("tag", call.get("recvtag"))
         self.peer = call.get("source", call.get("dest"))
         self.nbytes: int | None = call.get("bytes")
+        _forget_kept_failure(message)
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> MPIError | None:
