@@ -11,6 +11,11 @@ text jaxmpi writes in one format (core/src/error.rs):
 communicator methods, initialization. Inside a user's own `jax.jit` function JAX raises
 its own `JaxRuntimeError`; `raise_mpi_errors` (decorator or context manager) or
 `MPIError.from_exception` turn that into an `MPIError`.
+
+Under fast dispatch a failed call without a result (a send, say) may leave nothing for the
+user to read its error from; the core keeps it and jaxmpi raises it later
+(core/src/handlers/pending.rs has the rule). Creating an `MPIError` for it, here or by
+conversion, tells the core it was reported, so it is not raised a second time.
 """
 
 from __future__ import annotations
