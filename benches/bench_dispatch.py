@@ -106,7 +106,9 @@ def driver(out: str, ranks: list[int], rounds: int) -> None:
             )
             command = [mpiexec, "-n", str(n), sys.executable, __file__, "--worker"]
             command += ["--rounds", str(rounds)]
-            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+            done = subprocess.run(
+                command, check=False, capture_output=True, text=True, env=env, timeout=900
+            )
             line = [s for s in done.stdout.splitlines() if s.startswith("RESULT ")]
             if done.returncode or not line:
                 sys.exit(f"{mode} at {n} ranks failed:\n{done.stdout}\n{done.stderr}")
@@ -117,8 +119,10 @@ def driver(out: str, ranks: list[int], rounds: int) -> None:
 
 def table(results: list[dict]) -> str:
     rows = [
-        "| ranks | mode | plain jit | jit + jaxmpi.allreduce | ratio | jit + mpi4jax.allreduce "
-        "| shallow water, per step: Python-stepped | fused | ratio |",
+        (
+            "| ranks | mode | plain jit | jit + jaxmpi.allreduce | ratio | jit + mpi4jax.allreduce "
+            "| shallow water, per step: Python-stepped | fused | ratio |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
