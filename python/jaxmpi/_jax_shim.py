@@ -182,10 +182,10 @@ class _FastDispatch:
     (and exit) drains the thread's stream with a small program of its own, and a failure
     of an op whose result nobody reads is kept by the core and raised later.
 
-    Kept for one process-wide choice: the CPU with one local device. On CUDA (order
-    between programs not yet shown on a GPU) and with several local devices (each has its
-    own queue) programs stay ordered. The first program lowered this way is checked; if
-    this JAX lowers differently, dispatch falls back to ordered with one warning.
+    Used only on the CPU with one device per process: on CUDA order between programs is
+    not yet shown on a GPU, and several devices each have their own queue. Every program
+    lowered this way is checked (the first one thoroughly); if this JAX lowers
+    differently, dispatch falls back to ordered, with one warning.
     """
 
     def __init__(self) -> None:
@@ -195,16 +195,19 @@ class _FastDispatch:
         self.used = False  # a program was lowered the fast way in this process
         self.draining = True
         self.lowering = threading.local()
-        self.on_fast: list = []  # called once, when the first fast program is lowered
+        self.on_fast: list = []  # called once, when the first program is lowered fast
         self.on_barrier: list = []  # called after every effects_barrier
 
     def mode(self) -> tuple[str, str]:
         if self.decision is None:
             self.decision = self._decide()
-            if self.decision[0] == "fast":
-                for callback in self.on_fast:
-                    callback()
         return self.decision
+
+    def lowered_fast(self) -> None:
+        if not self.used:
+            self.used = True
+            for callback in self.on_fast:
+                callback()
 
     def _decide(self) -> tuple[str, str]:
         if self.requested == "ordered":
@@ -256,20 +259,21 @@ def _lowering_without_effect(closed_jaxpr, *args, **kwargs):
         result = _lower_to_hlo(stripped, *args, **kwargs)
     finally:
         state.active = False
-    if not _fast.checked:
-        why = _self_check(result, state.created)
-        _fast.checked = True
-        if why:
-            _fast.fallback(why)
-            return _lower_to_hlo(closed_jaxpr, *args, **kwargs)
-    _fast.used = True
+    why = _self_check(result, state.created, thorough=not _fast.checked)
+    _fast.checked = True
+    if why:
+        _fast.fallback(why)
+        return _lower_to_hlo(closed_jaxpr, *args, **kwargs)
+    _fast.lowered_fast()
     return result
 
 
-def _self_check(result, created: int) -> str:
+def _self_check(result, created: int, thorough: bool) -> str:
     """What differs from what fast dispatch assumes of this lowering, or ''."""
     if created != 1:
         return f"the program's MPI token was created {created} times, expected once"
+    if not thorough:
+        return ""
     for part in result:
         if isinstance(part, (list, tuple)) and _has_mpi_effect(
             e for e in part if isinstance(e, _effects.Effect)
