@@ -65,7 +65,7 @@ for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do
     log="$logdir/$build-ordered-tests.log"
     JAXMPI_CELL_TIMEOUT=$((2 * limit)) matrix_exec "$build" 2 "${pyenv[@]}" "${extra_env[@]}" \
         JAXMPI_DISPATCH=ordered "XLA_FLAGS=--xla_force_host_platform_device_count=1" -- \
-        python -m pytest -p no:cacheprovider -q "$ROOT/tests/python/test_dispatch.py" >"$log" 2>&1
+        python -m pytest -p no:cacheprovider --color=no -q "$ROOT/tests/python/test_dispatch.py" >"$log" 2>&1
     rc=$?
     summary=$(grep -a -E '[0-9]+ (passed|failed)' "$log" | tail -n 1)
     if ((rc == 0)); then
