@@ -236,6 +236,9 @@ step "reliability: errors, timeout, debug" reliability-errors "$ROOT/tests/relia
 step "reliability: rank death" rank-death "$ROOT/tests/rank_death.sh"
 # Memory stays flat over many calls (the full-size soak is benches/soak.py).
 step "reliability: soak (lite)" soak "$ROOT/ci/soak.sh"
+# Dispatch: exit with jitted sends and receives still in flight on every build (both
+# modes), and tests/python/test_dispatch.py under JAXMPI_DISPATCH=ordered.
+step "dispatch modes" dispatch-modes "$ROOT/tests/dispatch_modes.sh"
 
 # ---------------------------------------------------------------------------
 # Summary.

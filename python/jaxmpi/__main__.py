@@ -1,5 +1,6 @@
 """`python -m jaxmpi info`: what a bug report needs — which MPI library jaxmpi chose and
-why, its thread level, the JAX versions, and CUDA-awareness."""
+why, its thread level, the JAX versions, CUDA-awareness, and how jitted calls are
+dispatched."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ def info_lines() -> list[str]:
     import jaxlib
 
     from jaxmpi import _support
+    from jaxmpi._jax_shim import dispatch_mode
     from jaxmpi._runtime import cuda, info
 
     mpi4py = sys.modules.get("mpi4py")
@@ -26,6 +28,7 @@ def info_lines() -> list[str]:
         f"  initialized   {'by jaxmpi' if info['initialized_here'] else 'before jaxmpi (e.g. by mpi4py)'}",
         f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}: {info['cuda_aware_reason']}",
         f"CUDA            {_cuda_line(cuda)}",
+        "dispatch        {}: {}".format(*dispatch_mode()),
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",
         f"jaxlib          {jaxlib.__version__}",

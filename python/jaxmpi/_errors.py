@@ -11,6 +11,11 @@ text jaxmpi writes in one format (core/src/error.rs):
 communicator methods, initialization. Inside a user's own `jax.jit` function JAX raises
 its own `JaxRuntimeError`; `raise_mpi_errors` (decorator or context manager) or
 `MPIError.from_exception` turn that into an `MPIError`.
+
+Under fast dispatch a failed call without a result (a send, say) may leave nothing for the
+user to read its error from; the core keeps it and jaxmpi raises it later
+(core/src/handlers/pending.rs has the rule). Creating an `MPIError` for it, here or by
+conversion, tells the core it was reported, so it is not raised a second time.
 """
 
 from __future__ import annotations
@@ -41,6 +46,14 @@ def _call_fields(call: str) -> dict:
     return fields
 
 
+def _forget_kept_failure(message: str) -> None:
+    """The user now holds this failure: the core need not raise it again later (see
+    core/src/handlers/pending.rs)."""
+    from . import _native
+
+    _native.discard_failure(message)
+
+
 class MPIError(JaxRuntimeError):
     """An MPI call made by jaxmpi failed.
 
@@ -67,6 +80,7 @@ class MPIError(JaxRuntimeError):
         self.tag = call.get("tag", call.get("recvtag"))
         self.peer = call.get("source", call.get("dest"))
         self.nbytes: int | None = call.get("bytes")
+        _forget_kept_failure(message)
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> MPIError | None:

@@ -43,7 +43,7 @@ def _agree_with_mpi4py() -> None:
 
 
 def _check_environment() -> None:
-    """JAXMPI_TIMEOUT and JAXMPI_DEBUG are read by the handlers, which cannot raise a
+    """JAXMPI_TIMEOUT, JAXMPI_DEBUG and JAXMPI_DISPATCH are read by the handlers, which cannot raise a
     clear error at import; a bad value is refused here."""
     timeout = os.environ.get("JAXMPI_TIMEOUT", "").strip()
     try:
@@ -57,6 +57,12 @@ def _check_environment() -> None:
     debug = os.environ.get("JAXMPI_DEBUG", "").strip()
     if debug not in ("", "0", "1"):
         raise ValueError(f"JAXMPI_DEBUG={debug!r}: expected 1 (log every MPI call) or 0")
+    dispatch = os.environ.get("JAXMPI_DISPATCH", "").strip()
+    if dispatch not in ("", "fast", "ordered"):
+        raise ValueError(
+            f"JAXMPI_DISPATCH={dispatch!r}: expected fast (no runtime token between jitted "
+            "calls; the default on CPU) or ordered (JAX's ordered effect)"
+        )
 
 
 def _rank_gpu(devices: int, node_rank: int) -> int | None:
@@ -112,7 +118,19 @@ def _initialize() -> tuple[dict, dict]:
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
     mpi = _native.info()
+    _jax_shim.configure_dispatch(
+        os.environ.get("JAXMPI_DISPATCH", "").strip(),
+        on_fast=lambda: _native.keep_failures(True),
+        on_barrier=_raise_kept_failure,
+    )
     return mpi, _setup_cuda(mpi)
+
+
+def _raise_kept_failure() -> None:
+    """After effects_barrier: the failure of an op nobody could read (fast dispatch)."""
+    message = _native.take_failure()
+    if message is not None:
+        raise MPIError(message)
 
 
 info, cuda = _initialize()
@@ -122,7 +140,9 @@ info, cuda = _initialize()
 def _shutdown() -> None:
     # XLA may still be running MPI calls asynchronously; they must finish before
     # MPI_Finalize. mpi4py finalizes later (from Py_AtExit), and only what it initialized.
+    # A failure kept since an op nobody read is raised from here (printed at exit).
     try:
         jax.effects_barrier()
     finally:
+        _jax_shim.stop_draining()
         _native.finalize()

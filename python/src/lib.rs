@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use jaxmpi_backends::detect::SearchPath;
 use jaxmpi_core::{
-    backend, handlers::DEVICE_HANDLERS, handlers::HANDLERS, xla_ffi::Handler, Backend, Comm, Dtype,
-    Error, ErrorKind, ReduceOp,
+    backend, handlers::pending, handlers::DEVICE_HANDLERS, handlers::HANDLERS, xla_ffi::Handler,
+    Backend, Comm, Dtype, Error, ErrorKind, ReduceOp,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -42,8 +42,39 @@ fn set_error_type(py: Python<'_>, error_type: Bound<'_, PyType>) {
     let _ = ERROR_TYPE.set(py, error_type.unbind());
 }
 
+/// The backend, for a call from Python; a failure kept since an earlier op (see
+/// `pending`) is raised here instead, as by the next jaxmpi call.
 fn installed() -> PyResult<&'static dyn Backend> {
+    if let Some(err) = pending::take() {
+        return Err(to_py(err));
+    }
     backend().map_err(to_py)
+}
+
+/// Keeps failures of ops without results for later (fast dispatch), or stops keeping them.
+#[pyfunction]
+fn keep_failures(on: bool) {
+    pending::set_dispatching_thread_probe(on_python_thread);
+    pending::enable(on);
+}
+
+/// Programs are dispatched from Python threads; XLA's own workers have no Python state.
+fn on_python_thread() -> bool {
+    // SAFETY: reads this thread's state pointer; needs neither the GIL nor initialization
+    // beyond the interpreter that loaded this module.
+    !unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null()
+}
+
+/// The kept failure's message ("jaxmpi.<op> failed: ..."), now the caller's to raise.
+#[pyfunction]
+fn take_failure() -> Option<String> {
+    pending::take().map(|err| format!("jaxmpi.{err}"))
+}
+
+/// Forgets the kept failure if `message`, an error already raised, reports it.
+#[pyfunction]
+fn discard_failure(message: &str) {
+    pending::discard(message);
 }
 
 /// Selects, loads and initializes the MPI library once per process; later calls return at
@@ -250,6 +281,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(node_local_rank, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
+    m.add_function(wrap_pyfunction!(take_failure, m)?)?;
+    m.add_function(wrap_pyfunction!(discard_failure, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(reduce_ops, m)?)?;
     m.add_function(wrap_pyfunction!(op_supports, m)?)?;

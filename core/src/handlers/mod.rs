@@ -4,6 +4,7 @@
 mod call;
 mod device;
 mod ops;
+pub mod pending;
 #[cfg(test)]
 mod tests;
 
@@ -63,8 +64,9 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
         let call = unsafe { Call::new(frame, op) }?;
         let backend = backend()?;
         // SAFETY: `call` was made from `frame`, valid for this whole function.
-        unsafe { calllog::run(frame, &call, backend, || body(&call, backend)) }
-            .map_err(|err| with_rank(err, backend).with_call(CallInfo::of(&call)))
+        let result = unsafe { calllog::run(frame, &call, backend, || body(&call, backend)) }
+            .map_err(|err| with_rank(named(err, op), backend).with_call(CallInfo::of(&call)));
+        pending::report(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {
         Ok(Ok(())) => return std::ptr::null_mut(),
@@ -84,6 +86,20 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
     };
     // SAFETY: forwarded from the caller.
     unsafe { create_error(frame, &error) }
+}
+
+/// An error of a step inside the op (e.g. the error handler check) names the op the user
+/// called, and the step after the rank.
+fn named(mut err: Error, op: &'static str) -> Error {
+    if err.op == op {
+        return err;
+    }
+    let step = std::mem::replace(&mut err.op, op.into());
+    err.message = match err.message.split_once(": ") {
+        Some((rank, rest)) if rank.starts_with("rank ") => format!("{rank}: {step}: {rest}"),
+        _ => format!("{step}: {}", err.message),
+    };
+    err
 }
 
 /// Errors that did not come from MPI do not name the rank yet; a user with 100 ranks
