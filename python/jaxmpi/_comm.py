@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import jax
 
 from . import _native
+from ._errors import raise_mpi_errors
 from ._runtime import info
 
 # Encodings shared with the Rust handlers (core/src/handlers/call.rs).
@@ -45,26 +46,32 @@ class Comm:
             )
         return self._handle
 
+    @raise_mpi_errors()
     def Get_rank(self) -> int:
         return _native.comm_rank(self.handle)
 
+    @raise_mpi_errors()
     def Get_size(self) -> int:
         return _native.comm_size(self.handle)
 
+    @raise_mpi_errors()
     def Dup(self) -> Comm:
         return Comm(_native.comm_dup(self.handle))
 
     Clone = Dup
 
+    @raise_mpi_errors()
     def Split(self, color: int | None = None, key: int = 0) -> Comm | None:
         """`color=None` (MPI_UNDEFINED) leaves this rank out: it gets None."""
         handle = _native.comm_split(self.handle, color, key)
         return None if handle is None else Comm(handle)
 
+    @raise_mpi_errors()
     def Free(self) -> None:
         _native.comm_free(self.handle)
         self._freed = True
 
+    @raise_mpi_errors()
     def Barrier(self) -> None:
         _native.barrier(self.handle)
 

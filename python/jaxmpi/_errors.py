@@ -25,6 +25,8 @@ import re
 
 from jax.errors import JaxRuntimeError
 
+from . import _jax_shim
+
 _MESSAGE = re.compile(
     r"jaxmpi\.(?P<op>\w+)(?: failed)?: (?:rank (?P<rank>-?\d+): )?(?P<text>.*?)"
     r"(?: \(MPI error class (?P<error_class>-?\d+)\))?(?: \[(?P<call>[^\[\]]*)\])?\s*$",
@@ -44,6 +46,17 @@ def _call_fields(call: str) -> dict:
         except ValueError:
             fields[key] = value
     return fields
+
+
+def raise_kept_failure() -> None:
+    """Raises the failure the core kept since an op nobody could read (fast dispatch).
+    Called only once the caller's own MPI work is done: a rank raising before its part of
+    a collective would leave the other ranks waiting (core/src/handlers/pending.rs)."""
+    from . import _native
+
+    message = _native.take_failure()
+    if message is not None:
+        raise MPIError(message)
 
 
 def _forget_kept_failure(message: str) -> None:
@@ -106,13 +119,17 @@ class raise_mpi_errors(contextlib.ContextDecorator):
         with jaxmpi.raise_mpi_errors():
             y = jitted_step(x)
 
-    Other exceptions pass through unchanged.
+    Other exceptions pass through unchanged. Leaving it without an exception, outside of
+    tracing, raises a failure kept since an earlier op nobody could read (fast dispatch):
+    every jaxmpi op and `Comm` method is wrapped in it, so the next one reports it.
     """
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, traceback):
+        if exc is None and not _jax_shim.is_tracing():
+            raise_kept_failure()
         if exc is None or isinstance(exc, MPIError):
             return False
         error = MPIError.from_exception(exc)

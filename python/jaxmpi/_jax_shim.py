@@ -157,6 +157,11 @@ def has_cuda_plugin() -> bool:
     return False
 
 
+def is_tracing() -> bool:
+    """Whether JAX is tracing (under jit, grad, vmap, ...) rather than executing."""
+    return not _core.trace_state_clean()
+
+
 def use_only_gpu(ordinal: int) -> None:
     """Makes JAX use GPU `ordinal` alone (effective before JAX starts its GPU client)."""
     jax.config.update("jax_cuda_visible_devices", str(ordinal))

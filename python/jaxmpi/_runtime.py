@@ -11,7 +11,7 @@ import sys
 import jax
 
 from . import _jax_shim, _native
-from ._errors import MPIError
+from ._errors import MPIError, raise_kept_failure
 
 _native.set_error_type(MPIError)
 
@@ -121,16 +121,9 @@ def _initialize() -> tuple[dict, dict]:
     _jax_shim.configure_dispatch(
         os.environ.get("JAXMPI_DISPATCH", "").strip(),
         on_fast=lambda: _native.keep_failures(True),
-        on_barrier=_raise_kept_failure,
+        on_barrier=raise_kept_failure,
     )
     return mpi, _setup_cuda(mpi)
-
-
-def _raise_kept_failure() -> None:
-    """After effects_barrier: the failure of an op nobody could read (fast dispatch)."""
-    message = _native.take_failure()
-    if message is not None:
-        raise MPIError(message)
 
 
 info, cuda = _initialize()

@@ -42,12 +42,7 @@ fn set_error_type(py: Python<'_>, error_type: Bound<'_, PyType>) {
     let _ = ERROR_TYPE.set(py, error_type.unbind());
 }
 
-/// The backend, for a call from Python; a failure kept since an earlier op (see
-/// `pending`) is raised here instead, as by the next jaxmpi call.
 fn installed() -> PyResult<&'static dyn Backend> {
-    if let Some(err) = pending::take() {
-        return Err(to_py(err));
-    }
     backend().map_err(to_py)
 }
 

@@ -66,7 +66,7 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
         // SAFETY: `call` was made from `frame`, valid for this whole function.
         let result = unsafe { calllog::run(frame, &call, backend, || body(&call, backend)) }
             .map_err(|err| with_rank(named(err, op), backend).with_call(CallInfo::of(&call)));
-        pending::report(result, call.optional_ret(0).is_some())
+        pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {
         Ok(Ok(())) => return std::ptr::null_mut(),

@@ -5,12 +5,14 @@
 //! A program XLA runs inline, on the thread that dispatched it, returns its failure to
 //! that call at once: nothing is kept then.
 //!
-//! Rule: while enabled (fast dispatch), the first such failure is kept here until one of
-//! these reports it, whichever comes first: the next call with a result that succeeds
-//! (it completes its MPI call, so every rank stays in step, then fails with the kept
-//! failure); the next communicator method called from Python; `effects_barrier`; exit.
-//! Python discards it once it has raised it as `jaxmpi.MPIError` (also when converting
-//! the error of a result), so that one failure is not raised twice.
+//! Rule: while enabled (fast dispatch), the first such failure is kept here until Python
+//! reports it, whichever comes first: after the next jaxmpi op or communicator method it
+//! executes has finished, at `effects_barrier`, at exit. Never before or in the middle of
+//! MPI work: a rank that skipped its part of a collective because of an earlier failure
+//! would leave the other ranks waiting in it forever (so no handler reports it either: XLA
+//! would stop the program there, on this rank only). Python discards it once it has
+//! raised it as `jaxmpi.MPIError` (also when converting the error of a result), so that
+//! one failure is not raised twice.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -41,21 +43,16 @@ pub fn enable(on: bool) {
     }
 }
 
-/// What a finished call reports: a failure of a call without a result is also kept
-/// (unless an earlier one waits); a call with a result that succeeded reports the kept
-/// failure instead, after its MPI call, so that every rank still made the same calls.
-pub(super) fn report(result: Result<()>, has_result: bool) -> Result<()> {
-    if !ENABLED.load(Ordering::Relaxed) {
-        return result;
-    }
-    match result {
-        Err(err) if !has_result && !ON_DISPATCHING_THREAD.get().is_some_and(|on| on()) => {
+/// Keeps the failure of a call without a result (unless an earlier one waits), and
+/// returns the call's own outcome unchanged.
+pub(super) fn keep(result: Result<()>, has_result: bool) -> Result<()> {
+    if let Err(err) = &result {
+        let inline = ON_DISPATCHING_THREAD.get().is_some_and(|on| on());
+        if ENABLED.load(Ordering::Relaxed) && !has_result && !inline {
             slot().get_or_insert_with(|| err.clone());
-            Err(err)
         }
-        Ok(()) if has_result => take().map_or(Ok(()), Err),
-        other => other,
     }
+    result
 }
 
 /// The kept failure, now in the caller's hands.
