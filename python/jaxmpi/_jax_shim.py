@@ -70,17 +70,22 @@ def new_primitive(name: str, abstract_eval) -> Primitive:
     return primitive
 
 
-def lower_ordered_ffi_call(ctx, target: str, operands, attributes: dict, aliases: dict):
-    """Lowers to the XLA FFI call `target`, with the effect's token as the last operand and
-    result, so XLA keeps MPI calls in program order across the whole program."""
+def lower_ordered_ffi_call(ctx, target: str, operands, kept, attributes: dict, aliases: dict):
+    """Lowers to the XLA FFI call `target` on the operands at the indices `kept`, with the
+    effect's token as the last operand and result, so XLA keeps MPI calls in program order
+    across the whole program. The other operands (receive templates) exist for JAX's rules
+    but never reach the compiled call, so XLA neither computes nor keeps them; `aliases`
+    index the kept operands."""
     rule = jax.ffi.ffi_lowering(
         target, operand_output_aliases=aliases or None, has_side_effect=True
     )
     with_token = ctx.replace(
-        avals_in=[*ctx.avals_in, abstract_token],
+        avals_in=[*(ctx.avals_in[i] for i in kept), abstract_token],
         avals_out=[*ctx.avals_out, abstract_token],
     )
-    *results, token_out = rule(with_token, *operands, ctx.tokens_in.get(effect), **attributes)
+    kept_operands = [operands[i] for i in kept]
+    token_in = ctx.tokens_in.get(effect)
+    *results, token_out = rule(with_token, *kept_operands, token_in, **attributes)
     ctx.set_tokens_out(mlir.TokenSet({effect: token_out}))
     return results
 
@@ -165,18 +170,6 @@ def is_tracing() -> bool:
 def use_only_gpu(ordinal: int) -> None:
     """Makes JAX use GPU `ordinal` alone (effective before JAX starts its GPU client)."""
     jax.config.update("jax_cuda_visible_devices", str(ordinal))
-
-
-def lower_ordered_ffi_call_of(ctx, kept, target: str, operands, attributes: dict, aliases):
-    """`lower_ordered_ffi_call` passing XLA only the operands at the indices `kept`: the
-    others (receive templates) exist for JAX's rules but never reach the compiled call, so
-    XLA neither computes nor keeps them. `aliases` index the kept operands."""
-    inner = ctx.replace(avals_in=[ctx.avals_in[i] for i in kept], tokens_out=None)
-    results = lower_ordered_ffi_call(
-        inner, target, [operands[i] for i in kept], attributes, aliases
-    )
-    ctx.set_tokens_out(inner.tokens_out)
-    return results
 
 
 # --- Dispatch: fast (default on CPU) or ordered ----------------------------------------

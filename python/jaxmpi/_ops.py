@@ -71,7 +71,7 @@ def _define(name: str, shapes, aliases=_none, attributes=None, unread=_none):
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}
         aliased = {position[operand]: out for operand, out in aliases(**params).items()}
-        return _jax_shim.lower_ordered_ffi_call_of(ctx, kept, target, operands, attrs, aliased)
+        return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
 
     _jax_shim.register_lowering(primitive, lowering, platform="cpu")
     _jax_shim.register_lowering(primitive, lowering, platform="cuda")
