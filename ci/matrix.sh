@@ -106,6 +106,18 @@ if [[ -n ${JAXMPI_MATRIX_ONLY:-} ]]; then
     unset _sel _b
 fi
 
+# matrix_logdir KEEP PREFIX: sets `logdir` to KEEP (made if missing) when the caller asked
+# to keep its logs there, else to a fresh temporary folder removed when the script exits.
+matrix_logdir() {
+    if [[ -n $1 ]]; then
+        logdir=$1
+        mkdir -p "$logdir"
+    else
+        logdir=$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX") || exit 1
+        trap 'rm -rf "$logdir"' EXIT
+    fi
+}
+
 matrix_probe() { printf '%s' "${JAXMPI_PROBE:-$JAXMPI_ROOT/target/release/jaxmpi-probe}"; }
 
 # matrix_launcher_argv BUILD N -> fills the array MATRIX_ARGV with the

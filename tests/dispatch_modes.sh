@@ -20,13 +20,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/ci/matrix.sh"
 
 limit=${JAXMPI_DISPATCH_LIMIT:-120}
-if [[ -n ${JAXMPI_DISPATCH_LOGDIR:-} ]]; then
-    logdir=$JAXMPI_DISPATCH_LOGDIR
-    mkdir -p "$logdir"
-else
-    logdir=$(mktemp -d "${TMPDIR:-/tmp}/jaxmpi-dispatch.XXXXXX") || exit 1
-    trap 'rm -rf "$logdir"' EXIT
-fi
+matrix_logdir "${JAXMPI_DISPATCH_LOGDIR:-}" jaxmpi-dispatch
 extra_env=(JAX_PLATFORMS=cpu PYTHONDONTWRITEBYTECODE=1)
 [[ -n ${PYTHONPATH:-} ]] && extra_env+=("PYTHONPATH=$PYTHONPATH")
 

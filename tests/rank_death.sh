@@ -30,13 +30,7 @@ limit=${JAXMPI_RANK_DEATH_LIMIT:-60}
 die_after=${JAXMPI_RANK_DEATH_AFTER:-3}
 ORPHAN_GRACE=5 # seconds
 read -r -a rank_counts <<<"${JAXMPI_RANK_DEATH_RANKS:-2 3}"
-if [[ -n ${JAXMPI_RANK_DEATH_LOGDIR:-} ]]; then
-    logdir=$JAXMPI_RANK_DEATH_LOGDIR
-    mkdir -p "$logdir"
-else
-    logdir=$(mktemp -d "${TMPDIR:-/tmp}/jaxmpi-rank-death.XXXXXX") || exit 1
-    trap 'rm -rf "$logdir"' EXIT
-fi
+matrix_logdir "${JAXMPI_RANK_DEATH_LOGDIR:-}" jaxmpi-rank-death
 extra_env=()
 [[ -n ${PYTHONPATH:-} ]] && extra_env+=("PYTHONPATH=$PYTHONPATH")
 
