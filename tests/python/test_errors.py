@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     ALL_DTYPES,
     MODES,
     MPI,

@@ -9,7 +9,7 @@ import subprocess
 
 import jaxmpi._native
 import pytest
-from conftest import RANK
+from helpers import RANK
 
 FORBIDDEN_PREFIXES = ("libmpi", "libmpich", "libcuda")
 
