@@ -3,7 +3,9 @@
 #
 # Idempotent: every step first checks whether its work is already done
 # (dpkg status, a venv whose marker file records exactly the pinned versions,
-# cargo's own incremental build), so a second run takes seconds.
+# a stamp holding the hash of what the build and the wheel are made from, the
+# wheel's files already installed in each venv), so a second run takes seconds
+# and redoes only the steps whose inputs changed.
 #
 # Run it (`bash ci/setup.sh`, as ci/test.sh does). Sourcing it only defines
 # the pins below (JAXMPI_PIN_*, JAXMPI_APT_*, JAXMPI_TRIXIE_*) and the _setup_*
@@ -153,6 +155,30 @@ _setup_trixie() {
     )
 }
 
+# What the Rust build reads: its sources (tracked and untracked files git sees), the
+# toolchain and the environment cargo and backends/build.rs look at.
+_SETUP_RUST_INPUTS=(Cargo.toml Cargo.lock .cargo rust-toolchain rust-toolchain.toml core backends python/src python/Cargo.toml)
+# The wheel also packs the Python package, as pyproject.toml says, with maturin.
+_SETUP_WHEEL_INPUTS=("${_SETUP_RUST_INPUTS[@]}" python/jaxmpi python/pyproject.toml)
+
+# _setup_key PATH...: one hash of the names and contents of the files under PATH...
+# that git lists (tracked or untracked, not ignored), the toolchain's versions and the
+# build's environment. A stamp holding it says a step's output is current.
+_setup_key() (
+    set -o pipefail
+    cd "$JAXMPI_SETUP_ROOT" || exit 1
+    {
+        git ls-files -z --cached --others --exclude-standard -- "$@" | sort -zu |
+            while IFS= read -r -d '' f; do if [[ -f $f ]]; then printf '%s\0' "$f"; fi; done |
+            xargs -0r sha256sum || exit 1
+        rustc -vV && cargo --version || exit 1
+        env | { grep -E '^(RUSTFLAGS|RUSTC|CARGO_[A-Z_]+|MPICC|MPI_PKG_CONFIG|PYO3_[A-Z_]+)=' || true; } | sort
+    } | sha256sum | cut -d' ' -f1
+)
+
+# _setup_current STAMP KEY: whether STAMP holds KEY (an empty KEY never matches).
+_setup_current() { [[ -n $2 && -f $1 && "$(cat "$1")" == "$2" ]]; }
+
 _setup_cargo() {
     if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
         _setup_log "cargo build: skipped (JAXMPI_SKIP_BUILD set)"
@@ -162,33 +188,87 @@ _setup_cargo() {
         echo "setup: cargo not found (looked in PATH and ~/.cargo/bin); install Rust with rustup" >&2
         return 1
     fi
+    # Inside target/release, so `cargo clean` takes the stamp with the build. Needed as
+    # well as cargo's own checks: maturin builds the extension with another
+    # environment, after which cargo would rebuild pyo3 and the crates above it. (A build
+    # by hand with other features into target/release goes unnoticed: delete the stamp.)
+    local stamp="$JAXMPI_SETUP_ROOT/target/release/.jaxmpi-setup" key
+    key=$(_setup_key "${_SETUP_RUST_INPUTS[@]}") || key=
+    if _setup_current "$stamp" "$key"; then
+        _setup_log "cargo build: up to date (sources unchanged since the last build)"
+        return 0
+    fi
     _setup_log "cargo build --release --workspace --all-targets ($(cargo --version))"
-    (cd "$JAXMPI_SETUP_ROOT" && cargo build --release --workspace --all-targets)
+    rm -f "$stamp"
+    (cd "$JAXMPI_SETUP_ROOT" && cargo build --release --workspace --all-targets) || return 1
+    [[ -z $key ]] || printf '%s' "$key" >"$stamp"
 }
 
 # Builds the one jaxmpi wheel (abi3, manylinux) and installs that same file into
-# every test venv, so each MPI of the matrix is tested with identical bits.
+# every test venv, so each MPI of the matrix is tested with identical bits. Skips the
+# build when the stamp next to the wheel says it was made from the same inputs, and the
+# install into a venv that already holds exactly the wheel's files.
 _setup_wheel() {
     if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
         _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
         return 0
     fi
-    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" wheel venv
-    rm -rf "$wheels"
-    "$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/maturin" build --quiet --release \
-        --manifest-path "$JAXMPI_SETUP_ROOT/python/Cargo.toml" -o "$wheels" || return 1
-    wheel=$(ls "$wheels"/jaxmpi-*.whl)
-    _setup_log "wheel: $(basename "$wheel")"
-    local -a pip=(-m pip install --quiet --disable-pip-version-check --no-input --no-deps --force-reinstall "$wheel")
+    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" wheel venv key
+    local stamp="$JAXMPI_SETUP_ROOT/target/wheels/.jaxmpi-setup"
+    local maturin="$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/maturin"
+    key=$(_setup_key "${_SETUP_WHEEL_INPUTS[@]}" && "$maturin" --version) || key=
+    wheel=$(ls "$wheels"/jaxmpi-*.whl 2>/dev/null)
+    if [[ $(wc -l <<<"$wheel") == 1 && -f $wheel ]] && _setup_current "$stamp" "$key"; then
+        _setup_log "wheel: up to date ($(basename "$wheel"))"
+    else
+        rm -rf "$wheels"
+        "$maturin" build --quiet --release \
+            --manifest-path "$JAXMPI_SETUP_ROOT/python/Cargo.toml" -o "$wheels" || return 1
+        wheel=$(ls "$wheels"/jaxmpi-*.whl)
+        [[ -z $key ]] || printf '%s' "$key" >"$stamp"
+        _setup_log "wheel: $(basename "$wheel")"
+    fi
     for venv in mpich openmpi system jax-oldest impi; do
         [[ -x $JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python ]] || continue
-        "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" "${pip[@]}" || return 1
+        _setup_install_wheel "$venv" "$wheel" "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" || return 1
     done
     [[ -n ${JAXMPI_SKIP_TRIXIE:-} ]] && return 0
     for venv in "${JAXMPI_TRIXIE_VENVS[@]}"; do
-        bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" run "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" "${pip[@]}" || return 1
+        _setup_install_wheel "$venv" "$wheel" bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" run \
+            "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" || return 1
     done
 }
+
+# _setup_install_wheel NAME WHEEL PYTHON...: installs WHEEL with PYTHON... (a command)
+# unless the jaxmpi it finds already consists of exactly the wheel's files, compared
+# byte for byte: another build installed by hand, or a file gone, is replaced.
+_setup_install_wheel() {
+    local name=$1 wheel=$2
+    shift 2
+    if "$@" -I -c "$_SETUP_SAME_FILES" "$wheel"; then
+        _setup_log "venv $name: $(basename "$wheel") already installed"
+        return 0
+    fi
+    _setup_log "venv $name: installing $(basename "$wheel")"
+    "$@" -m pip install --quiet --disable-pip-version-check --no-input --no-deps --force-reinstall "$wheel"
+}
+
+# Exit status 0 if the installed jaxmpi package holds every file of the wheel (argv[1])
+# under jaxmpi/ with the same bytes (files pip would leave alone are not looked at).
+# Run with -I (the current folder could hold a jaxmpi/); it does not import jaxmpi.
+_SETUP_SAME_FILES='
+import importlib.util, pathlib, sys, zipfile
+spec = importlib.util.find_spec("jaxmpi")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit(1)
+site = pathlib.Path(spec.submodule_search_locations[0]).parent
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for entry in wheel.infolist():
+        if entry.filename.startswith("jaxmpi/") and not entry.is_dir():
+            path = site / entry.filename
+            if not path.is_file() or path.read_bytes() != wheel.read(entry):
+                sys.exit(1)
+'
 
 # Runs in a subshell ( ... ) so that set -e / pipefail and everything else
 # stay local even when this file is sourced. Steps also check their status

@@ -69,7 +69,7 @@ pub(crate) fn open(library: &Path) -> Result<Library, String> {
     }
 }
 
-/// Tells the ABI family of an opened library (facts: mpi-abi.md, "Telling the families apart").
+/// Tells the ABI family of an opened library by symbols only that family answers to (below).
 pub(crate) fn family_of(lib: &Library) -> Option<Family> {
     type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
     // SAFETY: symbol lookups only; MPI_Abi_get_version may be called before MPI_Init.

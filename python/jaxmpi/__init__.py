@@ -7,6 +7,7 @@ from . import _rules  # noqa: F401  (registers differentiation and batching rule
 from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS
 from ._errors import raise_mpi_errors
+from ._native import __version__ as __version__  # the crate's version: the wheel's
 from ._ops import (
     allgather,
     allreduce,
@@ -39,6 +40,12 @@ def has_cuda_support() -> bool:
     return bool(cuda["plugin"] and cuda["driver"])
 
 
+def has_sycl_support() -> bool:
+    """Always False: mpi4jax runs ops on Intel GPU (XPU) arrays through SYCL; jaxmpi has
+    FFI handlers for the CPU and CUDA platforms only, so XPU arrays are not supported."""
+    return False
+
+
 __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
@@ -68,6 +75,7 @@ __all__ = [
     "gather",
     "gatherv",
     "has_cuda_support",
+    "has_sycl_support",
     "raise_mpi_errors",
     "recv",
     "reduce",

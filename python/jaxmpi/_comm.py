@@ -61,8 +61,9 @@ class Comm:
     Clone = Dup
 
     @raise_mpi_errors()
-    def Split(self, color: int | None = None, key: int = 0) -> Comm | None:
-        """`color=None` (MPI_UNDEFINED) leaves this rank out: it gets None."""
+    def Split(self, color: int | None = 0, key: int = 0) -> Comm | None:
+        """Like mpi4py's `Split(color=0, key=0)`; `color=None` (MPI_UNDEFINED) leaves this
+        rank out: it gets None."""
         handle = _native.comm_split(self.handle, color, key)
         return None if handle is None else Comm(handle)
 

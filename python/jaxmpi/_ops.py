@@ -24,6 +24,7 @@ from ._comm import (
 )
 from ._errors import raise_mpi_errors
 from ._jax_shim import ShapedArray
+from ._token import refuses_token
 
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
 # Parameters that only shape rules use; they do not reach the handler.
@@ -200,30 +201,35 @@ def _reduction(primitive, name: str, x, op, comm, root=None, **params):
     return outs[0] if outs else x
 
 
+@refuses_token
 @raise_mpi_errors()
 def allreduce(x, op, *, comm=None):
     """Reduces `x` over all ranks with `op`; every rank gets the result."""
     return _reduction(_allreduce_p, "allreduce", x, op, comm, identity=False)
 
 
+@refuses_token
 @raise_mpi_errors()
 def reduce(x, op, root, *, comm=None):
     """Reduces `x` over all ranks to `root`; other ranks get `x` back unchanged."""
     return _reduction(_reduce_p, "reduce", x, op, comm, root=root)
 
 
+@refuses_token
 @raise_mpi_errors()
 def scan(x, op, *, comm=None):
     """Inclusive prefix reduction: rank r gets `op` over ranks 0..r."""
     return _reduction(_scan_p, "scan", x, op, comm)
 
 
+@refuses_token
 @raise_mpi_errors()
 def exscan(x, op, *, comm=None):
     """Exclusive prefix reduction: rank r gets `op` over ranks 0..r-1; rank 0 gets zeros."""
     return _reduction(_exscan_p, "exscan", x, op, comm)
 
 
+@refuses_token
 @raise_mpi_errors()
 def reduce_scatter(x, op, *, comm=None):
     """`x` has shape `(size, ...)`; rank r gets the reduction over all ranks of slice r."""
@@ -235,6 +241,7 @@ def reduce_scatter(x, op, *, comm=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def bcast(x, root, *, comm=None):
     """Sends `x` from `root` to all ranks; others pass an array of the same shape and
@@ -246,6 +253,7 @@ def bcast(x, root, *, comm=None):
     return outs[0] if outs else x
 
 
+@refuses_token
 @raise_mpi_errors()
 def gather(x, root, *, comm=None):
     """`root` gets every rank's `x` stacked, shape `(size, *x.shape)`; others get `x`."""
@@ -256,6 +264,7 @@ def gather(x, root, *, comm=None):
     return outs[0] if outs else x
 
 
+@refuses_token
 @raise_mpi_errors()
 def allgather(x, *, comm=None):
     """Every rank gets every rank's `x` stacked, shape `(size, *x.shape)`."""
@@ -265,6 +274,7 @@ def allgather(x, *, comm=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def scatter(x, root, *, comm=None):
     """`root` holds `x` of shape `(size, ...)` and sends slice i to rank i; other ranks
@@ -278,6 +288,7 @@ def scatter(x, root, *, comm=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def alltoall(x, *, comm=None):
     """`x` has shape `(size, ...)`; rank r sends slice i to rank i and receives slice r of
@@ -289,6 +300,7 @@ def alltoall(x, *, comm=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def send(x, dest, *, tag=0, comm=None):
     """Sends `x` to rank `dest`."""
@@ -298,6 +310,7 @@ def send(x, dest, *, tag=0, comm=None):
     return _send_p.bind(x, comm=c.handle, dest=dest, tag=encode_tag(tag, "send", allow_any=False))
 
 
+@refuses_token
 @raise_mpi_errors()
 def recv(x, source=None, *, tag=None, comm=None, status=None):
     """Receives an array shaped like `x` (a template; its values are ignored) from
@@ -314,6 +327,7 @@ def recv(x, source=None, *, tag=None, comm=None, status=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=None, status=None):
     """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` (a
@@ -338,6 +352,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=None, comm=No
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def barrier(*, comm=None):
     """Waits until every rank of `comm` has reached the barrier."""

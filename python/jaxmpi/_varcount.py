@@ -14,6 +14,7 @@ from ._comm import check_rank, resolve_comm
 from ._errors import raise_mpi_errors
 from ._jax_shim import ShapedArray
 from ._ops import _array, _at_root_only, _define, _template_away_from_root
+from ._token import refuses_token
 
 
 def _elements(counts, row: int) -> dict:
@@ -101,6 +102,7 @@ def _leading_rows(x, rows: int, what: str, op: str) -> None:
         )
 
 
+@refuses_token
 @raise_mpi_errors()
 def gatherv(x, counts, root, *, comm=None):
     """`root` gets every rank's rows stacked in rank order, `sum(counts)` rows; rank r
@@ -114,6 +116,7 @@ def gatherv(x, counts, root, *, comm=None):
     return outs[0] if outs else x
 
 
+@refuses_token
 @raise_mpi_errors()
 def allgatherv(x, counts, *, comm=None):
     """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows)."""
@@ -125,6 +128,7 @@ def allgatherv(x, counts, *, comm=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def scatterv(x, counts, root, *, comm=None):
     """`root` holds `sum(counts)` rows and sends rows of block r to rank r (`counts[r]`
@@ -141,6 +145,7 @@ def scatterv(x, counts, root, *, comm=None):
     return y
 
 
+@refuses_token
 @raise_mpi_errors()
 def alltoallv(x, send_counts, recv_counts, *, comm=None):
     """Rank r sends `send_counts[s]` rows of `x` to each rank s (blocks in rank order) and

@@ -260,6 +260,8 @@ fn finalize(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MPIError", m.py().get_type::<MPIError>())?;
+    // The crate's version is the wheel's (pyproject.toml takes it from Cargo.toml).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;

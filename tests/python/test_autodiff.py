@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import MPI, RANK, SIZE, assert_array, needs_ranks
+from helpers import MPI, RANK, SIZE, assert_array, needs_ranks
 
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
 USER_OP = None if MPI is None else MPI.Op.Create(lambda a, b, t: None, commute=True)

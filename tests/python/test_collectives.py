@@ -1,7 +1,7 @@
 """Every op × eager/jit × scalar/array × every dtype, against numpy.
 
 Each test runs one op once, on every rank, then compares with the value numpy computes
-from every rank's input (see `rank_data` in conftest.py). Ops with a root use the last
+from every rank's input (see `rank_data` in helpers.py). Ops with a root use the last
 rank as root, so code that assumes root 0 fails here; `test_every_root_*` tries them all.
 """
 
@@ -13,7 +13,7 @@ import jax
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     ALL_DTYPES,
     MODES,
     RANK,

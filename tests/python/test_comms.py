@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     MODES,
     MPI,
     RANK,
@@ -186,6 +186,21 @@ def test_jaxmpi_comm_methods():
 def test_split_with_undefined_color_gives_none():
     comm = jaxmpi.COMM_WORLD.Split(None)
     assert comm is None
+
+
+def test_split_defaults_are_mpi4py_s():
+    """mpi4py's `Split(color=0, key=0)`: no arguments keeps every rank, in its order."""
+    comm = jaxmpi.COMM_WORLD.Split()
+    try:
+        got = (comm.Get_rank(), comm.Get_size())
+    finally:
+        comm.Free()
+    if MPI is not None:
+        reference = MPI.COMM_WORLD.Split()
+        expected = (reference.Get_rank(), reference.Get_size())
+        reference.Free()
+        assert expected == (RANK, SIZE)
+    assert got == (RANK, SIZE)
 
 
 def test_jit_with_a_communicator_as_static_argument():

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import jaxmpi
 import numpy as np
-from conftest import (
+from helpers import (
     RANK,
     SIZE,
     assert_array,

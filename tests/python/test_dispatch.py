@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import RANK, SIZE, needs_ranks, p2p_partner
+from helpers import RANK, SIZE, needs_ranks, p2p_partner
 from jax import lax
 from jaxmpi import _jax_shim
 from jaxmpi._runtime import info

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import jaxmpi
 import numpy as np
-from conftest import RANK, SIZE, assert_array, needs_ranks, p2p_partner
+from helpers import RANK, SIZE, assert_array, needs_ranks, p2p_partner
 
 
 def test_allreduce_of_ranks():

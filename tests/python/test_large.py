@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import RANK, SIZE
+from helpers import RANK, SIZE
 
 N = 2**31 + 13
 

@@ -3,13 +3,18 @@ them at run time, so one wheel works with whatever MPI the machine has."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import jaxmpi._native
 import pytest
-from conftest import RANK
+from helpers import RANK
+
+PACKAGE = Path(jaxmpi.__file__).parent
 
 FORBIDDEN_PREFIXES = ("libmpi", "libmpich", "libcuda")
 
@@ -31,3 +36,59 @@ def test_extension_module_links_no_mpi_or_cuda():
     assert needed, f"readelf found no DT_NEEDED entries at all in {path}; parsing broke?"
     forbidden = [lib for lib in needed if lib.startswith(FORBIDDEN_PREFIXES)]
     assert not forbidden, f"{path} links {forbidden} (all: {needed})"
+
+
+def _stub() -> dict[str, ast.stmt]:
+    """The declarations of the installed package's _native.pyi, by name."""
+    tree = ast.parse((PACKAGE / "_native.pyi").read_text())
+    names = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+    return names
+
+
+def test_typing_files_are_shipped():
+    assert (PACKAGE / "py.typed").is_file()
+    assert (PACKAGE / "_native.pyi").is_file()
+
+
+def test_stub_declares_exactly_what_the_extension_exports():
+    exported = {n for n in dir(jaxmpi._native) if not n.startswith("_")} | {"__version__"}
+    declared = _stub()
+    assert sorted(declared) == sorted(exported)
+    kinds = {
+        name: "class" if isinstance(value, type) else "function" if callable(value) else "value"
+        for name, value in vars(jaxmpi._native).items()
+        if name in exported
+    }
+    stub_kinds = {
+        name: {ast.ClassDef: "class", ast.FunctionDef: "function"}.get(type(node), "value")
+        for name, node in declared.items()
+    }
+    assert stub_kinds == kinds
+
+
+def test_stub_parameters_are_the_extension_s():
+    """Names, kinds and defaults of every function's parameters, as PyO3 shows them."""
+    mismatched = {}
+    for name, node in _stub().items():
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        args = node.args
+        positional = args.posonlyargs + args.args
+        assert not (args.vararg or args.kwonlyargs or args.kwarg), f"{name}: only plain parameters"
+        defaults = [inspect.Parameter.empty] * (len(positional) - len(args.defaults)) + [
+            ast.literal_eval(d) for d in args.defaults
+        ]
+        kinds = [inspect.Parameter.POSITIONAL_ONLY] * len(args.posonlyargs) + [
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ] * len(args.args)
+        declared = list(zip([a.arg for a in positional], kinds, defaults))
+        native = inspect.signature(getattr(jaxmpi._native, name)).parameters.values()
+        actual = [(p.name, p.kind, p.default) for p in native]
+        if declared != actual:
+            mismatched[name] = (declared, actual)
+    assert not mismatched

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jaxmpi
 import pytest
-from conftest import RANK, SIZE, needs_ranks
+from helpers import RANK, SIZE, needs_ranks
 from jaxmpi import _native, _runtime
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     MODES,
     MPI,
     RANK,

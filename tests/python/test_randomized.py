@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     ALL_DTYPES,
     MPI,
     OP_DTYPES,

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import RANK, SIZE
+from helpers import RANK, SIZE
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shallow_water.py"
 _spec = importlib.util.spec_from_file_location("shallow_water_example", EXAMPLE)

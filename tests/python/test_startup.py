@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MPI, RANK
+from helpers import MPI, RANK
 
 # Variables through which a launcher makes a process a rank of its job; the child must
 # not inherit them, or it would try to join this job instead of starting alone.
@@ -98,8 +98,11 @@ INFO = "import runpy, sys; sys.argv = ['jaxmpi', 'info']; runpy.run_module('jaxm
         ({"JAXMPI_CUDA_AWARE": "1"}, "CUDA-aware    yes: JAXMPI_CUDA_AWARE=1 (set by the user)"),
         # Each family reads its own hint; with all of them off, whichever it reads stages.
         (
-            {"MPICH_GPU_SUPPORT_ENABLED": "0", "I_MPI_OFFLOAD": "0",
-             "OMPI_MCA_opal_cuda_support": "0"},
+            {
+                "MPICH_GPU_SUPPORT_ENABLED": "0",
+                "I_MPI_OFFLOAD": "0",
+                "OMPI_MCA_opal_cuda_support": "0",
+            },
             "=0 switches the library's GPU support off",
         ),
         ({}, "CUDA-aware    no: "),  # the MPIs here are built without CUDA

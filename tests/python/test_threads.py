@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import MPI, RANK, SIZE
+from helpers import MPI, RANK, SIZE
 from jaxmpi._runtime import info
 
 THREADS = 4

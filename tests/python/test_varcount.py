@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     MODES,
     RANK,
     SIZE,

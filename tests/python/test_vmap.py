@@ -15,7 +15,7 @@ import jax
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import RANK, SIZE, assert_array, p2p_partner, rank_data
+from helpers import RANK, SIZE, assert_array, p2p_partner, rank_data
 
 ROOT = SIZE - 1
 BATCH = 3

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import jaxmpi
 import numpy as np
 import pytest
-from conftest import RANK, SIZE, needs_ranks
+from helpers import RANK, SIZE, needs_ranks
 
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
 

@@ -323,7 +323,7 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Portable encodings shared with the Python lowerings (`jaxmpi/_ffi.py`).
+/// Portable encodings shared with the Python lowerings (`python/jaxmpi/_comm.py`).
 pub const PEER_ANY: i32 = -1;
 pub const PEER_NULL: i32 = -2;
 pub const TAG_ANY: i32 = -1;
