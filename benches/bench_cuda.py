@@ -56,8 +56,9 @@ ops = {
 mpi4jax_ops = {}
 if mpi4jax is not None:
     mpi4jax_ops = {
-        "sendrecv": jax.jit(lambda a: mpi4jax.sendrecv(a, a, source=peer, dest=peer,
-                                                       comm=MPI.COMM_WORLD)),
+        "sendrecv": jax.jit(
+            lambda a: mpi4jax.sendrecv(a, a, source=peer, dest=peer, comm=MPI.COMM_WORLD)
+        ),
         "allreduce": jax.jit(lambda a: mpi4jax.allreduce(a, MPI.SUM, comm=MPI.COMM_WORLD)),
     }
 rows = []
@@ -68,8 +69,16 @@ for mib in (1, 4, 16, 64, 256):
     for name, fn in ops.items():
         t = best(fn, x)
         other = best(mpi4jax_ops[name], x) if mpi4jax_ops else None
-        rows.append((name, mib, nbytes / t / 1e9, nbytes / bound / 1e9, bound / t,
-                     None if other is None else (nbytes / other / 1e9, other / t)))
+        rows.append(
+            (
+                name,
+                mib,
+                nbytes / t / 1e9,
+                nbytes / bound / 1e9,
+                bound / t,
+                None if other is None else (nbytes / other / 1e9, other / t),
+            )
+        )
 if rank == 0:
     print(f"mode: {jaxmpi._runtime.cuda['mode']}")
     if no_mpi4jax:
