@@ -94,16 +94,11 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
 }
 
 /// An error of a step inside the op (e.g. the error handler check) names the op the user
-/// called, and the step after the rank.
+/// called, and keeps the step as its `step`.
 fn named(mut err: Error, op: &'static str) -> Error {
-    if err.op == op {
-        return err;
+    if err.op != op {
+        err.step = Some(std::mem::replace(&mut err.op, op.into()));
     }
-    let step = std::mem::replace(&mut err.op, op.into());
-    err.message = match err.message.split_once(": ") {
-        Some((rank, rest)) if rank.starts_with("rank ") => format!("{rank}: {step}: {rest}"),
-        _ => format!("{step}: {}", err.message),
-    };
     err
 }
 
