@@ -39,10 +39,7 @@ impl<'a> Direct<'a> {
 
 impl Backend for Direct<'_> {
     fn fill_zeros(&self, dst: BufMut) -> Result<()> {
-        if dst.len_bytes() > 0 {
-            self.device.zero_async(dst.ptr(), dst.len_bytes())?;
-        }
-        Ok(())
+        super::zero_on_stream(self.device, dst)
     }
     fn barrier(&self, comm: Comm) -> Result<()> {
         self.inner.barrier(comm)

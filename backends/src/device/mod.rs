@@ -12,7 +12,7 @@ pub use direct::Direct;
 pub use pool::{PinnedBuffer, PinnedPool};
 pub use staged::Staged;
 
-use jaxmpi_core::Result;
+use jaxmpi_core::{BufMut, Result};
 
 /// A point in a stream's work queue: waiting on it waits for everything enqueued before.
 #[derive(Clone, Copy, Debug)]
@@ -33,4 +33,13 @@ pub trait DeviceMemory: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Page-locked host memory: the only kind the device copies at full speed, asynchronously.
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer>;
+}
+
+/// Zeroes device memory an op body fills itself, queued on the stream so that XLA's later
+/// work sees it (both decorators' `fill_zeros`).
+fn zero_on_stream(device: &dyn DeviceMemory, dst: BufMut) -> Result<()> {
+    if dst.len_bytes() > 0 {
+        device.zero_async(dst.ptr(), dst.len_bytes())?;
+    }
+    Ok(())
 }

@@ -10,6 +10,15 @@ use super::counts::{Typed, Width};
 use super::functions::{Aint, Count};
 use super::library::MpiLibrary;
 
+/// Which way the equal-block collectives move data (their MPI functions share prototypes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direction {
+    /// Every rank's block to the root (gather) or to everyone (allgather).
+    Gather,
+    /// The root's blocks to every rank (scatter), or everyone's to everyone (alltoall).
+    Scatter,
+}
+
 /// sendrecv's peers and tags as MPI integers.
 pub(super) struct RawEnvelope {
     pub dest: c_int,
@@ -61,10 +70,13 @@ impl<A: Abi> MpiLibrary<A> {
         self.check(name, rc)
     }
 
-    /// gather (`root: Some`) and allgather (`None`).
-    pub(super) fn gather_c(
+    /// gather or scatter (`root: Some`), allgather or alltoall (`None`): one block of `t`
+    /// per rank on the side that holds all of them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn equal_blocks_c(
         &self,
         name: &'static str,
+        direction: Direction,
         s: *const c_void,
         r: *mut c_void,
         t: &Typed<A>,
@@ -72,43 +84,40 @@ impl<A: Abi> MpiLibrary<A> {
         comm: A::Handle,
     ) -> Result<()> {
         let (n, dt) = (t.count, t.datatype);
+        let gather = direction == Direction::Gather;
         let rc = match (self.width(name, &[n as usize])?, root) {
-            (Width::Int, Some(root)) => unsafe {
-                (self.fns.MPI_Gather)(s, int(n), dt, r, int(n), dt, root, comm)
-            },
-            (Width::Large(l), Some(root)) => unsafe {
-                (l.MPI_Gather_c)(s, n, dt, r, n, dt, root, comm)
-            },
-            (Width::Int, None) => unsafe {
-                (self.fns.MPI_Allgather)(s, int(n), dt, r, int(n), dt, comm)
-            },
-            (Width::Large(l), None) => unsafe { (l.MPI_Allgather_c)(s, n, dt, r, n, dt, comm) },
-        };
-        self.check(name, rc)
-    }
-
-    /// scatter (`root: Some`) and alltoall (`None`).
-    pub(super) fn scatter_c(
-        &self,
-        name: &'static str,
-        s: *const c_void,
-        r: *mut c_void,
-        t: &Typed<A>,
-        root: Option<c_int>,
-        comm: A::Handle,
-    ) -> Result<()> {
-        let (n, dt) = (t.count, t.datatype);
-        let rc = match (self.width(name, &[n as usize])?, root) {
-            (Width::Int, Some(root)) => unsafe {
-                (self.fns.MPI_Scatter)(s, int(n), dt, r, int(n), dt, root, comm)
-            },
-            (Width::Large(l), Some(root)) => unsafe {
-                (l.MPI_Scatter_c)(s, n, dt, r, n, dt, root, comm)
-            },
-            (Width::Int, None) => unsafe {
-                (self.fns.MPI_Alltoall)(s, int(n), dt, r, int(n), dt, comm)
-            },
-            (Width::Large(l), None) => unsafe { (l.MPI_Alltoall_c)(s, n, dt, r, n, dt, comm) },
+            (Width::Int, Some(root)) => {
+                let f = if gather {
+                    self.fns.MPI_Gather
+                } else {
+                    self.fns.MPI_Scatter
+                };
+                unsafe { f(s, int(n), dt, r, int(n), dt, root, comm) }
+            }
+            (Width::Large(l), Some(root)) => {
+                let f = if gather {
+                    l.MPI_Gather_c
+                } else {
+                    l.MPI_Scatter_c
+                };
+                unsafe { f(s, n, dt, r, n, dt, root, comm) }
+            }
+            (Width::Int, None) => {
+                let f = if gather {
+                    self.fns.MPI_Allgather
+                } else {
+                    self.fns.MPI_Alltoall
+                };
+                unsafe { f(s, int(n), dt, r, int(n), dt, comm) }
+            }
+            (Width::Large(l), None) => {
+                let f = if gather {
+                    l.MPI_Allgather_c
+                } else {
+                    l.MPI_Alltoall_c
+                };
+                unsafe { f(s, n, dt, r, n, dt, comm) }
+            }
         };
         self.check(name, rc)
     }
@@ -207,37 +216,15 @@ impl<A: Abi> MpiLibrary<A> {
         let all = [sent.counts, sent.displs, received.counts, received.displs].concat();
         let rc = match self.width(name, &all)? {
             Width::Int => {
-                let (sc, sd) = (ints(sent.counts), ints(sent.displs));
-                let (rc, rd) = (ints(received.counts), ints(received.displs));
-                unsafe {
-                    (self.fns.MPI_Alltoallv)(
-                        s,
-                        sc.as_ptr(),
-                        sd.as_ptr(),
-                        dt,
-                        r,
-                        rc.as_ptr(),
-                        rd.as_ptr(),
-                        dt,
-                        comm,
-                    )
-                }
+                let [sc, sd, rc, rd] =
+                    [sent.counts, sent.displs, received.counts, received.displs].map(ints);
+                let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
+                unsafe { (self.fns.MPI_Alltoallv)(s, sc, sd, dt, r, rc, rd, dt, comm) }
             }
             Width::Large(l) => {
                 let ((sc, sd), (rc, rd)) = (large(sent), large(received));
-                unsafe {
-                    (l.MPI_Alltoallv_c)(
-                        s,
-                        sc.as_ptr(),
-                        sd.as_ptr(),
-                        dt,
-                        r,
-                        rc.as_ptr(),
-                        rd.as_ptr(),
-                        dt,
-                        comm,
-                    )
-                }
+                let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
+                unsafe { (l.MPI_Alltoallv_c)(s, sc, sd, dt, r, rc, rd, dt, comm) }
             }
         };
         self.check(name, rc)

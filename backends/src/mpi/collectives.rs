@@ -3,6 +3,7 @@
 use jaxmpi_core::{Broadcast, Buf, BufMut, Comm, Error, Result};
 
 use super::abi::Abi;
+use super::calls::Direction;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
 
@@ -19,34 +20,44 @@ pub(super) fn bcast<A: Abi>(
     if buf.is_root() != (lib.comm_rank_raw(handle)? == root) {
         return Err(Error::invalid_argument(
             name,
-            format!(
-                "internal error: the buffer passed is not the one of a rank whose root is {root}"
-            ),
+            format!("internal error: the root's buffer passed on a rank that is not root {root}, or the reverse"),
         ));
     }
     let t = lib.typed(name, buf.count(), buf.dtype())?;
     lib.bcast_c(name, &buf, &t, root, handle)
 }
 
-pub(super) fn gather<A: Abi>(
+/// gather and scatter: the root holds one block per rank (receives them for a gather,
+/// sends them for a scatter); every rank's own block is the other buffer.
+pub(super) fn rooted<A: Abi>(
     lib: &MpiLibrary<A>,
+    direction: Direction,
     comm: Comm,
     send: Buf,
     recv: BufMut,
     root: i32,
 ) -> Result<()> {
-    let name = "gather";
+    let name = match direction {
+        Direction::Gather => "gather",
+        Direction::Scatter => "scatter",
+    };
     let handle = lib.comm(name, comm)?;
     let size = lib.size_of(name, handle)?;
     lib.check_root(name, root, size)?;
+    let (own, own_dtype) = match direction {
+        Direction::Gather => (send.count(), send.dtype()),
+        Direction::Scatter => (recv.count(), recv.dtype()),
+    };
     if lib.comm_rank_raw(handle)? == root {
         same_dtype(name, &send, &recv)?;
-        let want = size * send.count();
-        expect_len(name, "the receive buffer", recv.count(), want)?;
+        match direction {
+            Direction::Gather => expect_len(name, "the receive buffer", recv.count(), size * own),
+            Direction::Scatter => expect_len(name, "the send buffer", send.count(), size * own),
+        }?;
     }
-    let t = lib.typed(name, send.count(), send.dtype())?;
+    let t = lib.typed(name, own, own_dtype)?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.gather_c(name, s, r, &t, Some(root), handle)
+    lib.equal_blocks_c(name, direction, s, r, &t, Some(root), handle)
 }
 
 pub(super) fn allgather<A: Abi>(
@@ -62,27 +73,7 @@ pub(super) fn allgather<A: Abi>(
     expect_len(name, "the receive buffer", recv.count(), want)?;
     let t = lib.typed(name, send.count(), send.dtype())?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.gather_c(name, s, r, &t, None, handle)
-}
-
-pub(super) fn scatter<A: Abi>(
-    lib: &MpiLibrary<A>,
-    comm: Comm,
-    send: Buf,
-    recv: BufMut,
-    root: i32,
-) -> Result<()> {
-    let name = "scatter";
-    let handle = lib.comm(name, comm)?;
-    let size = lib.size_of(name, handle)?;
-    lib.check_root(name, root, size)?;
-    if lib.comm_rank_raw(handle)? == root {
-        same_dtype(name, &send, &recv)?;
-        expect_len(name, "the send buffer", send.count(), size * recv.count())?;
-    }
-    let t = lib.typed(name, recv.count(), recv.dtype())?;
-    let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.scatter_c(name, s, r, &t, Some(root), handle)
+    lib.equal_blocks_c(name, Direction::Gather, s, r, &t, None, handle)
 }
 
 pub(super) fn alltoall<A: Abi>(
@@ -107,5 +98,5 @@ pub(super) fn alltoall<A: Abi>(
     }
     let t = lib.typed(name, send.count() / size, send.dtype())?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.scatter_c(name, s, r, &t, None, handle)
+    lib.equal_blocks_c(name, Direction::Scatter, s, r, &t, None, handle)
 }

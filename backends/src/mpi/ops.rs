@@ -8,6 +8,7 @@ use jaxmpi_core::{
 };
 
 use super::abi::Abi;
+use super::calls::Direction;
 use super::library::MpiLibrary;
 use super::{collectives, p2p, reductions, vector};
 
@@ -18,16 +19,19 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         self.check("barrier", unsafe { (self.fns.MPI_Barrier)(comm) })
     }
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        reductions::allreduce(self, comm, send, recv, op)
+        let f = self.fns.MPI_Allreduce;
+        reductions::elementwise(self, "allreduce", f, comm, send, recv, op)
     }
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         reductions::reduce(self, comm, send, recv, op, root)
     }
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        reductions::scan(self, comm, send, recv, op)
+        let f = self.fns.MPI_Scan;
+        reductions::elementwise(self, "scan", f, comm, send, recv, op)
     }
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        reductions::exscan(self, comm, send, recv, op)
+        let f = self.fns.MPI_Exscan;
+        reductions::elementwise(self, "exscan", f, comm, send, recv, op)
     }
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         reductions::reduce_scatter(self, comm, send, recv, op)
@@ -37,13 +41,13 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         collectives::bcast(self, comm, buf, root)
     }
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        collectives::gather(self, comm, send, recv, root)
+        collectives::rooted(self, Direction::Gather, comm, send, recv, root)
     }
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
         collectives::allgather(self, comm, send, recv)
     }
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        collectives::scatter(self, comm, send, recv, root)
+        collectives::rooted(self, Direction::Scatter, comm, send, recv, root)
     }
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
         collectives::alltoall(self, comm, send, recv)

@@ -64,55 +64,23 @@ fn reduce_raw<A: Abi>(
 // SAFETY (every reduction below): pointers come from `Buf`/`BufMut`, valid for their
 // counts, offset by `in_segments` within those counts.
 
-pub(super) fn allreduce<A: Abi>(
-    lib: &MpiLibrary<A>,
-    comm: Comm,
-    send: Input,
-    recv: BufMut,
-    op: ReduceOp,
-) -> Result<()> {
-    let f = lib.fns.MPI_Allreduce;
-    reduction(
-        lib,
-        "allreduce",
-        comm,
-        send,
-        &recv,
-        op,
-        &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, c) },
-    )
-}
+/// MPI_Allreduce, MPI_Scan and MPI_Exscan, which share one prototype.
+pub(super) type Elementwise<H> =
+    unsafe extern "C" fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
 
-pub(super) fn scan<A: Abi>(
+/// allreduce, scan or exscan (`f`), which differ only in the MPI function.
+pub(super) fn elementwise<A: Abi>(
     lib: &MpiLibrary<A>,
+    name: &'static str,
+    f: Elementwise<A::Handle>,
     comm: Comm,
     send: Input,
     recv: BufMut,
     op: ReduceOp,
 ) -> Result<()> {
-    let f = lib.fns.MPI_Scan;
     reduction(
         lib,
-        "scan",
-        comm,
-        send,
-        &recv,
-        op,
-        &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, c) },
-    )
-}
-
-pub(super) fn exscan<A: Abi>(
-    lib: &MpiLibrary<A>,
-    comm: Comm,
-    send: Input,
-    recv: BufMut,
-    op: ReduceOp,
-) -> Result<()> {
-    let f = lib.fns.MPI_Exscan;
-    reduction(
-        lib,
-        "exscan",
+        name,
         comm,
         send,
         &recv,
