@@ -49,7 +49,7 @@ fn large(blocks: &Blocks) -> (Vec<Count>, Vec<Aint>) {
 // block lists describe (they come from `Buf`/`BufMut`, checked by the op); the width check
 // has shown every count passed as `int` to fit; status pointers are whole `RawStatus`es.
 impl<A: Abi> MpiLibrary<A> {
-    pub(super) fn bcast_c(
+    pub(super) fn mpi_bcast(
         &self,
         name: &'static str,
         buf: &Broadcast,
@@ -73,7 +73,7 @@ impl<A: Abi> MpiLibrary<A> {
     /// gather or scatter (`root: Some`), allgather or alltoall (`None`): one block of `t`
     /// per rank on the side that holds all of them.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn equal_blocks_c(
+    pub(super) fn mpi_equal_blocks(
         &self,
         name: &'static str,
         direction: Direction,
@@ -125,7 +125,7 @@ impl<A: Abi> MpiLibrary<A> {
     /// gatherv (`root: Some`) and allgatherv (`None`): `t` is this rank's block, `blocks`
     /// the receive buffer's (ignored away from the root), in elements of `dt`.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn gatherv_c(
+    pub(super) fn mpi_gatherv(
         &self,
         name: &'static str,
         s: *const c_void,
@@ -164,7 +164,7 @@ impl<A: Abi> MpiLibrary<A> {
     /// scatterv: `blocks` is the send buffer's (ignored away from the root), `t` this
     /// rank's block.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn scatterv_c(
+    pub(super) fn mpi_scatterv(
         &self,
         name: &'static str,
         s: *const c_void,
@@ -203,7 +203,7 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn alltoallv_c(
+    pub(super) fn mpi_alltoallv(
         &self,
         name: &'static str,
         s: *const c_void,
@@ -230,7 +230,7 @@ impl<A: Abi> MpiLibrary<A> {
         self.check(name, rc)
     }
 
-    pub(super) fn send_c(
+    pub(super) fn mpi_send(
         &self,
         name: &'static str,
         p: *const c_void,
@@ -249,7 +249,7 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn recv_c(
+    pub(super) fn mpi_recv(
         &self,
         name: &'static str,
         p: *mut c_void,
@@ -274,7 +274,7 @@ impl<A: Abi> MpiLibrary<A> {
     /// MPI_Sendrecv, or MPI_Sendrecv_replace when `s` is `None` (the message to send is
     /// in `r`, as `tr` describes it).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn sendrecv_c(
+    pub(super) fn mpi_sendrecv(
         &self,
         name: &'static str,
         s: Option<(*const c_void, &Typed<A>)>,

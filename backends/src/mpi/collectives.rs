@@ -24,7 +24,7 @@ pub(super) fn bcast<A: Abi>(
         ));
     }
     let t = lib.typed(name, buf.count(), buf.dtype())?;
-    lib.bcast_c(name, &buf, &t, root, handle)
+    lib.mpi_bcast(name, &buf, &t, root, handle)
 }
 
 /// gather and scatter: the root holds one block per rank (receives them for a gather,
@@ -57,7 +57,7 @@ pub(super) fn rooted<A: Abi>(
     }
     let t = lib.typed(name, own, own_dtype)?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.equal_blocks_c(name, direction, s, r, &t, Some(root), handle)
+    lib.mpi_equal_blocks(name, direction, s, r, &t, Some(root), handle)
 }
 
 pub(super) fn allgather<A: Abi>(
@@ -73,7 +73,7 @@ pub(super) fn allgather<A: Abi>(
     expect_len(name, "the receive buffer", recv.count(), want)?;
     let t = lib.typed(name, send.count(), send.dtype())?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.equal_blocks_c(name, Direction::Gather, s, r, &t, None, handle)
+    lib.mpi_equal_blocks(name, Direction::Gather, s, r, &t, None, handle)
 }
 
 pub(super) fn alltoall<A: Abi>(
@@ -98,5 +98,5 @@ pub(super) fn alltoall<A: Abi>(
     }
     let t = lib.typed(name, send.count() / size, send.dtype())?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.equal_blocks_c(name, Direction::Scatter, s, r, &t, None, handle)
+    lib.mpi_equal_blocks(name, Direction::Scatter, s, r, &t, None, handle)
 }

@@ -2,8 +2,9 @@
 //! count-agnostic, the library's capability picks how).
 //!
 //! The ops describe each buffer as a `Typed` (count and datatype) and call the
-//! count-agnostic functions of `calls.rs`, which take 64-bit counts. Each one uses the classic MPI
-//! function when every count fits an `int` and the MPI-4 `_c` function otherwise. A library
+//! count-agnostic MPI functions of `calls.rs` (`mpi_send`, ...), which take 64-bit counts.
+//! Each uses the classic MPI function when every count fits an `int` and the MPI-4 `_c`
+//! function otherwise (`width`). A library
 //! without `_c` functions still moves one buffer of any size: `typed` then describes it as
 //! one element of a derived datatype. Per-rank counts of the v-ops have no such way out
 //! and are refused. Reductions are cut into `int`-sized segments instead (`in_segments`):

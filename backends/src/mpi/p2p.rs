@@ -17,7 +17,7 @@ pub(super) fn send<A: Abi>(
     let handle = lib.comm(name, comm)?;
     let dest = lib.peer(name, dest, false)?;
     let t = lib.typed(name, buf.count(), buf.dtype())?;
-    lib.send_c(name, buf.ptr().cast(), &t, dest, tag, handle)
+    lib.mpi_send(name, buf.ptr().cast(), &t, dest, tag, handle)
 }
 
 pub(super) fn recv<A: Abi>(
@@ -33,7 +33,7 @@ pub(super) fn recv<A: Abi>(
     let t = lib.typed(name, buf.count(), buf.dtype())?;
     let mut status = RawStatus::default();
     let tag = lib.tag(tag);
-    lib.recv_c(name, buf.ptr().cast(), &t, source, tag, handle, &mut status)?;
+    lib.mpi_recv(name, buf.ptr().cast(), &t, source, tag, handle, &mut status)?;
     lib.status(name, &mut status, &buf)
 }
 
@@ -60,6 +60,6 @@ pub(super) fn sendrecv<A: Abi>(
     let s = ts.as_ref().map(|(p, t)| (*p, t));
     let mut status = RawStatus::default();
     let r = recvbuf.ptr().cast();
-    lib.sendrecv_c(name, s, r, &tr, raw, handle, &mut status)?;
+    lib.mpi_sendrecv(name, s, r, &tr, raw, handle, &mut status)?;
     lib.status(name, &mut status, &recvbuf)
 }

@@ -32,7 +32,7 @@ pub(super) fn gatherv<A: Abi>(
     let t = lib.typed(name, send.count(), send.dtype())?;
     let dt = lib.pre.datatype(send.dtype());
     let (s, r) = (send.ptr().cast(), recv.buf.ptr().cast());
-    lib.gatherv_c(name, s, &t, r, &recv.blocks, dt, Some(root), handle)
+    lib.mpi_gatherv(name, s, &t, r, &recv.blocks, dt, Some(root), handle)
 }
 
 pub(super) fn allgatherv<A: Abi>(
@@ -52,7 +52,7 @@ pub(super) fn allgatherv<A: Abi>(
     let t = lib.typed(name, send.count(), send.dtype())?;
     let dt = lib.pre.datatype(send.dtype());
     let (s, r) = (send.ptr().cast(), recv.buf.ptr().cast());
-    lib.gatherv_c(name, s, &t, r, &recv.blocks, dt, None, handle)
+    lib.mpi_gatherv(name, s, &t, r, &recv.blocks, dt, None, handle)
 }
 
 pub(super) fn scatterv<A: Abi>(
@@ -74,7 +74,7 @@ pub(super) fn scatterv<A: Abi>(
     let t = lib.typed(name, recv.count(), recv.dtype())?;
     let dt = lib.pre.datatype(recv.dtype());
     let (s, r) = (send.buf.ptr().cast(), recv.ptr().cast());
-    lib.scatterv_c(name, s, &send.blocks, dt, r, &t, root, handle)
+    lib.mpi_scatterv(name, s, &send.blocks, dt, r, &t, root, handle)
 }
 
 pub(super) fn alltoallv<A: Abi>(
@@ -91,5 +91,5 @@ pub(super) fn alltoallv<A: Abi>(
     recv.check(name, size)?;
     let dt = lib.pre.datatype(send.buf.dtype());
     let (s, r) = (send.buf.ptr().cast(), recv.buf.ptr().cast());
-    lib.alltoallv_c(name, s, &send.blocks, r, &recv.blocks, dt, handle)
+    lib.mpi_alltoallv(name, s, &send.blocks, r, &recv.blocks, dt, handle)
 }
