@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUresult};
 use jaxmpi_core::device::{install_device_runtime, DeviceRuntime, Stream};
-use jaxmpi_core::{Backend, Error, Result};
+use jaxmpi_core::{Backend, Error, Library, Result};
 
 use crate::device::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Staged};
 
@@ -192,7 +192,7 @@ impl DeviceRuntime for CudaRuntime {
     fn run(
         &self,
         stream: Stream,
-        host: &dyn Backend,
+        library: &dyn Library,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()> {
         load_driver()?;
@@ -213,7 +213,8 @@ impl DeviceRuntime for CudaRuntime {
             stream,
             events: Mutex::new(Vec::new()),
         };
-        let outcome = if host.cuda_aware() {
+        let host = library.backend();
+        let outcome = if library.cuda_aware() {
             body(&Direct::new(host, &device))
         } else {
             body(&Staged::new(host, &device, &self.pool))
@@ -252,9 +253,9 @@ impl DeviceRuntime for Shared {
     fn run(
         &self,
         stream: Stream,
-        host: &dyn Backend,
+        library: &dyn Library,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()> {
-        self.0.run(stream, host, body)
+        self.0.run(stream, library, body)
     }
 }

@@ -1,7 +1,7 @@
 //! jaxmpi-backends: MPI libraries loaded at run time.
 //!
 //! `select()` picks the library once per process (see `detect`), opens it with dlopen, tells
-//! its ABI family apart, and installs a `MpiLibrary<Family>` as the process's `dyn Backend`.
+//! its ABI family apart, and installs a `MpiLibrary<Family>` as the process's `dyn Library`.
 
 pub mod cuda;
 pub mod detect;
@@ -15,9 +15,8 @@ pub mod mpi;
 use std::ffi::c_int;
 use std::path::Path;
 
-use jaxmpi_core::{install_backend, Backend, Error, Family, Result};
+use jaxmpi_core::{install_library, Error, Family, Library, Result};
 use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_NOW};
-use libloading::Library;
 
 use detect::{choose, Choice, Request, SearchPath};
 use mpi::abi::{Mpich, OpenMpi, Standard};
@@ -25,18 +24,18 @@ use mpi::MpiLibrary;
 
 const STEP: &str = "select MPI";
 
-/// The process's backend, selected from `JAXMPI_MPI` and the environment on first use.
-pub fn select() -> Result<&'static dyn Backend> {
+/// The process's library, selected from `JAXMPI_MPI` and the environment on first use.
+pub fn select() -> Result<&'static dyn Library> {
     select_with(&SearchPath::from_env())
 }
 
 /// As `select`, with the search prefixes the caller knows (Python passes sys.prefix etc.).
-pub fn select_with(search: &SearchPath) -> Result<&'static dyn Backend> {
-    install_backend(|| load(&Request::from_env()?, search))
+pub fn select_with(search: &SearchPath) -> Result<&'static dyn Library> {
+    install_library(|| load(&Request::from_env()?, search))
 }
 
 /// Chooses, opens and initializes a library without installing it (`select` installs).
-pub fn load(request: &Request, search: &SearchPath) -> Result<Box<dyn Backend>> {
+pub fn load(request: &Request, search: &SearchPath) -> Result<Box<dyn Library>> {
     #[cfg(feature = "linked")]
     if *request == Request::Linked {
         return Ok(Box::new(linked::load()?));
@@ -60,7 +59,7 @@ pub fn load(request: &Request, search: &SearchPath) -> Result<Box<dyn Backend>> 
     ))
 }
 
-pub(crate) fn open(library: &Path) -> Result<Library, String> {
+pub(crate) fn open(library: &Path) -> Result<libloading::Library, String> {
     // RTLD_GLOBAL: Open MPI's plugins resolve symbols of libmpi through the global scope.
     // SAFETY: loading runs the library's initializers; MPI libraries have no harmful ones.
     match unsafe { UnixLibrary::open(Some(library), RTLD_NOW | RTLD_GLOBAL) } {
@@ -70,7 +69,7 @@ pub(crate) fn open(library: &Path) -> Result<Library, String> {
 }
 
 /// Tells the ABI family of an opened library by symbols only that family answers to (below).
-pub(crate) fn family_of(lib: &Library) -> Option<Family> {
+pub(crate) fn family_of(lib: &libloading::Library) -> Option<Family> {
     type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
     // SAFETY: symbol lookups only; MPI_Abi_get_version may be called before MPI_Init.
     unsafe {
@@ -93,7 +92,11 @@ pub(crate) fn family_of(lib: &Library) -> Option<Family> {
     }
 }
 
-fn build(lib: Library, choice: &Choice, already_loaded: Option<&Path>) -> Result<Box<dyn Backend>> {
+fn build(
+    lib: libloading::Library,
+    choice: &Choice,
+    already_loaded: Option<&Path>,
+) -> Result<Box<dyn Library>> {
     // SAFETY: the address of a function symbol, only passed to dladdr.
     let init = unsafe {
         lib.get::<*mut std::ffi::c_void>(b"MPI_Init_thread\0")

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_void};
 
-use jaxmpi_core::{Backend, Error, Family, Result};
+use jaxmpi_core::{Error, Family, Library, Result};
 
 use crate::detect::{launcher_hint, launcher_size};
 use crate::mpi::abi::linked::BUILD_MPICC;

@@ -1,7 +1,11 @@
-//! The `Backend` trait every MPI library implementation provides, and the process-wide slot
-//! holding the one backend chosen at run time.
+//! The two traits an MPI library implementation provides, and the process-wide slot holding
+//! the one library chosen at run time.
 //!
-//! Conventions shared by every method:
+//! `Library` is the library itself: identity, lifetime, error handling and communicators.
+//! `Backend` is the ops, one method per jaxmpi op; the library's own `Backend` takes host
+//! memory, and device decorators (staging, CUDA-aware) wrap it to take device memory.
+//!
+//! Conventions shared by every op:
 //! - counts are elements of the buffer's dtype, as `usize`: a backend must handle counts
 //!   above 2^31-1 itself (large-count functions or chunking);
 //! - ranks are ranks in `comm`; a buffer only significant at the root may be empty elsewhere;
@@ -10,18 +14,19 @@
 use std::sync::OnceLock;
 
 use crate::{
-    Buf, BufMut, Comm, Error, Input, LibraryInfo, Peer, ReduceOp, Result, Status, ThreadLevel,
+    Broadcast, Buf, BufMut, Comm, Error, Input, LibraryInfo, Partition, PartitionMut, Peer,
+    ReduceOp, Result, Status, ThreadLevel,
 };
 
-pub trait Backend: Send + Sync {
+pub trait Library: Send + Sync {
     // --- identity and lifetime ---
     fn info(&self) -> &LibraryInfo;
     /// The thread level MPI was initialized with (by us or by whoever did it first).
     fn thread_level(&self) -> ThreadLevel;
-    /// Whether this backend called `MPI_Init_thread` (and so owns finalization).
+    /// Whether this library called `MPI_Init_thread` (and so owns finalization).
     fn initialized_here(&self) -> bool;
     fn is_finalized(&self) -> bool;
-    /// Finalizes MPI if this backend initialized it and nobody finalized it yet.
+    /// Finalizes MPI if this library initialized it and nobody finalized it yet.
     fn finalize(&self) -> Result<()>;
     /// Whether the library can take device (CUDA) pointers directly.
     fn cuda_aware(&self) -> bool;
@@ -38,16 +43,6 @@ pub trait Backend: Send + Sync {
     fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>>;
     fn restore_errhandler(&self, comm: Comm, handler: usize);
 
-    // --- memory the op bodies touch themselves (device backends override these) ---
-    /// Sets every byte of `dst` to zero.
-    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
-        if dst.len_bytes() > 0 {
-            // SAFETY: `dst` is writable for `len_bytes`, as its constructor promised.
-            unsafe { std::ptr::write_bytes(dst.ptr(), 0, dst.len_bytes()) };
-        }
-        Ok(())
-    }
-
     // --- communicators ---
     fn world(&self) -> Comm;
     /// Checks that `comm` is a live intracommunicator handle of this library's family.
@@ -63,6 +58,31 @@ pub trait Backend: Send + Sync {
     /// (`MPI_COMM_TYPE_SHARED`). Collective over `comm`.
     fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)>;
 
+    /// The ops on host memory.
+    fn backend(&self) -> &dyn Backend;
+}
+
+/// Where a sendrecv's two messages go and come from: its outgoing envelope (`dest`,
+/// `sendtag`) and the one its receive matches (`source`, `recvtag`; `None` is MPI_ANY_TAG).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    pub dest: Peer,
+    pub sendtag: i32,
+    pub source: Peer,
+    pub recvtag: Option<i32>,
+}
+
+pub trait Backend: Send + Sync {
+    /// Sets every byte of `dst` to zero (memory an op body fills itself; device backends
+    /// queue it on their stream).
+    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
+        if dst.len_bytes() > 0 {
+            // SAFETY: `dst` is writable for `len_bytes`, as its constructor promised.
+            unsafe { std::ptr::write_bytes(dst.ptr(), 0, dst.len_bytes()) };
+        }
+        Ok(())
+    }
+
     // --- collectives ---
     fn barrier(&self, comm: Comm) -> Result<()>;
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
@@ -74,8 +94,8 @@ pub trait Backend: Send + Sync {
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
     /// `send` holds `size` equal blocks; rank i receives the reduction of block i.
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()>;
-    /// `buf` is read at the root and written everywhere else.
-    fn bcast(&self, comm: Comm, buf: BufMut, root: i32) -> Result<()>;
+    /// The root sends its (read-only) buffer; every other rank receives into its own.
+    fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()>;
     /// `recv` (at root only) holds `size` blocks of `send.count()` elements.
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()>;
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()>;
@@ -83,92 +103,48 @@ pub trait Backend: Send + Sync {
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()>;
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()>;
 
-    // --- variable-count collectives (counts and displacements in elements, one per rank) ---
-    fn gatherv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        recv: BufMut,
-        counts: &[usize],
-        displs: &[usize],
-        root: i32,
-    ) -> Result<()>;
-    fn allgatherv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        recv: BufMut,
-        counts: &[usize],
-        displs: &[usize],
-    ) -> Result<()>;
-    fn scatterv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        counts: &[usize],
-        displs: &[usize],
-        recv: BufMut,
-        root: i32,
-    ) -> Result<()>;
-    #[allow(clippy::too_many_arguments)]
-    fn alltoallv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: BufMut,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()>;
+    // --- variable-count collectives: one block per rank, in elements ---
+    /// `recv` is significant at `root` only.
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()>;
+    fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()>;
+    /// `send` is significant at `root` only.
+    fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()>;
+    fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()>;
 
     // --- point to point ---
     fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()>;
     /// `tag: None` is MPI_ANY_TAG.
     fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status>;
-    #[allow(clippy::too_many_arguments)]
+    /// `Input::InPlace` sends the contents of `recvbuf`, which then holds what came from
+    /// `source` (kept as it was when `source` is `Peer::Null`); the library copies the
+    /// outgoing message aside itself (MPI_Sendrecv_replace).
     fn sendrecv(
         &self,
         comm: Comm,
-        send: Buf,
-        dest: Peer,
-        send_tag: i32,
-        recv: BufMut,
-        source: Peer,
-        recv_tag: Option<i32>,
-    ) -> Result<Status>;
-    /// `sendrecv` through one buffer: sends its contents to `dest`, then holds what came
-    /// from `source` (kept as it was when `source` is `Peer::Null`). The library copies
-    /// the outgoing message aside itself (MPI_Sendrecv_replace).
-    fn sendrecv_replace(
-        &self,
-        comm: Comm,
-        buf: BufMut,
-        dest: Peer,
-        send_tag: i32,
-        source: Peer,
-        recv_tag: Option<i32>,
+        sendbuf: Input,
+        recvbuf: BufMut,
+        envelope: Envelope,
     ) -> Result<Status>;
 }
 
-static BACKEND: OnceLock<Result<Box<dyn Backend>, Error>> = OnceLock::new();
+static LIBRARY: OnceLock<Result<Box<dyn Library>, Error>> = OnceLock::new();
 
-/// Installs the process-wide backend by running `select` the first time only; every later
-/// call, from any thread, gets the same backend (or the same selection error) without
-/// locking. A backend cannot be replaced: two MPI libraries in one process never work.
-pub fn install_backend(
-    select: impl FnOnce() -> Result<Box<dyn Backend>>,
-) -> Result<&'static dyn Backend> {
-    match BACKEND.get_or_init(select) {
-        Ok(backend) => Ok(backend.as_ref()),
+/// Installs the process-wide library by running `select` the first time only; every later
+/// call, from any thread, gets the same library (or the same selection error) without
+/// locking. A library cannot be replaced: two MPI libraries in one process never work.
+pub fn install_library(
+    select: impl FnOnce() -> Result<Box<dyn Library>>,
+) -> Result<&'static dyn Library> {
+    match LIBRARY.get_or_init(select) {
+        Ok(library) => Ok(library.as_ref()),
         Err(err) => Err(err.clone()),
     }
 }
 
-/// The installed backend, for code (such as an XLA handler) that runs after selection.
-pub fn backend() -> Result<&'static dyn Backend> {
-    match BACKEND.get() {
-        Some(Ok(backend)) => Ok(backend.as_ref()),
+/// The installed library, for code (such as an XLA handler) that runs after selection.
+pub fn library() -> Result<&'static dyn Library> {
+    match LIBRARY.get() {
+        Some(Ok(library)) => Ok(library.as_ref()),
         Some(Err(err)) => Err(err.clone()),
         None => Err(Error::library(
             "backend",

@@ -128,6 +128,110 @@ impl Input<'_> {
     }
 }
 
+/// bcast's buffer on one rank: the root's message, which is only read (it may be an XLA
+/// input), or the buffer any other rank receives into.
+#[derive(Debug)]
+pub enum Broadcast<'a> {
+    Root(Buf<'a>),
+    Receiver(BufMut<'a>),
+}
+
+impl Broadcast<'_> {
+    pub fn is_root(&self) -> bool {
+        matches!(self, Broadcast::Root(_))
+    }
+    pub fn count(&self) -> usize {
+        match self {
+            Broadcast::Root(buf) => buf.count(),
+            Broadcast::Receiver(buf) => buf.count(),
+        }
+    }
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Broadcast::Root(buf) => buf.dtype(),
+            Broadcast::Receiver(buf) => buf.dtype(),
+        }
+    }
+}
+
+/// Where each rank's block lies in a buffer of a variable-count collective: rank i's block
+/// is `counts[i]` elements from element `displs[i]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Blocks<'a> {
+    pub counts: &'a [usize],
+    pub displs: &'a [usize],
+}
+
+impl Blocks<'_> {
+    /// Checks that there is one block per rank of a communicator of `size` ranks and that
+    /// every block lies inside a buffer of `buffer` elements.
+    pub fn check(&self, name: &'static str, size: usize, buffer: usize) -> Result<()> {
+        for (what, got) in [
+            ("counts", self.counts.len()),
+            ("displacements", self.displs.len()),
+        ] {
+            if got != size {
+                return Err(Error::invalid_argument(
+                    name,
+                    format!("{what} has {got} elements but must have {size}"),
+                ));
+            }
+        }
+        for (rank, (&count, &displ)) in self.counts.iter().zip(self.displs).enumerate() {
+            if count.saturating_add(displ) > buffer {
+                return Err(Error::invalid_argument(
+                    name,
+                    format!(
+                        "rank {rank}'s block (displacement {displ}, count {count}) ends past \
+                         the buffer of {buffer} elements"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A buffer a variable-count collective reads, cut into per-rank blocks.
+#[derive(Clone, Copy, Debug)]
+pub struct Partition<'a> {
+    pub buf: Buf<'a>,
+    pub blocks: Blocks<'a>,
+}
+
+/// A buffer a variable-count collective writes, cut into per-rank blocks.
+#[derive(Debug)]
+pub struct PartitionMut<'a> {
+    pub buf: BufMut<'a>,
+    pub blocks: Blocks<'a>,
+}
+
+impl<'a> Partition<'a> {
+    pub fn new(buf: Buf<'a>, counts: &'a [usize], displs: &'a [usize]) -> Self {
+        Partition {
+            buf,
+            blocks: Blocks { counts, displs },
+        }
+    }
+    /// `Blocks::check` against this buffer.
+    pub fn check(&self, name: &'static str, size: usize) -> Result<()> {
+        self.blocks.check(name, size, self.buf.count())
+    }
+}
+
+impl<'a> PartitionMut<'a> {
+    pub fn new(buf: BufMut<'a>, counts: &'a [usize], displs: &'a [usize]) -> Self {
+        PartitionMut {
+            buf,
+            blocks: Blocks { counts, displs },
+        }
+    }
+    /// `Blocks::check` against this buffer.
+    pub fn check(&self, name: &'static str, size: usize) -> Result<()> {
+        self.blocks.check(name, size, self.buf.count())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +250,26 @@ mod tests {
             BufMut::from_bytes(&mut out, Dtype::C128).unwrap().count(),
             2
         );
+    }
+
+    #[test]
+    fn blocks_need_one_entry_per_rank_inside_the_buffer() {
+        let data = [0u8; 16];
+        let buf = Buf::from_bytes(&data, Dtype::F32).unwrap();
+        assert!(Partition::new(buf, &[1, 3], &[0, 1])
+            .check("gatherv", 2)
+            .is_ok());
+        let short = Partition::new(buf, &[1], &[0])
+            .check("gatherv", 2)
+            .unwrap_err();
+        assert!(short
+            .to_string()
+            .contains("counts has 1 elements but must have 2"));
+        let past = Partition::new(buf, &[1, 3], &[0, 2])
+            .check("gatherv", 2)
+            .unwrap_err();
+        assert!(past
+            .to_string()
+            .contains("rank 1's block (displacement 2, count 3) ends past"));
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::handlers::{Call, PEER_ANY, PEER_NULL, TAG_ANY};
 use crate::xla_ffi::CallFrame;
-use crate::{watchdog, Backend, Error, Result, ThreadLevel};
+use crate::{watchdog, Error, Library, Result, ThreadLevel};
 
 /// Attributes that say whom a call talks to, in the order they are shown.
 const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
@@ -66,7 +66,7 @@ impl fmt::Display for CallInfo {
 pub unsafe fn run(
     frame: *mut CallFrame,
     call: &Call,
-    backend: &'static dyn Backend,
+    backend: &'static dyn Library,
     body: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     // A communicator whose handler would abort (the user's choice, or MPI's default where
@@ -139,7 +139,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Monitor {
-    fn from_env(backend: &'static dyn Backend) -> Option<Monitor> {
+    fn from_env(backend: &'static dyn Library) -> Option<Monitor> {
         let timeout = timeout_from_env();
         let debug = debug_from_env();
         let level = backend.thread_level();

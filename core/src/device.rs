@@ -1,12 +1,13 @@
 //! Device (GPU) execution as core sees it: core knows no CUDA. A backend crate installs one
 //! `DeviceRuntime`; a device handler hands it XLA's stream and the op body, and the runtime
 //! runs the body against a `Backend` that can take device buffers on that stream (staged
-//! through host memory, or passed straight to a device-aware MPI).
+//! through host memory, or passed straight to a device-aware MPI), wrapping the library's
+//! host `Backend`.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
-use crate::{Backend, Error, Result};
+use crate::{Backend, Error, Library, Result};
 
 /// XLA's stream for this call (a `CUstream` on CUDA), opaque to core.
 #[derive(Clone, Copy, Debug)]
@@ -14,18 +15,18 @@ pub struct Stream(pub *mut c_void);
 
 pub trait DeviceRuntime: Send + Sync {
     /// Runs `body` with a backend for buffers that live on the device of `stream`, with
-    /// `host` (the process's MPI backend) doing the communication.
+    /// `library` (the process's MPI library) doing the communication.
     fn run(
         &self,
         stream: Stream,
-        host: &dyn Backend,
+        library: &dyn Library,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()>;
 }
 
 static DEVICE_RUNTIME: OnceLock<Result<Box<dyn DeviceRuntime>, Error>> = OnceLock::new();
 
-/// Installs the process-wide device runtime the first time only (as `install_backend`).
+/// Installs the process-wide device runtime the first time only (as `install_library`).
 pub fn install_device_runtime(
     make: impl FnOnce() -> Result<Box<dyn DeviceRuntime>>,
 ) -> Result<&'static dyn DeviceRuntime> {

@@ -22,8 +22,12 @@ pub enum ErrorKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub kind: ErrorKind,
-    /// The operation that failed: an op name (`allreduce`) or a step (`select MPI`).
+    /// The operation that failed: an op name (`allreduce`), or, for failures outside any
+    /// op, what jaxmpi was doing (`select MPI`).
     pub op: Cow<'static, str>,
+    /// The step inside the op that failed (`error handler check`), when it was not the op's
+    /// MPI call itself. Shown in parentheses after the op.
+    pub step: Option<Cow<'static, str>>,
     pub message: String,
     /// What the failed call was doing (comm, peer or root, tag, bytes), when a handler
     /// knows it; shown last, in brackets, where `jaxmpi.MPIError` reads it back.
@@ -39,6 +43,7 @@ impl Error {
         Error {
             kind,
             op: op.into(),
+            step: None,
             message: message.into(),
             call: None,
         }
@@ -81,17 +86,20 @@ impl Error {
     }
 }
 
+/// `op (step) failed: message (MPI error class c) [call]`, with the step, the word
+/// `failed` and the class only where they apply: `jaxmpi.MPIError` (python/jaxmpi/_errors.py)
+/// parses this.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.op)?;
+        if let Some(step) = &self.step {
+            write!(f, " ({step})")?;
+        }
         match self.kind {
             ErrorKind::Mpi { class } => {
-                write!(
-                    f,
-                    "{} failed: {} (MPI error class {class})",
-                    self.op, self.message
-                )
+                write!(f, " failed: {} (MPI error class {class})", self.message)
             }
-            _ => write!(f, "{}: {}", self.op, self.message),
+            _ => write!(f, ": {}", self.message),
         }?;
         match &self.call {
             Some(call) => write!(f, " [{call}]"),
@@ -123,6 +131,24 @@ mod tests {
             described.to_string(),
             "recv failed: rank 1: Message truncated (MPI error class 15) \
              [comm 0x44000000, source 0, tag 9, 16 bytes]"
+        );
+    }
+
+    #[test]
+    fn display_puts_the_step_after_the_op() {
+        let mut err = Error::mpi("allreduce", 5, "rank 0: Invalid communicator");
+        err.step = Some("error handler check".into());
+        assert_eq!(
+            err.with_call("comm 0x84000004, 8 bytes").to_string(),
+            "allreduce (error handler check) failed: rank 0: Invalid communicator \
+             (MPI error class 5) [comm 0x84000004, 8 bytes]"
+        );
+        let mut bad =
+            Error::invalid_argument("allreduce", "rank 0: the communicator is MPI_COMM_NULL");
+        bad.step = Some("error handler check".into());
+        assert_eq!(
+            bad.to_string(),
+            "allreduce (error handler check): rank 0: the communicator is MPI_COMM_NULL"
         );
     }
 }

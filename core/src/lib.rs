@@ -2,8 +2,8 @@
 //!
 //! This crate knows neither MPI nor Python. It defines the values that cross every layer
 //! (`Dtype`, `ReduceOp`, `Comm`, `Peer`, `Status`), the buffers handed to a backend, the
-//! object-safe [`Backend`] trait that each MPI library implements, the process-wide slot
-//! holding the one backend chosen at run time, and the single error type.
+//! object-safe [`Library`] and [`Backend`] traits that each MPI library implements, the
+//! process-wide slot holding the one library chosen at run time, and the single error type.
 
 mod backend;
 mod buffer;
@@ -15,8 +15,8 @@ mod types;
 mod watchdog;
 pub mod xla_ffi;
 
-pub use backend::{backend, install_backend, Backend};
-pub use buffer::{Buf, BufMut, Input};
+pub use backend::{install_library, library, Backend, Envelope, Library};
+pub use buffer::{Blocks, Broadcast, Buf, BufMut, Input, Partition, PartitionMut};
 pub use error::{Error, ErrorKind, Result};
 pub use types::{
     Comm, Dtype, Family, LibraryInfo, NativeStatus, Peer, ReduceOp, Status, ThreadLevel,

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::calllog::Monitor;
-use crate::Backend;
+use crate::Library;
 
 /// The exit code the job ends with (EX_SOFTWARE).
 pub const TIMEOUT_EXIT_CODE: i32 = 70;
@@ -15,7 +15,7 @@ pub const TIMEOUT_EXIT_CODE: i32 = 70;
 /// Starts the watchdog; it waits for `monitor` to be set (its creator is setting it).
 pub(crate) fn start(
     monitor: &'static OnceLock<Option<Monitor>>,
-    backend: &'static dyn Backend,
+    backend: &'static dyn Library,
     timeout: Duration,
 ) {
     // Checking ten times per timeout bounds the overshoot to a tenth of it.
@@ -38,7 +38,7 @@ pub(crate) fn start(
 
 fn report_and_abort(
     monitor: &Monitor,
-    backend: &dyn Backend,
+    backend: &dyn Library,
     call: &str,
     waited: Duration,
     timeout: Duration,

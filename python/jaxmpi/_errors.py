@@ -6,11 +6,19 @@ text jaxmpi writes in one format (core/src/error.rs):
 
     jaxmpi.<op> failed: rank <r>: <MPI's text> (MPI error class <c>) [comm <h>, source 0, ...]
 
+with the step inside the op in parentheses after it where the op's own MPI call was not
+what failed (`jaxmpi.allreduce (error handler check) failed: ...`), and without `failed`
+and the class for failures MPI did not report (`jaxmpi.bcast: rank 0: root 5 is out of
+range ...`). Failures outside any op name what jaxmpi was doing instead of an op
+(`jaxmpi.select MPI: ...`).
+
 `MPIError` subclasses `JaxRuntimeError` (so code that catches that keeps working) and
 `RuntimeError`. jaxmpi raises it itself from every call it executes: eager ops,
 communicator methods, initialization. Inside a user's own `jax.jit` function JAX raises
-its own `JaxRuntimeError`; `raise_mpi_errors` (decorator or context manager) or
-`MPIError.from_exception` turn that into an `MPIError`.
+its own exception, with XLA's status code in front of jaxmpi's text (`INTERNAL: jaxmpi...`):
+a `JaxRuntimeError` on the first call, but a `ValueError` when JAX 0.10 re-runs a compiled
+function through its C++ fast path. `raise_mpi_errors` (decorator or context manager) or
+`MPIError.from_exception` turn either into an `MPIError`.
 
 Under fast dispatch a failed call without a result (a send, say) may leave nothing for the
 user to read its error from; the core keeps it and jaxmpi raises it later
@@ -27,8 +35,12 @@ from jax.errors import JaxRuntimeError
 
 from . import _jax_shim
 
+# A handler's failure as XLA passes it on: its status code, then jaxmpi's message.
+_FROM_XLA = re.compile(r"\b[A-Z][A-Z_]*: (?=jaxmpi\.)")
+
 _MESSAGE = re.compile(
-    r"jaxmpi\.(?P<op>\w+)(?: failed)?: (?:rank (?P<rank>-?\d+): )?(?P<text>.*?)"
+    r"jaxmpi\.(?P<op>\w+(?: \w+)*?)(?: \((?P<step>[^()]*)\))?(?: failed)?: "
+    r"(?:rank (?P<rank>-?\d+): )?(?P<text>.*?)"
     r"(?: \(MPI error class (?P<error_class>-?\d+)\))?(?: \[(?P<call>[^\[\]]*)\])?\s*$",
     re.DOTALL,
 )
@@ -70,7 +82,9 @@ def _forget_kept_failure(message: str) -> None:
 class MPIError(JaxRuntimeError):
     """An MPI call made by jaxmpi failed.
 
-    Attributes (None where they do not apply): `op` (jaxmpi op name), `rank` (rank in
+    Attributes (None where they do not apply): `op` (jaxmpi op name), `step` (the step
+    inside the op that failed, e.g. "error handler check", or what jaxmpi was doing outside
+    any op, e.g. "select MPI"), `rank` (rank in
     MPI_COMM_WORLD of the process that saw the failure), `peer` (source or destination
     rank of a point-to-point call), `root`, `tag`, `comm` (communicator handle),
     `nbytes`, `error_class` (the MPI library's error class), `error_string` (its text).
@@ -82,6 +96,10 @@ class MPIError(JaxRuntimeError):
         groups = match.groupdict() if match else {}
         call = _call_fields(groups["call"]) if groups.get("call") else {}
         self.op: str | None = groups.get("op")
+        self.step: str | None = groups.get("step")
+        if self.op is not None and " " in self.op:
+            # Not an op: a step outside any op ("select MPI").
+            self.op, self.step = None, self.op
         self.rank: int | None = int(groups["rank"]) if groups.get("rank") else None
         self.error_class: int | None = (
             int(groups["error_class"]) if groups.get("error_class") else None
@@ -98,20 +116,24 @@ class MPIError(JaxRuntimeError):
     @classmethod
     def from_exception(cls, exc: BaseException) -> MPIError | None:
         """The `MPIError` an exception raised by a jaxmpi call stands for, or None if it
-        did not come from jaxmpi. Use it on the `JaxRuntimeError` of a jitted function."""
+        did not come from jaxmpi. Use it on what a jitted function raised."""
         if isinstance(exc, MPIError):
             return exc
-        if not isinstance(exc, JaxRuntimeError):
-            return None
         message = str(exc)
-        start = message.find("jaxmpi.")
+        if isinstance(exc, JaxRuntimeError):
+            start = message.find("jaxmpi.")
+        else:
+            # Other types (JAX's ValueError) only with XLA's status code in front: a
+            # ValueError of jaxmpi's own argument checks is no MPI failure.
+            xla = _FROM_XLA.search(message)
+            start = xla.end() if xla else -1
         if start < 0 or not _MESSAGE.search(message[start:]):
             return None
         return cls(message[start:])
 
 
 class raise_mpi_errors(contextlib.ContextDecorator):
-    """Turns JAX's `JaxRuntimeError` from a failed jaxmpi call into `jaxmpi.MPIError`:
+    """Turns what JAX raises for a failed jaxmpi call into `jaxmpi.MPIError`:
 
         @jaxmpi.raise_mpi_errors()
         def step(x): return jitted_step(x)

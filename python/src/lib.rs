@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use jaxmpi_backends::detect::SearchPath;
 use jaxmpi_core::{
-    backend, handlers::pending, handlers::DEVICE_HANDLERS, handlers::HANDLERS, xla_ffi::Handler,
-    Backend, Comm, Dtype, Error, ErrorKind, ReduceOp,
+    handlers::pending, handlers::DEVICE_HANDLERS, handlers::HANDLERS, library, xla_ffi::Handler,
+    Comm, Dtype, Error, ErrorKind, Library, ReduceOp,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -42,8 +42,8 @@ fn set_error_type(py: Python<'_>, error_type: Bound<'_, PyType>) {
     let _ = ERROR_TYPE.set(py, error_type.unbind());
 }
 
-fn installed() -> PyResult<&'static dyn Backend> {
-    backend().map_err(to_py)
+fn installed() -> PyResult<&'static dyn Library> {
+    library().map_err(to_py)
 }
 
 /// Keeps failures of ops without results for later (fast dispatch), or stops keeping them.
@@ -83,18 +83,18 @@ fn init(py: Python<'_>, prefixes: Vec<PathBuf>) -> PyResult<()> {
 /// What was loaded and why: the content of `python -m jaxmpi info`.
 #[pyfunction]
 fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let backend = installed()?;
-    let info = backend.info();
+    let library = installed()?;
+    let info = library.info();
     let dict = PyDict::new(py);
     dict.set_item("family", info.family.name())?;
     dict.set_item("path", info.path.display().to_string())?;
     dict.set_item("version_string", info.version_string.trim())?;
     dict.set_item("standard_version", info.standard_version)?;
     dict.set_item("chosen_by", &info.chosen_by)?;
-    dict.set_item("thread_level", backend.thread_level().name())?;
-    dict.set_item("initialized_here", backend.initialized_here())?;
-    dict.set_item("cuda_aware", backend.cuda_aware())?;
-    dict.set_item("cuda_aware_reason", backend.cuda_aware_reason())?;
+    dict.set_item("thread_level", library.thread_level().name())?;
+    dict.set_item("initialized_here", library.initialized_here())?;
+    dict.set_item("cuda_aware", library.cuda_aware())?;
+    dict.set_item("cuda_aware_reason", library.cuda_aware_reason())?;
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
@@ -182,8 +182,8 @@ fn comm_size(handle: usize) -> PyResult<i32> {
 
 #[pyfunction]
 fn comm_dup(py: Python<'_>, handle: usize) -> PyResult<usize> {
-    let backend = installed()?;
-    py.detach(|| backend.comm_dup(Comm(handle)))
+    let library = installed()?;
+    py.detach(|| library.comm_dup(Comm(handle)))
         .map(|c| c.0)
         .map_err(to_py)
 }
@@ -196,30 +196,31 @@ fn comm_split(
     color: Option<i32>,
     key: i32,
 ) -> PyResult<Option<usize>> {
-    let backend = installed()?;
-    py.detach(|| backend.comm_split(Comm(handle), color, key))
+    let library = installed()?;
+    py.detach(|| library.comm_split(Comm(handle), color, key))
         .map(|c| c.map(|c| c.0))
         .map_err(to_py)
 }
 
 #[pyfunction]
 fn comm_free(py: Python<'_>, handle: usize) -> PyResult<()> {
-    let backend = installed()?;
-    py.detach(|| backend.comm_free(Comm(handle))).map_err(to_py)
+    let library = installed()?;
+    py.detach(|| library.comm_free(Comm(handle))).map_err(to_py)
 }
 
 /// This rank's (rank, size) among the ranks of the communicator on its node. Collective.
 #[pyfunction]
 fn node_local_rank(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
-    let backend = installed()?;
-    py.detach(|| backend.node_local_rank(Comm(handle)))
+    let library = installed()?;
+    py.detach(|| library.node_local_rank(Comm(handle)))
         .map_err(to_py)
 }
 
 #[pyfunction]
 fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
-    let backend = installed()?;
-    py.detach(|| backend.barrier(Comm(handle))).map_err(to_py)
+    let library = installed()?;
+    py.detach(|| library.backend().barrier(Comm(handle)))
+        .map_err(to_py)
 }
 
 /// The dtype names jaxmpi can move (numpy spelling).
@@ -248,10 +249,10 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
 /// Finalizes MPI if jaxmpi initialized it (called at interpreter exit).
 #[pyfunction]
 fn finalize(py: Python<'_>) -> PyResult<()> {
-    match backend() {
-        Ok(backend) => {
+    match library() {
+        Ok(library) => {
             jaxmpi_backends::cuda::release();
-            py.detach(|| backend.finalize()).map_err(to_py)
+            py.detach(|| library.finalize()).map_err(to_py)
         }
         Err(_) => Ok(()),
     }

@@ -393,6 +393,53 @@ def test_from_exception_ignores_errors_from_elsewhere():
         raise KeyError("not an MPI error")
 
 
+def test_a_compiled_call_on_a_communicator_freed_since_fails_in_the_error_handler_check():
+    """A jitted function run again after its communicator was freed: the handler's first
+    step, the error handler check, fails in MPI on every rank. JAX 0.10 raises that
+    re-run's failure as a ValueError: `from_exception` and `raise_mpi_errors` must still
+    recognize it, with the op and the step apart."""
+    if jaxmpi._runtime.info["family"] != "mpich":
+        pytest.skip("only MPICH's integer handles can be checked by MPI once freed")
+    comm = jaxmpi.COMM_WORLD.Dup()
+    program = jax.jit(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM, comm=comm))
+    assert float(jax.block_until_ready(program(np.float32(1)))) == SIZE
+    comm.Free()
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(program(np.float32(1)))
+    err = jaxmpi.MPIError.from_exception(info.value)
+    assert err is not None, f"not recognized as an MPI failure: {info.value!r}"
+    assert (err.op, err.step, err.rank) == ("allreduce", "error handler check", RANK)
+    assert err.error_class is not None and "error handler check" not in err.error_string
+    with pytest.raises(jaxmpi.MPIError) as info, jaxmpi.raise_mpi_errors():
+        jax.block_until_ready(program(np.float32(1)))
+    assert (info.value.op, info.value.step) == ("allreduce", "error handler check")
+
+
+def test_mpi_error_reads_the_step_and_failures_outside_any_op():
+    err = jaxmpi.MPIError(
+        "jaxmpi.allreduce (error handler check) failed: rank 1: Invalid communicator "
+        "(MPI error class 5) [comm 0x84000004, 8 bytes]"
+    )
+    assert (err.op, err.step, err.rank, err.error_class) == ("allreduce", "error handler check",
+                                                             1, 5)  # fmt: skip
+    assert (err.error_string, err.comm, err.nbytes) == ("Invalid communicator", 0x84000004, 8)
+    checked = jaxmpi.MPIError(
+        "jaxmpi.bcast (communicator check): rank 0: the communicator is MPI_COMM_NULL"
+    )
+    assert (checked.op, checked.step, checked.rank, checked.error_class) == (
+        "bcast", "communicator check", 0, None)  # fmt: skip
+    outside = jaxmpi.MPIError(
+        "jaxmpi.initialize MPI failed: MPI_Init_thread returned 5 (MPI error class 5)"
+    )
+    assert (outside.op, outside.step, outside.error_class) == (None, "initialize MPI", 5)
+    assert outside.error_string == "MPI_Init_thread returned 5"
+    plain = jaxmpi.MPIError("jaxmpi.recv failed: rank 0: Message truncated (MPI error class 15)")
+    assert (plain.op, plain.step) == ("recv", None)
+    rerun = ValueError("INTERNAL: jaxmpi.recv failed: rank 0: Message truncated "
+                       "(MPI error class 15)")  # fmt: skip
+    assert jaxmpi.MPIError.from_exception(rerun).op == "recv"
+
+
 @needs_mpi4py
 @needs_ranks(2)
 def test_a_user_communicator_that_aborts_on_errors_returns_them_during_jaxmpi_calls():

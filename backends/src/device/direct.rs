@@ -2,7 +2,10 @@
 //! knows nothing of XLA's stream, so the stream is synchronized first; the MPI call returns
 //! once the device buffers are read or written.
 
-use jaxmpi_core::{Backend, Buf, BufMut, Comm, Error, Input, Peer, ReduceOp, Result, Status};
+use jaxmpi_core::{
+    Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, Partition, PartitionMut, Peer,
+    ReduceOp, Result, Status,
+};
 
 use super::DeviceMemory;
 
@@ -35,12 +38,11 @@ impl<'a> Direct<'a> {
 }
 
 impl Backend for Direct<'_> {
-    host_methods!();
-    fn finalize(&self) -> Result<()> {
-        self.inner.finalize()
+    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
+        super::zero_on_stream(self.device, dst)
     }
-    fn cuda_aware(&self) -> bool {
-        true
+    fn barrier(&self, comm: Comm) -> Result<()> {
+        self.inner.barrier(comm)
     }
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         self.call(|b| b.allreduce(comm, send, recv, op))
@@ -57,7 +59,7 @@ impl Backend for Direct<'_> {
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         self.call(|b| b.reduce_scatter(comm, send, recv, op))
     }
-    fn bcast(&self, comm: Comm, buf: BufMut, root: i32) -> Result<()> {
+    fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         self.call(|b| b.bcast(comm, buf, root))
     }
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
@@ -72,59 +74,17 @@ impl Backend for Direct<'_> {
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
         self.call(|b| b.alltoall(comm, send, recv))
     }
-    fn gatherv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        recv: BufMut,
-        counts: &[usize],
-        displs: &[usize],
-        root: i32,
-    ) -> Result<()> {
-        self.call(|b| b.gatherv(comm, send, recv, counts, displs, root))
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+        self.call(|b| b.gatherv(comm, send, recv, root))
     }
-    fn allgatherv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        recv: BufMut,
-        counts: &[usize],
-        displs: &[usize],
-    ) -> Result<()> {
-        self.call(|b| b.allgatherv(comm, send, recv, counts, displs))
+    fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
+        self.call(|b| b.allgatherv(comm, send, recv))
     }
-    fn scatterv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        counts: &[usize],
-        displs: &[usize],
-        recv: BufMut,
-        root: i32,
-    ) -> Result<()> {
-        self.call(|b| b.scatterv(comm, send, counts, displs, recv, root))
+    fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
+        self.call(|b| b.scatterv(comm, send, recv, root))
     }
-    fn alltoallv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: BufMut,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        self.call(|b| {
-            b.alltoallv(
-                comm,
-                send,
-                send_counts,
-                send_displs,
-                recv,
-                recv_counts,
-                recv_displs,
-            )
-        })
+    fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
+        self.call(|b| b.alltoallv(comm, send, recv))
     }
     fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
         self.call(|b| b.send(comm, buf, dest, tag))
@@ -135,24 +95,10 @@ impl Backend for Direct<'_> {
     fn sendrecv(
         &self,
         comm: Comm,
-        send: Buf,
-        dest: Peer,
-        send_tag: i32,
-        recv: BufMut,
-        source: Peer,
-        recv_tag: Option<i32>,
+        sendbuf: Input,
+        recvbuf: BufMut,
+        envelope: Envelope,
     ) -> Result<Status> {
-        self.call(|b| b.sendrecv(comm, send, dest, send_tag, recv, source, recv_tag))
-    }
-    fn sendrecv_replace(
-        &self,
-        comm: Comm,
-        buf: BufMut,
-        dest: Peer,
-        send_tag: i32,
-        source: Peer,
-        recv_tag: Option<i32>,
-    ) -> Result<Status> {
-        self.call(|b| b.sendrecv_replace(comm, buf, dest, send_tag, source, recv_tag))
+        self.call(|b| b.sendrecv(comm, sendbuf, recvbuf, envelope))
     }
 }

@@ -2,71 +2,6 @@
 //! of pinned host buffers staging reuses, and the two backend decorators that take device
 //! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware MPI).
 
-/// The `Backend` methods both device decorators share: everything that touches no message
-/// buffer goes to the host backend (`self.inner`); zeroing is queued on the stream
-/// (`self.device`).
-macro_rules! host_methods {
-    () => {
-        fn info(&self) -> &jaxmpi_core::LibraryInfo {
-            self.inner.info()
-        }
-        fn thread_level(&self) -> jaxmpi_core::ThreadLevel {
-            self.inner.thread_level()
-        }
-        fn initialized_here(&self) -> bool {
-            self.inner.initialized_here()
-        }
-        fn is_finalized(&self) -> bool {
-            self.inner.is_finalized()
-        }
-        fn abort(&self, code: i32) -> ! {
-            self.inner.abort(code)
-        }
-        fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>> {
-            self.inner.return_errors_on(comm)
-        }
-        fn restore_errhandler(&self, comm: Comm, handler: usize) {
-            self.inner.restore_errhandler(comm, handler)
-        }
-        fn cuda_aware_reason(&self) -> &str {
-            self.inner.cuda_aware_reason()
-        }
-        fn fill_zeros(&self, dst: BufMut) -> Result<()> {
-            if dst.len_bytes() > 0 {
-                self.device.zero_async(dst.ptr(), dst.len_bytes())?;
-            }
-            Ok(())
-        }
-        fn world(&self) -> Comm {
-            self.inner.world()
-        }
-        fn check_comm(&self, comm: Comm) -> Result<()> {
-            self.inner.check_comm(comm)
-        }
-        fn comm_rank(&self, comm: Comm) -> Result<i32> {
-            self.inner.comm_rank(comm)
-        }
-        fn comm_size(&self, comm: Comm) -> Result<i32> {
-            self.inner.comm_size(comm)
-        }
-        fn comm_dup(&self, comm: Comm) -> Result<Comm> {
-            self.inner.comm_dup(comm)
-        }
-        fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>> {
-            self.inner.comm_split(comm, color, key)
-        }
-        fn comm_free(&self, comm: Comm) -> Result<()> {
-            self.inner.comm_free(comm)
-        }
-        fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {
-            self.inner.node_local_rank(comm)
-        }
-        fn barrier(&self, comm: Comm) -> Result<()> {
-            self.inner.barrier(comm)
-        }
-    };
-}
-
 mod direct;
 #[cfg(test)]
 mod fake;
@@ -77,7 +12,7 @@ pub use direct::Direct;
 pub use pool::{PinnedBuffer, PinnedPool};
 pub use staged::Staged;
 
-use jaxmpi_core::Result;
+use jaxmpi_core::{BufMut, Result};
 
 /// A point in a stream's work queue: waiting on it waits for everything enqueued before.
 #[derive(Clone, Copy, Debug)]
@@ -98,4 +33,13 @@ pub trait DeviceMemory: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Page-locked host memory: the only kind the device copies at full speed, asynchronously.
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer>;
+}
+
+/// Zeroes device memory an op body fills itself, queued on the stream so that XLA's later
+/// work sees it (both decorators' `fill_zeros`).
+fn zero_on_stream(device: &dyn DeviceMemory, dst: BufMut) -> Result<()> {
+    if dst.len_bytes() > 0 {
+        device.zero_async(dst.ptr(), dst.len_bytes())?;
+    }
+    Ok(())
 }

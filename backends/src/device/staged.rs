@@ -6,7 +6,10 @@
 //! Point-to-point messages are staged whole: cutting one message into several would change
 //! what a receive matches (any source, a larger receive buffer) and the status it reports.
 
-use jaxmpi_core::{Backend, Buf, BufMut, Comm, Dtype, Input, Peer, ReduceOp, Result, Status};
+use jaxmpi_core::{
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Partition, PartitionMut, Peer,
+    ReduceOp, Result, Status,
+};
 
 use super::{DeviceMemory, PinnedBuffer, PinnedPool};
 
@@ -134,13 +137,13 @@ impl<'a> Staged<'a> {
         Ok(result)
     }
 
-    /// A reduction staged whole (`InPlace` reads the receive buffer).
-    fn reduction(
+    /// An op with an `Input` send side staged whole (`InPlace` reads the receive buffer).
+    fn staged_input<R>(
         &self,
         send: Input,
         recv: BufMut,
-        op: impl FnOnce(Input, BufMut) -> Result<()>,
-    ) -> Result<()> {
+        op: impl FnOnce(Input, BufMut) -> Result<R>,
+    ) -> Result<R> {
         match send {
             Input::Data(buf) => self.whole(Some(buf), recv, false, |s, r| {
                 op(Input::Data(s.expect("staged send")), r)
@@ -151,13 +154,11 @@ impl<'a> Staged<'a> {
 }
 
 impl Backend for Staged<'_> {
-    host_methods!();
-    fn finalize(&self) -> Result<()> {
-        self.pool.release();
-        self.inner.finalize()
+    fn fill_zeros(&self, dst: BufMut) -> Result<()> {
+        super::zero_on_stream(self.device, dst)
     }
-    fn cuda_aware(&self) -> bool {
-        false
+    fn barrier(&self, comm: Comm) -> Result<()> {
+        self.inner.barrier(comm)
     }
 
     /// Pipelined: chunk k+1 travels device→host while MPI reduces chunk k, and chunk k
@@ -210,10 +211,10 @@ impl Backend for Staged<'_> {
     }
 
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
-        self.reduction(send, recv, |s, r| self.inner.reduce(comm, s, r, op, root))
+        self.staged_input(send, recv, |s, r| self.inner.reduce(comm, s, r, op, root))
     }
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.reduction(send, recv, |s, r| self.inner.scan(comm, s, r, op))
+        self.staged_input(send, recv, |s, r| self.inner.scan(comm, s, r, op))
     }
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         // Rank 0's result is "left as it was": read it in so the copy back keeps it.
@@ -237,28 +238,37 @@ impl Backend for Staged<'_> {
 
     /// Pipelined: the root's chunk k+1 travels device→host while chunk k is broadcast;
     /// elsewhere chunk k travels host→device while chunk k+1 is received.
-    fn bcast(&self, comm: Comm, buf: BufMut, root: i32) -> Result<()> {
+    fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         let (dtype, size) = (buf.dtype(), buf.dtype().size());
-        let is_root = self.inner.comm_rank(comm)? == root;
-        let host = self.lease(buf.len_bytes())?;
+        let (sent, received) = match &buf {
+            Broadcast::Root(b) => (Some(b.ptr()), None),
+            Broadcast::Receiver(b) => (None, Some(b.ptr())),
+        };
+        let host = self.lease(buf.count() * size)?;
         let pieces = chunks(buf.count(), self.per_chunk(dtype));
         let mut arrived = Vec::with_capacity(pieces.len());
         for &(start, n) in &pieces {
-            if is_root && n > 0 {
+            if let Some(device) = sent.filter(|_| n > 0) {
                 // SAFETY: a chunk inside both buffers.
-                let (h, d) = unsafe { (host.ptr().add(start * size), buf.ptr().add(start * size)) };
+                let (h, d) = unsafe { (host.ptr().add(start * size), device.add(start * size)) };
                 self.device.copy_to_host_async(h, d, n * size)?;
             }
             arrived.push(self.device.mark()?);
         }
         for (&(start, n), &marker) in pieces.iter().zip(&arrived) {
             self.device.wait(marker)?;
-            // SAFETY: chunk of the pinned buffer.
-            let chunk = unsafe { BufMut::from_raw(host.ptr().add(start * size), n, dtype) };
+            // SAFETY: chunk of the pinned buffer, which this call alone uses.
+            let chunk = unsafe {
+                let at = host.ptr().add(start * size);
+                match sent {
+                    Some(_) => Broadcast::Root(Buf::from_raw(at, n, dtype)),
+                    None => Broadcast::Receiver(BufMut::from_raw(at, n, dtype)),
+                }
+            };
             self.inner.bcast(comm, chunk, root)?;
-            if !is_root && n > 0 {
+            if let Some(device) = received.filter(|_| n > 0) {
                 // SAFETY: a chunk inside both buffers.
-                let (d, h) = unsafe { (buf.ptr().add(start * size), host.ptr().add(start * size)) };
+                let (d, h) = unsafe { (device.add(start * size), host.ptr().add(start * size)) };
                 self.device.copy_to_device_async(d, h, n * size)?;
             }
         }
@@ -285,68 +295,39 @@ impl Backend for Staged<'_> {
             self.inner.alltoall(comm, s.expect("staged send"), r)
         })
     }
-    fn gatherv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        recv: BufMut,
-        counts: &[usize],
-        displs: &[usize],
-        root: i32,
-    ) -> Result<()> {
-        self.whole(Some(send), recv, false, |s, r| {
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+        let blocks = recv.blocks;
+        self.whole(Some(send), recv.buf, false, |s, r| {
+            let recv = PartitionMut { buf: r, blocks };
             self.inner
-                .gatherv(comm, s.expect("staged send"), r, counts, displs, root)
+                .gatherv(comm, s.expect("staged send"), recv, root)
         })
     }
-    fn allgatherv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        recv: BufMut,
-        counts: &[usize],
-        displs: &[usize],
-    ) -> Result<()> {
-        self.whole(Some(send), recv, false, |s, r| {
-            self.inner
-                .allgatherv(comm, s.expect("staged send"), r, counts, displs)
+    fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
+        let blocks = recv.blocks;
+        self.whole(Some(send), recv.buf, false, |s, r| {
+            let recv = PartitionMut { buf: r, blocks };
+            self.inner.allgatherv(comm, s.expect("staged send"), recv)
         })
     }
-    fn scatterv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        counts: &[usize],
-        displs: &[usize],
-        recv: BufMut,
-        root: i32,
-    ) -> Result<()> {
-        self.whole(Some(send), recv, false, |s, r| {
-            self.inner
-                .scatterv(comm, s.expect("staged send"), counts, displs, r, root)
+    fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
+        self.whole(Some(send.buf), recv, false, |s, r| {
+            let send = Partition {
+                buf: s.expect("staged send"),
+                blocks: send.blocks,
+            };
+            self.inner.scatterv(comm, send, r, root)
         })
     }
-    fn alltoallv(
-        &self,
-        comm: Comm,
-        send: Buf,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: BufMut,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        self.whole(Some(send), recv, false, |s, r| {
-            let s = s.expect("staged send");
-            self.inner.alltoallv(
-                comm,
-                s,
-                send_counts,
-                send_displs,
-                r,
-                recv_counts,
-                recv_displs,
-            )
+    fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
+        let blocks = recv.blocks;
+        self.whole(Some(send.buf), recv.buf, false, |s, r| {
+            let send = Partition {
+                buf: s.expect("staged send"),
+                blocks: send.blocks,
+            };
+            let recv = PartitionMut { buf: r, blocks };
+            self.inner.alltoallv(comm, send, recv)
         })
     }
 
@@ -361,34 +342,16 @@ impl Backend for Staged<'_> {
             self.inner.recv(comm, r, source, tag)
         })
     }
+    /// In place, the receive buffer is staged in too: it holds the message to send.
     fn sendrecv(
         &self,
         comm: Comm,
-        send: Buf,
-        dest: Peer,
-        send_tag: i32,
-        recv: BufMut,
-        source: Peer,
-        recv_tag: Option<i32>,
+        sendbuf: Input,
+        recvbuf: BufMut,
+        envelope: Envelope,
     ) -> Result<Status> {
-        self.whole(Some(send), recv, false, |s, r| {
-            let s = s.expect("staged send");
-            self.inner
-                .sendrecv(comm, s, dest, send_tag, r, source, recv_tag)
-        })
-    }
-    fn sendrecv_replace(
-        &self,
-        comm: Comm,
-        buf: BufMut,
-        dest: Peer,
-        send_tag: i32,
-        source: Peer,
-        recv_tag: Option<i32>,
-    ) -> Result<Status> {
-        self.whole(None, buf, true, |_, b| {
-            self.inner
-                .sendrecv_replace(comm, b, dest, send_tag, source, recv_tag)
+        self.staged_input(sendbuf, recvbuf, |s, r| {
+            self.inner.sendrecv(comm, s, r, envelope)
         })
     }
 }

@@ -5,15 +5,17 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use jaxmpi_core::{Backend, Buf, BufMut, Dtype, Input, Peer, ReduceOp};
+use jaxmpi_core::{
+    Backend, Broadcast, Buf, BufMut, Dtype, Envelope, Input, Library, Peer, ReduceOp,
+};
 
 use super::super::fake::{FakeDevice, GARBAGE};
 use super::super::PinnedPool;
 use super::{chunks, Staged};
 use crate::detect::{Request, SearchPath};
 
-fn mpi() -> &'static dyn Backend {
-    static MPI: OnceLock<Box<dyn Backend>> = OnceLock::new();
+fn mpi() -> &'static dyn Library {
+    static MPI: OnceLock<Box<dyn Library>> = OnceLock::new();
     MPI.get_or_init(|| {
         let path = std::env::var_os("JAXMPI_TEST_LIBS_MPICH")
             .expect("JAXMPI_TEST_LIBS_MPICH must name a libmpi.so.12 (ci/test.sh sets it)");
@@ -59,7 +61,7 @@ fn the_fake_device_defers_copies_until_synchronized() {
 fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
     // 3 floats per chunk: 10 elements make 3 full chunks and a short one.
-    let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(12);
+    let staged = Staged::new(mpi().backend(), &device, &pool).with_chunk_bytes(12);
     let send = floats((0..10).map(|i| i as f32));
     for round in 0..3 {
         let mut recv = vec![0u8; send.len()];
@@ -87,7 +89,7 @@ fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
 #[test]
 fn in_place_allreduce_reads_and_writes_the_result_buffer() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(8);
+    let staged = Staged::new(mpi().backend(), &device, &pool).with_chunk_bytes(8);
     let expected = floats([1.5, -2.0, 3.0, 4.0, 5.0]);
     let mut data = expected.clone();
     staged
@@ -104,20 +106,19 @@ fn in_place_allreduce_reads_and_writes_the_result_buffer() {
 #[test]
 fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool);
+    let staged = Staged::new(mpi().backend(), &device, &pool);
     for n in [4usize, 64, 16] {
         let send = floats((0..n).map(|i| i as f32 * 0.5));
         let mut recv = vec![0u8; send.len()];
+        let to_self = Envelope {
+            dest: Peer::Rank(0),
+            sendtag: 7,
+            source: Peer::Rank(0),
+            recvtag: Some(7),
+        };
+        let (send_buf, recv_buf) = (Input::Data(input(&send)), output(&mut recv));
         staged
-            .sendrecv(
-                mpi().world(),
-                input(&send),
-                Peer::Rank(0),
-                7,
-                output(&mut recv),
-                Peer::Rank(0),
-                Some(7),
-            )
+            .sendrecv(mpi().world(), send_buf, recv_buf, to_self)
             .unwrap();
         assert_eq!(recv, send, "{n} elements");
     }
@@ -126,27 +127,32 @@ fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
 }
 
 #[test]
-fn sendrecv_replace_stages_the_buffer_in_and_the_message_out() {
+fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool);
+    let staged = Staged::new(mpi().backend(), &device, &pool);
     let expected = floats([3.0, -1.0, 0.5]);
     let mut data = expected.clone();
     let world = mpi().world();
+    let to_self = Envelope {
+        dest: Peer::Rank(0),
+        sendtag: 3,
+        source: Peer::Rank(0),
+        recvtag: Some(3),
+    };
     let status = staged
-        .sendrecv_replace(
-            world,
-            output(&mut data),
-            Peer::Rank(0),
-            3,
-            Peer::Rank(0),
-            Some(3),
-        )
+        .sendrecv(world, Input::InPlace, output(&mut data), to_self)
         .unwrap();
     assert_eq!((data, device.pending(), status.count), (expected, 0, 3));
     // From PROC_NULL nothing arrives: the buffer comes back as it went in.
     let mut kept = floats([7.0, 8.0]);
+    let nowhere = Envelope {
+        dest: Peer::Null,
+        sendtag: 0,
+        source: Peer::Null,
+        recvtag: None,
+    };
     staged
-        .sendrecv_replace(world, output(&mut kept), Peer::Null, 0, Peer::Null, None)
+        .sendrecv(world, Input::InPlace, output(&mut kept), nowhere)
         .unwrap();
     assert_eq!(kept, floats([7.0, 8.0]));
 }
@@ -154,17 +160,18 @@ fn sendrecv_replace_stages_the_buffer_in_and_the_message_out() {
 #[test]
 fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool).with_chunk_bytes(4);
+    let staged = Staged::new(mpi().backend(), &device, &pool).with_chunk_bytes(4);
     let expected = floats([9.0, 8.0, 7.0]);
-    let mut data = expected.clone();
-    staged.bcast(mpi().world(), output(&mut data), 0).unwrap();
+    let data = expected.clone();
+    let root = Broadcast::Root(input(&data));
+    staged.bcast(mpi().world(), root, 0).unwrap();
     assert_eq!((data, device.pending()), (expected, 0));
 }
 
 #[test]
 fn whole_staged_collectives_copy_results_back_to_the_device() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool);
+    let staged = Staged::new(mpi().backend(), &device, &pool);
     let world = mpi().world();
     let send = floats([1.0, 2.0]);
     let mut recv = vec![0u8; send.len()];
@@ -194,7 +201,7 @@ fn whole_staged_collectives_copy_results_back_to_the_device() {
 #[test]
 fn exscan_leaves_rank_0s_result_as_it_was() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool);
+    let staged = Staged::new(mpi().backend(), &device, &pool);
     let send = floats([1.0, 2.0]);
     let before = floats([5.0, 6.0]);
     let mut recv = before.clone();
@@ -213,7 +220,7 @@ fn exscan_leaves_rank_0s_result_as_it_was() {
 #[test]
 fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
     let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi(), &device, &pool);
+    let staged = Staged::new(mpi().backend(), &device, &pool);
     let mut zeroed = floats([3.0]);
     staged.fill_zeros(output(&mut zeroed)).unwrap();
     // Queued on the stream (XLA's later work is ordered after it), not done by the host.

@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use jaxmpi_core::{Backend, Comm, Dtype, Result};
+use jaxmpi_core::{Comm, Dtype, Library, Result};
 
 use super::abi::Abi;
 use super::MpiLibrary;
@@ -21,14 +21,14 @@ pub struct Facts {
 }
 
 pub trait Inspect: Send + Sync {
-    fn backend(&self) -> &dyn Backend;
+    fn library(&self) -> &dyn Library;
     fn facts(&self) -> Result<Facts>;
     /// Whether `MPI_Comm_compare(a, b)` through this backend's handles is MPI_IDENT.
     fn comm_ident(&self, a: Comm, b: Comm) -> Result<bool>;
 }
 
 impl<A: Abi> Inspect for MpiLibrary<A> {
-    fn backend(&self) -> &dyn Backend {
+    fn library(&self) -> &dyn Library {
         self
     }
 

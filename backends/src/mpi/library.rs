@@ -1,27 +1,21 @@
 //! `MpiLibrary<A>`: one MPI library, loaded with dlopen, driven through the function table,
 //! with the family's differences supplied by `A: Abi`. This file holds loading,
-//! initialization and the helpers the ops share; the ops themselves are in `ops.rs`.
+//! initialization and MPI error codes; `handles.rs` converts values, `counts.rs` picks
+//! the count convention, `comms.rs` implements `Library` and `ops.rs` `Backend`.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use jaxmpi_core::{
-    Buf, BufMut, Comm, Dtype, Error, Input, LibraryInfo, Peer, ReduceOp, Result, ThreadLevel,
-};
+use jaxmpi_core::{Dtype, Error, LibraryInfo, ReduceOp, Result, ThreadLevel};
 use libloading::Library;
 
-use super::abi::{Abi, Predefined, RawStatus};
+use super::abi::{Abi, Predefined};
 use super::cuda_aware::{self, CudaAware, LibraryAnswer};
-use super::functions::{self, Aint, Functions, LargeCountFunctions};
+use super::functions::{self, Functions, LargeCountFunctions};
 use super::own_ops;
 use super::quirks::Quirks;
 
-/// Largest count a classic (non-`_c`) MPI call takes.
-pub const INT_MAX: usize = c_int::MAX as usize;
-/// Elements per segment when a reduction is split to fit `int` counts.
-pub const SEGMENT: usize = 1 << 30;
-const MPI_UNDEFINED: c_int = -32766;
 /// Large enough for every family's MPI_MAX_LIBRARY_VERSION_STRING and MPI_MAX_ERROR_STRING.
 const STRING_BUFFER: usize = 8192;
 
@@ -31,7 +25,7 @@ pub struct MpiLibrary<A: Abi> {
     pub(super) large: Option<LargeCountFunctions<A::Handle>>,
     pub(super) pre: Predefined<A::Handle>,
     /// jaxmpi's own reductions (see `own_ops`), created once at load.
-    own_ops: Vec<(Dtype, ReduceOp, A::Handle)>,
+    pub(super) own_ops: Vec<(Dtype, ReduceOp, A::Handle)>,
     /// Bugs of this library version that the ops work around.
     pub(super) quirks: Quirks,
     pub(super) info: LibraryInfo,
@@ -40,38 +34,6 @@ pub struct MpiLibrary<A: Abi> {
     pub(super) finalized_here: AtomicBool,
     pub(super) world_rank: i32,
     pub(super) cuda_aware: CudaAware,
-}
-
-/// How counts are passed to MPI for one call.
-pub(super) enum Mode<'a, H> {
-    /// Classic `int` counts; pieces above INT_MAX travel as one element of a derived type.
-    Int,
-    /// MPI-4 `_c` functions with 64-bit counts.
-    Large(&'a LargeCountFunctions<H>),
-}
-
-/// A buffer as (count, datatype) for one MPI call; frees its derived type when dropped.
-pub(super) struct Typed<'a, A: Abi> {
-    pub count: i64,
-    pub datatype: A::Handle,
-    derived: bool,
-    lib: &'a MpiLibrary<A>,
-}
-
-impl<A: Abi> Typed<'_, A> {
-    /// The count as `int`, for `Mode::Int` calls (where it is always at most INT_MAX).
-    pub fn int(&self) -> c_int {
-        self.count as c_int
-    }
-}
-
-impl<A: Abi> Drop for Typed<'_, A> {
-    fn drop(&mut self) {
-        if self.derived {
-            // SAFETY: a datatype this struct created and nobody else holds.
-            unsafe { (self.lib.fns.MPI_Type_free)(&mut self.datatype) };
-        }
-    }
 }
 
 pub(crate) fn c_string(buffer: &[c_char], len: c_int) -> String {
@@ -316,162 +278,6 @@ impl<A: Abi> MpiLibrary<A> {
         ))
     }
 
-    pub(super) fn comm_rank_raw(&self, comm: A::Handle) -> Result<i32> {
-        let mut rank = 0;
-        // SAFETY: `comm` passed the family's handle checks; writes one int.
-        let rc = unsafe { (self.fns.MPI_Comm_rank)(comm, &mut rank) };
-        self.check("MPI_Comm_rank", rc).map(|()| rank)
-    }
-
-    pub(super) fn comm_size_raw(&self, comm: A::Handle) -> Result<i32> {
-        let mut size = 0;
-        // SAFETY: as for comm_rank_raw.
-        let rc = unsafe { (self.fns.MPI_Comm_size)(comm, &mut size) };
-        self.check("MPI_Comm_size", rc).map(|()| size)
-    }
-
-    /// The library's handle for `comm`, after the checks that cost nothing.
-    pub(super) fn comm(&self, op: &'static str, comm: Comm) -> Result<A::Handle> {
-        let handle = A::handle_from_raw(comm.0).map_err(|why| {
-            Error::invalid_argument(
-                op,
-                format!(
-                    "communicator {why}. The loaded MPI is {} ({}): pass a communicator of that library",
-                    A::FAMILY,
-                    self.info.path.display()
-                ),
-            )
-        })?;
-        if handle == self.pre.comm_null {
-            return Err(Error::invalid_argument(
-                op,
-                "the communicator is MPI_COMM_NULL",
-            ));
-        }
-        Ok(handle)
-    }
-
-    pub(super) fn to_comm(&self, handle: A::Handle) -> Comm {
-        Comm(A::handle_to_raw(handle))
-    }
-
-    /// The op handle for `op` on `dtype`, refusing pairs MPI does not define.
-    pub(super) fn op(&self, name: &'static str, op: ReduceOp, dtype: Dtype) -> Result<A::Handle> {
-        if !op.supports(dtype) {
-            return Err(Error::invalid_argument(
-                name,
-                format!("{op} is not defined on {dtype}; use an op valid for the dtype"),
-            ));
-        }
-        if let ReduceOp::User(raw) = op {
-            return A::handle_from_raw(raw)
-                .map_err(|why| Error::invalid_argument(name, format!("op {why}")));
-        }
-        let own = self
-            .own_ops
-            .iter()
-            .find(|&&(d, o, _)| d == dtype && o == op);
-        match (own, self.pre.op(op)) {
-            (Some(&(_, _, handle)), _) => Ok(handle),
-            (None, Some(handle)) if !dtype.is_half() => Ok(handle),
-            _ => Err(Error::unsupported(
-                name,
-                format!("{op} on {dtype} is not available"),
-            )),
-        }
-    }
-
-    /// MPI's integer for a peer rank.
-    pub(super) fn peer(&self, op: &'static str, peer: Peer, is_source: bool) -> Result<c_int> {
-        match peer {
-            Peer::Rank(rank) => Ok(rank),
-            Peer::Null => Ok(A::PROC_NULL),
-            Peer::Any if is_source => Ok(A::ANY_SOURCE),
-            Peer::Any => Err(Error::invalid_argument(
-                op,
-                "ANY_SOURCE is not a valid destination",
-            )),
-        }
-    }
-
-    pub(super) fn tag(&self, tag: Option<i32>) -> c_int {
-        tag.unwrap_or(A::ANY_TAG)
-    }
-
-    /// Which count convention a call moving pieces of these sizes uses.
-    pub(super) fn mode(&self, counts: impl IntoIterator<Item = usize>) -> Mode<'_, A::Handle> {
-        match &self.large {
-            Some(large) if counts.into_iter().any(|c| c > INT_MAX) => Mode::Large(large),
-            _ => Mode::Int,
-        }
-    }
-
-    /// `count` elements of `dtype` as MPI arguments under `mode`.
-    pub(super) fn typed(
-        &self,
-        op: &'static str,
-        mode: &Mode<A::Handle>,
-        count: usize,
-        dtype: Dtype,
-    ) -> Result<Typed<'_, A>> {
-        let basic = self.pre.datatype(dtype);
-        if matches!(mode, Mode::Large(_)) || count <= INT_MAX {
-            return Ok(Typed {
-                count: count as i64,
-                datatype: basic,
-                derived: false,
-                lib: self,
-            });
-        }
-        let datatype = self.big_datatype(op, count, basic)?;
-        Ok(Typed {
-            count: 1,
-            datatype,
-            derived: true,
-            lib: self,
-        })
-    }
-
-    /// One derived datatype spanning `count` contiguous elements (count > INT_MAX), for
-    /// libraries without large-count functions: `SEGMENT`-sized blocks plus a remainder.
-    fn big_datatype(&self, op: &'static str, count: usize, basic: A::Handle) -> Result<A::Handle> {
-        let size = self.element_size(basic)?;
-        let (blocks, rest) = (count / SEGMENT, count % SEGMENT);
-        let mut block = self.pre.op_null;
-        let mut all_blocks = self.pre.op_null;
-        // SAFETY: creating types from committed predefined/derived types; out-pointers valid.
-        unsafe {
-            self.check(
-                op,
-                (self.fns.MPI_Type_contiguous)(SEGMENT as c_int, basic, &mut block),
-            )?;
-            let rc = (self.fns.MPI_Type_contiguous)(blocks as c_int, block, &mut all_blocks);
-            (self.fns.MPI_Type_free)(&mut block);
-            self.check(op, rc)?;
-        }
-        let mut whole = all_blocks;
-        if rest > 0 {
-            let lengths: [c_int; 2] = [1, rest as c_int];
-            let displacements: [Aint; 2] = [0, (blocks * SEGMENT * size) as Aint];
-            let types = [all_blocks, basic];
-            // SAFETY: arrays of two entries each, as the count says.
-            unsafe {
-                let rc = (self.fns.MPI_Type_create_struct)(
-                    2,
-                    lengths.as_ptr(),
-                    displacements.as_ptr(),
-                    types.as_ptr(),
-                    &mut whole,
-                );
-                (self.fns.MPI_Type_free)(&mut all_blocks);
-                self.check(op, rc)?;
-            }
-        }
-        // SAFETY: `whole` is a valid, uncommitted derived type.
-        self.check(op, unsafe { (self.fns.MPI_Type_commit)(&mut whole) })?;
-        Ok(whole)
-    }
-
     /// Every predefined datatype must have its dtype's size: a wrong table entry would
     /// corrupt memory, so a library that disagrees is refused at load.
     fn check_datatype_table(&self) -> Result<()> {
@@ -493,100 +299,6 @@ impl<A: Abi> MpiLibrary<A> {
         }
         Ok(())
     }
-
-    pub(super) fn element_size(&self, datatype: A::Handle) -> Result<usize> {
-        let mut size = 0;
-        // SAFETY: a predefined datatype; writes one int.
-        self.check("MPI_Type_size", unsafe {
-            (self.fns.MPI_Type_size)(datatype, &mut size)
-        })?;
-        Ok(size as usize)
-    }
-
-    /// Elements of `dtype` a completed receive delivered.
-    pub(super) fn received(
-        &self,
-        op: &'static str,
-        status: &mut RawStatus,
-        dtype: Dtype,
-    ) -> Result<usize> {
-        let mut count = 0;
-        // SAFETY: a status filled by the receive that just completed.
-        let rc = unsafe {
-            (self.fns.MPI_Get_elements_x)(status.as_mut_ptr(), self.pre.datatype(dtype), &mut count)
-        };
-        self.check(op, rc)?;
-        if count == MPI_UNDEFINED as i64 {
-            return Err(Error::mpi(
-                op,
-                0,
-                "the received message is not a whole number of elements",
-            ));
-        }
-        Ok(count as usize)
-    }
-
-    /// Splits an elementwise reduction of `count` elements into calls of at most `SEGMENT`
-    /// elements (always at least one call, so every rank enters the collective). Exact for
-    /// any op, user ops included, and needs no large-count functions.
-    pub(super) fn in_segments(
-        &self,
-        op: &'static str,
-        count: usize,
-        dtype: Dtype,
-        send: *const c_void,
-        recv: *mut c_void,
-        mut call: impl FnMut(*const c_void, *mut c_void, c_int) -> c_int,
-    ) -> Result<()> {
-        let in_place = send as usize == A::IN_PLACE;
-        let mut start = 0;
-        loop {
-            let n = SEGMENT.min(count - start);
-            let offset = start * dtype.size();
-            let send_at = if in_place {
-                send
-            } else {
-                send.cast::<u8>().wrapping_add(offset).cast()
-            };
-            let recv_at = recv.cast::<u8>().wrapping_add(offset).cast();
-            self.check(op, call(send_at, recv_at, n as c_int))?;
-            start += n;
-            if start >= count {
-                return Ok(());
-            }
-        }
-    }
-
-    /// The send pointer of a reduction: MPI_IN_PLACE or the data.
-    pub(super) fn input_ptr(&self, input: &Input) -> *const c_void {
-        match input {
-            Input::InPlace => A::IN_PLACE as *const c_void,
-            Input::Data(buf) => buf.ptr().cast(),
-        }
-    }
-
-    pub(super) fn name_of(&self, datatype: A::Handle) -> String {
-        let mut buffer = vec![0 as c_char; 256];
-        let mut len = 0;
-        // SAFETY: the buffer exceeds MPI_MAX_OBJECT_NAME in every family.
-        unsafe { (self.fns.MPI_Type_get_name)(datatype, buffer.as_mut_ptr(), &mut len) };
-        c_string(&buffer, len)
-    }
-}
-
-/// Checks that two buffers of one op agree on dtype.
-pub(super) fn same_dtype(op: &'static str, send: &Buf, recv: &BufMut) -> Result<()> {
-    if send.dtype() != recv.dtype() {
-        return Err(Error::invalid_argument(
-            op,
-            format!(
-                "send buffer is {} but receive buffer is {}",
-                send.dtype(),
-                recv.dtype()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// `MPI_Get_library_version` text, whitespace-normalized, for one-line summaries.

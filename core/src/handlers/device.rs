@@ -3,7 +3,7 @@
 use super::{Body, Call};
 use crate::device::{device_runtime, Stream};
 use crate::xla_ffi::StreamGetArgs;
-use crate::{Backend, Error, Result};
+use crate::{Error, Library, Result};
 
 /// XLA's stream for this call.
 fn stream_of(call: &Call) -> Result<Stream> {
@@ -36,7 +36,7 @@ fn stream_of(call: &Call) -> Result<Stream> {
 }
 
 /// Runs `body` for a call whose buffers are device memory.
-pub fn on_device(call: &Call, host: &dyn Backend, body: Body) -> Result<()> {
+pub fn on_device(call: &Call, library: &dyn Library, body: Body) -> Result<()> {
     let stream = stream_of(call)?;
-    device_runtime()?.run(stream, host, &mut |backend| body(call, backend))
+    device_runtime()?.run(stream, library, &mut |backend| body(call, library, backend))
 }

@@ -18,10 +18,11 @@ use crate::xla_ffi::{
     CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, Handler, MetadataExtension,
     API_VERSION_STRUCT_SIZE, CALL_FRAME_STRUCT_SIZE, METADATA_STRUCT_SIZE,
 };
-use crate::{backend, Backend, Error, ErrorKind, Result};
+use crate::{library, Backend, Error, ErrorKind, Library, Result};
 
-/// An op body: reads its operands and attributes from the call, runs the backend op.
-type Body = fn(&Call, &dyn Backend) -> Result<()>;
+/// An op body: reads its operands and attributes from the call, runs the backend op
+/// (`Library` for the communicator queries, `Backend` for the op itself).
+type Body = fn(&Call, &dyn Library, &dyn Backend) -> Result<()>;
 
 /// Answers XLA's registration-time metadata probe, if this frame is one: API version 0.1,
 /// no traits (never COMMAND_BUFFER_COMPATIBLE: a CUDA graph would replay no MPI call).
@@ -62,10 +63,14 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: forwarded from the caller.
         let call = unsafe { Call::new(frame, op) }?;
-        let backend = backend()?;
+        let library = library()?;
         // SAFETY: `call` was made from `frame`, valid for this whole function.
-        let result = unsafe { calllog::run(frame, &call, backend, || body(&call, backend)) }
-            .map_err(|err| with_rank(named(err, op), backend).with_call(CallInfo::of(&call)));
+        let result = unsafe {
+            calllog::run(frame, &call, library, || {
+                body(&call, library, library.backend())
+            })
+        }
+        .map_err(|err| with_rank(named(err, op), library).with_call(CallInfo::of(&call)));
         pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {
@@ -89,26 +94,21 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
 }
 
 /// An error of a step inside the op (e.g. the error handler check) names the op the user
-/// called, and the step after the rank.
+/// called, and keeps the step as its `step`.
 fn named(mut err: Error, op: &'static str) -> Error {
-    if err.op == op {
-        return err;
+    if err.op != op {
+        err.step = Some(std::mem::replace(&mut err.op, op.into()));
     }
-    let step = std::mem::replace(&mut err.op, op.into());
-    err.message = match err.message.split_once(": ") {
-        Some((rank, rest)) if rank.starts_with("rank ") => format!("{rank}: {step}: {rest}"),
-        _ => format!("{step}: {}", err.message),
-    };
     err
 }
 
 /// Errors that did not come from MPI do not name the rank yet; a user with 100 ranks
 /// needs it.
-fn with_rank(err: Error, backend: &dyn Backend) -> Error {
+fn with_rank(err: Error, library: &dyn Library) -> Error {
     if err.mpi_class().is_some() {
         return err;
     }
-    match backend.comm_rank(backend.world()) {
+    match library.comm_rank(library.world()) {
         Ok(rank) => err.context(format!("rank {rank}")),
         Err(_) => err,
     }
@@ -169,8 +169,8 @@ macro_rules! handlers {
                 /// # Safety
                 /// Called by XLA with a valid call frame.
                 pub unsafe extern "C" fn $name(frame: *mut CallFrame) -> *mut FfiError {
-                    fn body(call: &Call, host: &dyn Backend) -> Result<()> {
-                        device::on_device(call, host, ops::$name)
+                    fn body(call: &Call, library: &dyn Library, _host: &dyn Backend) -> Result<()> {
+                        device::on_device(call, library, ops::$name)
                     }
                     // SAFETY: XLA passes a valid frame.
                     unsafe { handle(frame, stringify!($name).trim_start_matches("jaxmpi_"), body) }

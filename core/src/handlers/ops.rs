@@ -5,7 +5,10 @@
 
 use super::call::Operand;
 use super::Call;
-use crate::{Backend, Buf, BufMut, Dtype, Input, Result, Status};
+use crate::{
+    Backend, Broadcast, Buf, BufMut, Dtype, Envelope, Input, Library, Partition, PartitionMut,
+    Result, Status,
+};
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
     // SAFETY: zero elements: nothing is ever read.
@@ -17,8 +20,8 @@ fn empty_buf_mut<'a>(dtype: Dtype) -> BufMut<'a> {
     unsafe { BufMut::from_raw(std::ptr::null_mut(), 0, dtype) }
 }
 
-fn is_root(call: &Call, backend: &dyn Backend, root: i32) -> Result<bool> {
-    Ok(backend.comm_rank(call.comm()?)? == root)
+fn is_root(call: &Call, library: &dyn Library, root: i32) -> Result<bool> {
+    Ok(library.comm_rank(call.comm()?)? == root)
 }
 
 /// Copies the library's MPI_Status into the mpi4py `Status` whose address the lowering
@@ -34,7 +37,7 @@ fn fill_status(call: &Call, status: &Status) -> Result<()> {
     Ok(())
 }
 
-pub fn jaxmpi_allreduce(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_allreduce(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let recv = call.ret(0)?.buf_mut(call.op())?;
     backend.allreduce(
         call.comm()?,
@@ -44,7 +47,7 @@ pub fn jaxmpi_allreduce(call: &Call, backend: &dyn Backend) -> Result<()> {
     )
 }
 
-pub fn jaxmpi_reduce(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_reduce(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (comm, op, root) = (call.comm()?, call.reduce_op()?, call.int("root")?);
     match call.optional_ret(0) {
         Some(y) => backend.reduce(
@@ -62,7 +65,7 @@ pub fn jaxmpi_reduce(call: &Call, backend: &dyn Backend) -> Result<()> {
     }
 }
 
-pub fn jaxmpi_scan(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_scan(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let recv = call.ret(0)?.buf_mut(call.op())?;
     backend.scan(
         call.comm()?,
@@ -73,7 +76,7 @@ pub fn jaxmpi_scan(call: &Call, backend: &dyn Backend) -> Result<()> {
 }
 
 /// Rank 0 has no prefix to receive; it gets zeros, the exclusive prefix sum's value.
-pub fn jaxmpi_exscan(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_exscan(call: &Call, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let y = call.ret(0)?;
     let comm = call.comm()?;
     backend.exscan(
@@ -82,13 +85,13 @@ pub fn jaxmpi_exscan(call: &Call, backend: &dyn Backend) -> Result<()> {
         y.buf_mut(call.op())?,
         call.reduce_op()?,
     )?;
-    if backend.comm_rank(comm)? == 0 {
+    if library.comm_rank(comm)? == 0 {
         backend.fill_zeros(y.buf_mut(call.op())?)?;
     }
     Ok(())
 }
 
-pub fn jaxmpi_reduce_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_reduce_scatter(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, y) = (
         call.arg(0)?.buf(call.op())?,
         call.ret(0)?.buf_mut(call.op())?,
@@ -96,18 +99,17 @@ pub fn jaxmpi_reduce_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
     backend.reduce_scatter(call.comm()?, x, y, call.reduce_op()?)
 }
 
-/// The root has no result: its operand is the message, which MPI_Bcast only reads there
-/// (the `Backend::bcast` contract), so it is passed as the buffer without a copy.
-pub fn jaxmpi_bcast(call: &Call, backend: &dyn Backend) -> Result<()> {
+/// The root has no result: its operand is the message, passed read-only without a copy.
+pub fn jaxmpi_bcast(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     // Elsewhere the template is no operand: the result is the buffer received into.
     let buf = match call.optional_ret(0) {
-        Some(y) => y,
-        None => call.arg(0)?,
+        Some(y) => Broadcast::Receiver(y.buf_mut(call.op())?),
+        None => Broadcast::Root(call.arg(0)?.buf(call.op())?),
     };
-    backend.bcast(call.comm()?, buf.buf_mut(call.op())?, call.int("root")?)
+    backend.bcast(call.comm()?, buf, call.int("root")?)
 }
 
-pub fn jaxmpi_gather(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_gather(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, root, op) = (call.arg(0)?, call.int("root")?, call.op());
     let recv = match call.optional_ret(0) {
         Some(y) => y.buf_mut(op)?,
@@ -116,7 +118,7 @@ pub fn jaxmpi_gather(call: &Call, backend: &dyn Backend) -> Result<()> {
     backend.gather(call.comm()?, x.buf(op)?, recv, root)
 }
 
-pub fn jaxmpi_allgather(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_allgather(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, y) = (
         call.arg(0)?.buf(call.op())?,
         call.ret(0)?.buf_mut(call.op())?,
@@ -128,24 +130,24 @@ pub fn jaxmpi_allgather(call: &Call, backend: &dyn Backend) -> Result<()> {
 /// JAX: XLA never sees it).
 fn scattered<'a>(
     call: &Call<'a>,
-    backend: &dyn Backend,
+    library: &dyn Library,
     root: i32,
     y: &Operand,
 ) -> Result<Buf<'a>> {
-    if is_root(call, backend, root)? {
+    if is_root(call, library, root)? {
         call.arg(0)?.buf(call.op())
     } else {
         Ok(empty_buf(y.dtype(call.op())?))
     }
 }
 
-pub fn jaxmpi_scatter(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_scatter(call: &Call, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (y, root) = (call.ret(0)?, call.int("root")?);
-    let send = scattered(call, backend, root, &y)?;
+    let send = scattered(call, library, root, &y)?;
     backend.scatter(call.comm()?, send, y.buf_mut(call.op())?, root)
 }
 
-pub fn jaxmpi_alltoall(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_alltoall(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, y) = (
         call.arg(0)?.buf(call.op())?,
         call.ret(0)?.buf_mut(call.op())?,
@@ -153,54 +155,50 @@ pub fn jaxmpi_alltoall(call: &Call, backend: &dyn Backend) -> Result<()> {
     backend.alltoall(call.comm()?, x, y)
 }
 
-pub fn jaxmpi_gatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_gatherv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, root, op) = (call.arg(0)?, call.int("root")?, call.op());
     let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
     let recv = match call.optional_ret(0) {
         Some(y) => y.buf_mut(op)?,
         None => empty_buf_mut(x.dtype(op)?),
     };
-    backend.gatherv(call.comm()?, x.buf(op)?, recv, &counts, &displs, root)
+    let recv = PartitionMut::new(recv, &counts, &displs);
+    backend.gatherv(call.comm()?, x.buf(op)?, recv, root)
 }
 
-pub fn jaxmpi_allgatherv(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_allgatherv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, y) = (call.arg(0)?, call.ret(0)?);
     let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
     let op = call.op();
-    backend.allgatherv(call.comm()?, x.buf(op)?, y.buf_mut(op)?, &counts, &displs)
+    let recv = PartitionMut::new(y.buf_mut(op)?, &counts, &displs);
+    backend.allgatherv(call.comm()?, x.buf(op)?, recv)
 }
 
-pub fn jaxmpi_scatterv(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_scatterv(call: &Call, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (y, root) = (call.ret(0)?, call.int("root")?);
     let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
-    let send = scattered(call, backend, root, &y)?;
-    let recv = y.buf_mut(call.op())?;
-    backend.scatterv(call.comm()?, send, &counts, &displs, recv, root)
+    let send = scattered(call, library, root, &y)?;
+    let send = Partition::new(send, &counts, &displs);
+    backend.scatterv(call.comm()?, send, y.buf_mut(call.op())?, root)
 }
 
-pub fn jaxmpi_alltoallv(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_alltoallv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, y) = (call.arg(0)?, call.ret(0)?);
     let (send_counts, send_displs) = (call.counts("send_counts")?, call.counts("send_displs")?);
     let (recv_counts, recv_displs) = (call.counts("recv_counts")?, call.counts("recv_displs")?);
     let op = call.op();
-    backend.alltoallv(
-        call.comm()?,
-        x.buf(op)?,
-        &send_counts,
-        &send_displs,
-        y.buf_mut(op)?,
-        &recv_counts,
-        &recv_displs,
-    )
+    let send = Partition::new(x.buf(op)?, &send_counts, &send_displs);
+    let recv = PartitionMut::new(y.buf_mut(op)?, &recv_counts, &recv_displs);
+    backend.alltoallv(call.comm()?, send, recv)
 }
 
-pub fn jaxmpi_send(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_send(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let x = call.arg(0)?.buf(call.op())?;
     let tag = call.int("tag")?;
     backend.send(call.comm()?, x, call.peer("dest")?, tag)
 }
 
-pub fn jaxmpi_recv(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_recv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let y = call.ret(0)?.buf_mut(call.op())?;
     let status = backend.recv(call.comm()?, y, call.peer("source")?, call.tag("tag")?)?;
     fill_status(call, &status)
@@ -208,19 +206,23 @@ pub fn jaxmpi_recv(call: &Call, backend: &dyn Backend) -> Result<()> {
 
 /// The lowering aliases the result to the send buffer when the program sends and
 /// receives the same array (`a = sendrecv(a, a)`): then the message is received in place.
-pub fn jaxmpi_sendrecv(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_sendrecv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     let (x, y, op) = (call.arg(0)?, call.ret(0)?, call.op());
-    let (comm, dest, send_tag) = (call.comm()?, call.peer("dest")?, call.int("sendtag")?);
-    let (source, recv_tag) = (call.peer("source")?, call.tag("recvtag")?);
-    let status = if x.data() == y.data() && y.count() > 0 {
-        backend.sendrecv_replace(comm, y.buf_mut(op)?, dest, send_tag, source, recv_tag)?
-    } else {
-        let (send, recv) = (x.buf(op)?, y.buf_mut(op)?);
-        backend.sendrecv(comm, send, dest, send_tag, recv, source, recv_tag)?
+    let envelope = Envelope {
+        dest: call.peer("dest")?,
+        sendtag: call.int("sendtag")?,
+        source: call.peer("source")?,
+        recvtag: call.tag("recvtag")?,
     };
+    let sendbuf = if x.data() == y.data() && y.count() > 0 {
+        Input::InPlace
+    } else {
+        Input::Data(x.buf(op)?)
+    };
+    let status = backend.sendrecv(call.comm()?, sendbuf, y.buf_mut(op)?, envelope)?;
     fill_status(call, &status)
 }
 
-pub fn jaxmpi_barrier(call: &Call, backend: &dyn Backend) -> Result<()> {
+pub fn jaxmpi_barrier(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
     backend.barrier(call.comm()?)
 }

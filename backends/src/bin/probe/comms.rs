@@ -1,7 +1,9 @@
 //! Communicators (rank, size, dup, split, free, check_comm) and the inputs a backend must
 //! refuse with an error instead of passing them to MPI.
 
-use jaxmpi_core::{Comm, Dtype, Family, Input, Peer, ReduceOp};
+use jaxmpi_core::{
+    Broadcast, Comm, Dtype, Envelope, Family, Input, Partition, PartitionMut, Peer, ReduceOp,
+};
 
 use crate::array::{Array, Value};
 use crate::report::{Group, Probe};
@@ -9,9 +11,9 @@ use crate::report::{Group, Probe};
 /// The world communicator as a group, or `None` if its rank or size cannot be had (then
 /// no collective can be trusted to complete).
 pub fn world(p: &mut Probe) -> Option<Group> {
-    let (b, comm) = (p.backend, p.backend.world());
-    let rank = p.ok("comm_rank of world", b.comm_rank(comm))?;
-    let size = p.ok("comm_size of world", b.comm_size(comm))?;
+    let (l, comm) = (p.library, p.library.world());
+    let rank = p.ok("comm_rank of world", l.comm_rank(comm))?;
+    let size = p.ok("comm_size of world", l.comm_size(comm))?;
     Some(Group {
         comm,
         name: "world",
@@ -24,15 +26,15 @@ pub fn world(p: &mut Probe) -> Option<Group> {
 /// a handle of another family's shape must not (nor crash the process).
 pub fn world_checks(p: &mut Probe, g: &Group) {
     p.start("world checks");
-    let b = p.backend;
+    let (b, l) = (p.backend, p.library);
     p.ok("barrier on world", b.barrier(g.comm));
     let mine = Array::from_fn(Dtype::I32, 1, |_| Value::Int(g.rank.into()));
     let mut all = Array::zeroed(Dtype::I32, g.size as usize);
     let expected = Array::from_fn(Dtype::I32, g.size as usize, |i| Value::Int(i as i128));
     let result = b.allgather(g.comm, mine.buf(), all.buf_mut());
     p.result("allgather of world ranks", result, &expected, &all);
-    p.ok("check_comm of world", b.check_comm(g.comm));
-    let foreign = match b.info().family {
+    p.ok("check_comm of world", l.check_comm(g.comm));
+    let foreign = match l.info().family {
         // A pointer, as Open MPI and the MPI-5 ABI hand out.
         Family::Mpich => 0x7f00_1234_5670,
         // MPICH's MPI_COMM_WORLD: an integer where a pointer is expected.
@@ -40,7 +42,7 @@ pub fn world_checks(p: &mut Probe, g: &Group) {
     };
     p.refused(
         &format!("check_comm of foreign handle {foreign:#x}"),
-        b.check_comm(Comm(foreign)),
+        l.check_comm(Comm(foreign)),
     );
 }
 
@@ -48,7 +50,7 @@ pub fn world_checks(p: &mut Probe, g: &Group) {
 /// a split that leaves the last rank out. `suite` runs on each that this rank belongs to.
 pub fn derived(p: &mut Probe, world: &Group, suite: impl Fn(&mut Probe, &Group)) {
     p.start("derived communicators");
-    let b = p.backend;
+    let b = p.library;
     if let Some(comm) = p.ok("comm_dup of world", b.comm_dup(world.comm)) {
         if let Some(g) = group(p, comm, "dup", world.rank, world.size) {
             p.ok("check_comm of dup", b.check_comm(comm));
@@ -97,7 +99,7 @@ pub fn derived(p: &mut Probe, world: &Group, suite: impl Fn(&mut Probe, &Group))
 /// A derived communicator as a group, if its rank and size are the expected ones: with
 /// any other, the tests' assumptions about who sends what would not hold.
 fn group(p: &mut Probe, comm: Comm, name: &'static str, rank: i32, size: i32) -> Option<Group> {
-    let b = p.backend;
+    let b = p.library;
     let got_rank = p.ok(&format!("comm_rank of {name}"), b.comm_rank(comm))?;
     let got_size = p.ok(&format!("comm_size of {name}"), b.comm_size(comm))?;
     let label = format!("(rank, size) of {name}");
@@ -127,22 +129,22 @@ pub fn bad_input(p: &mut Probe, g: &Group) {
     let displs: Vec<usize> = (0..size).map(|j| 7 * j).collect();
     let sum = ReduceOp::Sum;
 
-    p.refused("bcast root=size", b.bcast(comm, out.buf_mut(), g.size));
-    p.refused("bcast root=-1", b.bcast(comm, out.buf_mut(), -1));
+    let bcast = b.bcast(comm, Broadcast::Receiver(out.buf_mut()), g.size);
+    p.refused("bcast root=size", bcast);
+    let bcast = b.bcast(comm, Broadcast::Receiver(out.buf_mut()), -1);
+    p.refused("bcast root=-1", bcast);
     let reduced = b.reduce(comm, Input::Data(ints.buf()), out.buf_mut(), sum, g.size);
     p.refused("reduce root=size", reduced);
     let gathered_at = b.gather(comm, ints.buf(), gathered.buf_mut(), g.size + 3);
     p.refused("gather root=size+3", gathered_at);
     p.refused("send to ANY_SOURCE", b.send(comm, ints.buf(), Peer::Any, 1));
-    let sendrecv = b.sendrecv(
-        comm,
-        ints.buf(),
-        Peer::Any,
-        1,
-        out.buf_mut(),
-        Peer::Null,
-        None,
-    );
+    let to_any = Envelope {
+        dest: Peer::Any,
+        sendtag: 1,
+        source: Peer::Null,
+        recvtag: None,
+    };
+    let sendrecv = b.sendrecv(comm, Input::Data(ints.buf()), out.buf_mut(), to_any);
     p.refused("sendrecv to ANY_SOURCE", sendrecv);
     let mismatched = b.allreduce(comm, Input::Data(ints.buf()), out8.buf_mut(), sum);
     p.refused("allreduce of 7 elements into 8", mismatched);
@@ -160,21 +162,20 @@ pub fn bad_input(p: &mut Probe, g: &Group) {
         b.allgather(comm, ints.buf(), gathered.buf_mut()),
     );
     let short_counts = &counts[1..];
-    let v = b.allgatherv(comm, ints.buf(), gathered.buf_mut(), short_counts, &displs);
+    let recv = PartitionMut::new(gathered.buf_mut(), short_counts, &displs);
+    let v = b.allgatherv(comm, ints.buf(), recv);
     p.refused("allgatherv with size-1 counts", v);
     let mut far = displs.clone();
     far[0] = 7 * size;
-    let v = b.allgatherv(comm, ints.buf(), gathered.buf_mut(), &counts, &far);
+    let recv = PartitionMut::new(gathered.buf_mut(), &counts, &far);
+    let v = b.allgatherv(comm, ints.buf(), recv);
     p.refused("allgatherv with a block past the buffer", v);
     let long_counts = [counts.as_slice(), &[0]].concat();
+    let send = Partition::new(ints.buf(), &long_counts, &displs);
     let v = b.alltoallv(
         comm,
-        ints.buf(),
-        &long_counts,
-        &displs,
-        out.buf_mut(),
-        &counts,
-        &displs,
+        send,
+        PartitionMut::new(out.buf_mut(), &counts, &displs),
     );
     p.refused("alltoallv with size+1 send counts", v);
     let scattered = b.reduce_scatter(comm, ints.buf(), out.buf_mut(), sum);
@@ -185,8 +186,9 @@ pub fn bad_input(p: &mut Probe, g: &Group) {
     } else {
         p.ok("reduce_scatter on one rank", scattered);
     }
-    p.refused("comm_split with color -5", b.comm_split(comm, Some(-5), 0));
-    p.refused("comm_free of world", b.comm_free(b.world()));
+    let l = p.library;
+    p.refused("comm_split with color -5", l.comm_split(comm, Some(-5), 0));
+    p.refused("comm_free of world", l.comm_free(l.world()));
     let null = b.allreduce(Comm(0), Input::Data(ints.buf()), out.buf_mut(), sum);
     p.refused("allreduce on communicator handle 0", null);
     p.ok("barrier after refused calls", b.barrier(comm));

@@ -6,7 +6,7 @@
 //! element would dominate the run, so data has a cheap periodic pattern and results are
 //! checked at segment boundaries, around 2^31, and at scattered positions.
 
-use jaxmpi_core::{Dtype, Input, Peer, ReduceOp};
+use jaxmpi_core::{Broadcast, Dtype, Envelope, Input, Peer, ReduceOp};
 
 use crate::array::{Array, Value};
 use crate::report::{Group, Probe};
@@ -70,15 +70,13 @@ pub fn run(p: &mut Probe, g: &Group) {
     let (left, right) = g.neighbours();
     let label = format!("large sendrecv int8 n={COUNT} on {}", g.name);
     p.start(&label);
-    let result = b.sendrecv(
-        g.comm,
-        send.buf(),
-        Peer::Rank(right),
-        7,
-        recv.buf_mut(),
-        Peer::Rank(left),
-        Some(7),
-    );
+    let ring = Envelope {
+        dest: Peer::Rank(right),
+        sendtag: 7,
+        source: Peer::Rank(left),
+        recvtag: Some(7),
+    };
+    let result = b.sendrecv(g.comm, Input::Data(send.buf()), recv.buf_mut(), ring);
     if let Some(status) = p.ok(&label, result) {
         p.check(
             &format!("{label}: status (source, count)"),
@@ -92,7 +90,12 @@ pub fn run(p: &mut Probe, g: &Group) {
     let root = g.size - 1;
     let label = format!("large bcast int8 n={COUNT} root={root} on {}", g.name);
     p.start(&label);
-    let result = b.bcast(g.comm, send.buf_mut(), root);
+    let buf = if g.rank == root {
+        Broadcast::Root(send.buf())
+    } else {
+        Broadcast::Receiver(send.buf_mut())
+    };
+    let result = b.bcast(g.comm, buf, root);
     if p.ok(&label, result).is_some() {
         check_samples(p, &label, &send, |i| value(root, i));
     }

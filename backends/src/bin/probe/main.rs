@@ -189,12 +189,12 @@ fn main() {
             exit(1);
         }
     }
-    let backend = match jaxmpi_backends::select() {
-        Ok(backend) => backend,
+    let library = match jaxmpi_backends::select() {
+        Ok(library) => library,
         Err(err) => exit(selection_failed(&args, &err.to_string())),
     };
     let started = Instant::now();
-    let mut p = Probe::new(backend, -1, args.trace);
+    let mut p = Probe::new(library, -1, args.trace);
     let Some(world) = comms::world(&mut p) else {
         exit(selection_failed(
             &args,
@@ -206,14 +206,14 @@ fn main() {
         p.fail(
             "selection",
             format!("an error containing {}", quoted(wanted)),
-            format!("success with {}", backend.info().path.display()),
+            format!("success with {}", library.info().path.display()),
         );
     } else {
         check_selection(&mut p, &args);
         run(&mut p, &world, args.large);
     }
     let code = summary(&mut p, &world, started);
-    if let Err(err) = backend.finalize() {
+    if let Err(err) = library.finalize() {
         println!("rank {}: FAIL finalize: {err}", world.rank);
         exit(1);
     }
@@ -248,7 +248,7 @@ fn selection_failed(args: &Args, error: &str) -> i32 {
 
 /// The library chosen must be the family CI asked for, and the one already loaded.
 fn check_selection(p: &mut Probe, args: &Args) {
-    let info = p.backend.info();
+    let info = p.library.info();
     if let Some(family) = &args.expect_family {
         p.check("MPI family", family.as_str(), info.family.name());
     }
@@ -274,7 +274,7 @@ fn run(p: &mut Probe, world: &Group, large: bool) {
     comms::bad_input(p, world);
     // The world communicator returns errors too: the backend initialized MPI and set
     // MPI_ERRORS_RETURN there, as mpi4py does.
-    if p.backend.initialized_here() {
+    if p.library.initialized_here() {
         p2p::library_errors(p, world);
     }
     if large {
@@ -303,7 +303,7 @@ fn summary(p: &mut Probe, world: &Group, started: Instant) -> i32 {
         unreachable!("uint64 elements decode as integers");
     };
     if world.rank == 0 {
-        let info = b.info();
+        let info = p.library.info();
         // Rank 0's list: every rank runs the same reductions, so it sees the same bugs.
         let known = match p.known_bugs.join(",") {
             none if none.is_empty() => none,
@@ -321,7 +321,7 @@ fn summary(p: &mut Probe, world: &Group, started: Instant) -> i32 {
             info.family,
             info.path.display(),
             quoted(&one_line(&info.version_string)),
-            b.thread_level().name(),
+            p.library.thread_level().name(),
             large_count_path(&info.path),
             info.standard_version.0,
             info.standard_version.1,

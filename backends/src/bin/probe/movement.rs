@@ -2,7 +2,7 @@
 //! alltoall. Receive buffers start out unlike the expected result (bcast's hold each
 //! rank's own data), so a rank or block the library skipped shows.
 
-use jaxmpi_core::Dtype;
+use jaxmpi_core::{Broadcast, Dtype};
 
 use crate::array::Array;
 use crate::data::{Data, Pattern};
@@ -43,7 +43,12 @@ fn bcast(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, root: i32) {
     let data = Data::new(&label, dtype, Pattern::Wide, g.size);
     let mut buf = data.of_rank(g.rank, n);
     let expected = data.of_rank(root, n);
-    let result = p.backend.bcast(g.comm, buf.buf_mut(), root);
+    let buf_of_rank = if g.rank == root {
+        Broadcast::Root(buf.buf())
+    } else {
+        Broadcast::Receiver(buf.buf_mut())
+    };
+    let result = p.backend.bcast(g.comm, buf_of_rank, root);
     p.result(&label, result, &expected, &buf);
 }
 

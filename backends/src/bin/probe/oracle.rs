@@ -25,7 +25,7 @@ pub fn oracle(trace: bool) -> i32 {
             return 1;
         }
     };
-    let mut p = Probe::new(linked.backend(), -1, trace);
+    let mut p = Probe::new(linked.library(), -1, trace);
     let Some(world) = comms::world(&mut p) else {
         println!("PROBE FAIL rank=? error=\"the world communicator has no rank or size\"");
         return 1;
@@ -38,10 +38,10 @@ pub fn oracle(trace: bool) -> i32 {
             [0; 3]
         }
     };
-    let reductions = compare_reductions(&mut p, &world, linked.backend(), loaded.backend());
+    let reductions = compare_reductions(&mut p, &world, linked.library(), loaded.library());
     run(&mut p, &world, false);
     let linked_checks = p.checks;
-    let mut other = Probe::new(loaded.backend(), world.rank, trace);
+    let mut other = Probe::new(loaded.library(), world.rank, trace);
     run(&mut other, &world, false);
     p.checks += other.checks;
     p.failures += other.failures;
@@ -54,11 +54,11 @@ pub fn oracle(trace: bool) -> i32 {
             compared[2],
             reductions,
             other.checks,
-            p.backend.info().path.display()
+            p.library.info().path.display()
         );
     }
     let code = summary(&mut p, &world, started);
-    if let Err(err) = p.backend.finalize() {
+    if let Err(err) = p.library.finalize() {
         println!("rank {}: FAIL finalize: {err}", world.rank);
         return 1;
     }
@@ -135,22 +135,23 @@ fn element(dtype: Dtype, rank: i32, index: usize) -> Value {
 fn compare_reductions(
     p: &mut Probe,
     world: &Group,
-    linked: &'static dyn jaxmpi_core::Backend,
-    loaded: &'static dyn jaxmpi_core::Backend,
+    linked: &'static dyn jaxmpi_core::Library,
+    loaded: &'static dyn jaxmpi_core::Library,
 ) -> usize {
     let mut compared = 0;
     for op in ReduceOp::PREDEFINED {
         for dtype in Dtype::ALL.into_iter().filter(|&d| op.supports(d)) {
             let input = Array::from_fn(dtype, COUNT, |i| element(dtype, world.rank, i));
             let mut results = [Array::zeroed(dtype, COUNT), Array::zeroed(dtype, COUNT)];
-            for (backend, out) in [linked, loaded].into_iter().zip(&mut results) {
+            for (library, out) in [linked, loaded].into_iter().zip(&mut results) {
                 let label = format!(
                     "allreduce {op} on {dtype} through {}",
-                    backend.info().chosen_by
+                    library.info().chosen_by
                 );
+                let (input, out) = (Input::Data(input.buf()), out.buf_mut());
                 p.ok(
                     &label,
-                    backend.allreduce(world.comm, Input::Data(input.buf()), out.buf_mut(), op),
+                    library.backend().allreduce(world.comm, input, out, op),
                 );
             }
             let [mine, theirs] = &results;

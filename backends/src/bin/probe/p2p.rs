@@ -1,7 +1,7 @@
 //! Point to point: send/recv around a ring, sendrecv ring shifts (two buffers, and one
 //! replaced in place), MPI_PROC_NULL, and the status each receive reports.
 
-use jaxmpi_core::{Dtype, Peer, Status};
+use jaxmpi_core::{Dtype, Envelope, Input, Peer, Status};
 
 use crate::array::Array;
 use crate::data::{Data, Pattern};
@@ -111,20 +111,17 @@ fn sendrecv(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, into: Landing) {
     let mut recv = Array::zeroed(dtype, n);
     let expected = data.of_rank(left, n);
     let tag = Some(tag_of(left));
-    let (b, dest, sendtag) = (p.backend, Peer::Rank(right), tag_of(g.rank));
+    let b = p.backend;
+    let shift = Envelope {
+        dest: Peer::Rank(right),
+        sendtag: tag_of(g.rank),
+        source: Peer::Rank(left),
+        recvtag: tag,
+    };
     let result = match into {
-        Landing::Apart => b.sendrecv(
-            g.comm,
-            send.buf(),
-            dest,
-            sendtag,
-            recv.buf_mut(),
-            Peer::Rank(left),
-            tag,
-        ),
+        Landing::Apart => b.sendrecv(g.comm, Input::Data(send.buf()), recv.buf_mut(), shift),
         Landing::InPlace => {
-            let result =
-                b.sendrecv_replace(g.comm, send.buf_mut(), dest, sendtag, Peer::Rank(left), tag);
+            let result = b.sendrecv(g.comm, Input::InPlace, send.buf_mut(), shift);
             recv = send;
             result
         }
@@ -161,20 +158,18 @@ fn proc_null(p: &mut Probe, g: &Group) {
         );
         p.data(&format!("recv from {label}"), &untouched, &recv);
     }
-    let result = b.sendrecv(
-        g.comm,
-        send.buf(),
-        Peer::Null,
-        5,
-        recv.buf_mut(),
-        Peer::Null,
-        None,
-    );
+    let nowhere = Envelope {
+        dest: Peer::Null,
+        sendtag: 5,
+        source: Peer::Null,
+        recvtag: None,
+    };
+    let result = b.sendrecv(g.comm, Input::Data(send.buf()), recv.buf_mut(), nowhere);
     if let Some(status) = p.ok(&format!("sendrecv with {label}"), result) {
         check_status(p, &format!("sendrecv {label}"), status, Peer::Null, None, 0);
     }
     let mut kept = send.clone();
-    let result = b.sendrecv_replace(g.comm, kept.buf_mut(), Peer::Null, 5, Peer::Null, None);
+    let result = b.sendrecv(g.comm, Input::InPlace, kept.buf_mut(), nowhere);
     if let Some(status) = p.ok(&format!("sendrecv_replace with {label}"), result) {
         let what = format!("sendrecv_replace {label}");
         check_status(p, &what, status, Peer::Null, None, 0);
@@ -206,7 +201,7 @@ pub fn library_errors(p: &mut Probe, g: &Group) {
     p.start(&format!("library errors {label}"));
     let b = p.backend;
     let bug = &crate::known::INTEL_ABI_ERRORS_RETURN;
-    if bug.affects(b.info()) {
+    if bug.affects(p.library.info()) {
         return p.known_bug(bug);
     }
     let data = Data::new(&label, Dtype::I16, Pattern::Wide, g.size);
@@ -226,15 +221,13 @@ pub fn library_errors(p: &mut Probe, g: &Group) {
     if g.size > 1 {
         let (left, right) = g.neighbours();
         let mut short = Array::zeroed(Dtype::I16, 3);
-        let result = b.sendrecv(
-            g.comm,
-            send.buf(),
-            Peer::Rank(right),
-            9,
-            short.buf_mut(),
-            Peer::Rank(left),
-            Some(9),
-        );
+        let ring = Envelope {
+            dest: Peer::Rank(right),
+            sendtag: 9,
+            source: Peer::Rank(left),
+            recvtag: Some(9),
+        };
+        let result = b.sendrecv(g.comm, Input::Data(send.buf()), short.buf_mut(), ring);
         p.refused(&format!("sendrecv into a too small buffer {label}"), result);
     }
     p.ok(&format!("barrier after errors {label}"), b.barrier(g.comm));

@@ -3,7 +3,7 @@
 
 use std::fmt::{Debug, Display};
 
-use jaxmpi_core::{Backend, Comm, Result};
+use jaxmpi_core::{Backend, Comm, Library, Result};
 
 use crate::array::Array;
 use crate::known::Bug;
@@ -13,6 +13,8 @@ use crate::known::Bug;
 const SHOWN_FAILURES: u64 = 20;
 
 pub struct Probe {
+    pub library: &'static dyn Library,
+    /// `library`'s ops.
     pub backend: &'static dyn Backend,
     /// Rank in the world communicator, for messages.
     pub rank: i32,
@@ -53,9 +55,10 @@ impl Group {
 }
 
 impl Probe {
-    pub fn new(backend: &'static dyn Backend, rank: i32, trace: bool) -> Probe {
+    pub fn new(library: &'static dyn Library, rank: i32, trace: bool) -> Probe {
         Probe {
-            backend,
+            library,
+            backend: library.backend(),
             rank,
             checks: 0,
             failures: 0,

@@ -1,7 +1,7 @@
 //! The variable-count collectives: gatherv, allgatherv, scatterv and alltoallv, with uneven
 //! counts (zero among them) and blocks laid out out of rank order with gaps.
 
-use jaxmpi_core::Dtype;
+use jaxmpi_core::{Dtype, Partition, PartitionMut};
 
 use crate::array::{Array, Value};
 use crate::data::{Data, Pattern};
@@ -108,9 +108,8 @@ fn gatherv(p: &mut Probe, g: &Group, dtype: Dtype, scale: usize, root: i32) {
         (Array::zeroed(dtype, 0), Array::zeroed(dtype, 0))
     };
     let (counts, displs) = (&layout.counts, &layout.displs);
-    let result = p
-        .backend
-        .gatherv(g.comm, send.buf(), recv.buf_mut(), counts, displs, root);
+    let into = PartitionMut::new(recv.buf_mut(), counts, displs);
+    let result = p.backend.gatherv(g.comm, send.buf(), into, root);
     p.result(&label, result, &expected, &recv);
 }
 
@@ -123,9 +122,8 @@ fn allgatherv(p: &mut Probe, g: &Group, dtype: Dtype, scale: usize) {
     let mut recv = layout.blank(&gaps);
     let expected = layout.fill(&gaps, |j, k| data.value(j as i32, k));
     let (counts, displs) = (&layout.counts, &layout.displs);
-    let result = p
-        .backend
-        .allgatherv(g.comm, send.buf(), recv.buf_mut(), counts, displs);
+    let into = PartitionMut::new(recv.buf_mut(), counts, displs);
+    let result = p.backend.allgatherv(g.comm, send.buf(), into);
     p.result(&label, result, &expected, &recv);
 }
 
@@ -145,9 +143,8 @@ fn scatterv(p: &mut Probe, g: &Group, dtype: Dtype, scale: usize, root: i32) {
     let mine = g.rank as usize * STRIDE;
     let expected = Array::from_fn(dtype, n, |k| data.value(root, mine + k));
     let (counts, displs) = (&layout.counts, &layout.displs);
-    let result = p
-        .backend
-        .scatterv(g.comm, send.buf(), counts, displs, recv.buf_mut(), root);
+    let from = Partition::new(send.buf(), counts, displs);
+    let result = p.backend.scatterv(g.comm, from, recv.buf_mut(), root);
     p.result(&label, result, &expected, &recv);
 }
 
@@ -161,14 +158,8 @@ fn alltoallv(p: &mut Probe, g: &Group, dtype: Dtype, scale: usize) {
     let send = sent.fill(&gaps, |j, k| data.value(g.rank, j * STRIDE + k));
     let mut recv = received.blank(&gaps);
     let expected = received.fill(&gaps, |j, k| data.value(j as i32, rank * STRIDE + k));
-    let result = p.backend.alltoallv(
-        g.comm,
-        send.buf(),
-        &sent.counts,
-        &sent.displs,
-        recv.buf_mut(),
-        &received.counts,
-        &received.displs,
-    );
+    let from = Partition::new(send.buf(), &sent.counts, &sent.displs);
+    let into = PartitionMut::new(recv.buf_mut(), &received.counts, &received.displs);
+    let result = p.backend.alltoallv(g.comm, from, into);
     p.result(&label, result, &expected, &recv);
 }

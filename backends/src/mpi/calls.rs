@@ -1,0 +1,348 @@
+//! The count-agnostic MPI functions the ops call (see `counts.rs`): each takes 64-bit
+//! counts and calls the classic function or its MPI-4 `_c` twin, as `width` decides.
+
+use std::ffi::{c_int, c_void};
+
+use jaxmpi_core::{Blocks, Broadcast, Result};
+
+use super::abi::{Abi, RawStatus};
+use super::counts::{Typed, Width};
+use super::functions::{Aint, Count};
+use super::library::MpiLibrary;
+
+/// Which way the equal-block collectives move data (their MPI functions share prototypes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direction {
+    /// Every rank's block to the root (gather) or to everyone (allgather).
+    Gather,
+    /// The root's blocks to every rank (scatter), or everyone's to everyone (alltoall).
+    Scatter,
+}
+
+/// sendrecv's peers and tags as MPI integers.
+pub(super) struct RawEnvelope {
+    pub dest: c_int,
+    pub sendtag: c_int,
+    pub source: c_int,
+    pub recvtag: c_int,
+}
+
+/// A count the width check has shown to fit an `int`.
+fn int(count: Count) -> c_int {
+    count as c_int
+}
+
+fn ints(values: &[usize]) -> Vec<c_int> {
+    values.iter().map(|&v| v as c_int).collect()
+}
+
+/// One block list as the `_c` functions take it: counts and displacements.
+fn large(blocks: &Blocks) -> (Vec<Count>, Vec<Aint>) {
+    let counts = blocks.counts.iter().map(|&c| c as Count).collect();
+    (counts, blocks.displs.iter().map(|&d| d as Aint).collect())
+}
+
+// The count-agnostic MPI functions. Buffers are (pointer, `Typed`); the rooted and
+// all-to-all collectives send and receive blocks of one `Typed` each.
+//
+// SAFETY (every call below): the caller's pointers are valid for what `Typed` and the
+// block lists describe (they come from `Buf`/`BufMut`, checked by the op); the width check
+// has shown every count passed as `int` to fit; status pointers are whole `RawStatus`es.
+impl<A: Abi> MpiLibrary<A> {
+    pub(super) fn mpi_bcast(
+        &self,
+        name: &'static str,
+        buf: &Broadcast,
+        t: &Typed<A>,
+        root: c_int,
+        comm: A::Handle,
+    ) -> Result<()> {
+        let p: *mut c_void = match buf {
+            // SAFETY: MPI_Bcast only reads the buffer at the root (MPI 4.1, 6.4): the
+            // read-only root buffer is never written through this pointer.
+            Broadcast::Root(b) => b.ptr().cast_mut().cast(),
+            Broadcast::Receiver(b) => b.ptr().cast(),
+        };
+        let rc = match self.width(name, &[t.count as usize])? {
+            Width::Int => unsafe { (self.fns.MPI_Bcast)(p, int(t.count), t.datatype, root, comm) },
+            Width::Large(l) => unsafe { (l.MPI_Bcast_c)(p, t.count, t.datatype, root, comm) },
+        };
+        self.check(name, rc)
+    }
+
+    /// gather or scatter (`root: Some`), allgather or alltoall (`None`): one block of `t`
+    /// per rank on the side that holds all of them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mpi_equal_blocks(
+        &self,
+        name: &'static str,
+        direction: Direction,
+        s: *const c_void,
+        r: *mut c_void,
+        t: &Typed<A>,
+        root: Option<c_int>,
+        comm: A::Handle,
+    ) -> Result<()> {
+        let (n, dt) = (t.count, t.datatype);
+        let gather = direction == Direction::Gather;
+        let rc = match (self.width(name, &[n as usize])?, root) {
+            (Width::Int, Some(root)) => {
+                let f = if gather {
+                    self.fns.MPI_Gather
+                } else {
+                    self.fns.MPI_Scatter
+                };
+                unsafe { f(s, int(n), dt, r, int(n), dt, root, comm) }
+            }
+            (Width::Large(l), Some(root)) => {
+                let f = if gather {
+                    l.MPI_Gather_c
+                } else {
+                    l.MPI_Scatter_c
+                };
+                unsafe { f(s, n, dt, r, n, dt, root, comm) }
+            }
+            (Width::Int, None) => {
+                let f = if gather {
+                    self.fns.MPI_Allgather
+                } else {
+                    self.fns.MPI_Alltoall
+                };
+                unsafe { f(s, int(n), dt, r, int(n), dt, comm) }
+            }
+            (Width::Large(l), None) => {
+                let f = if gather {
+                    l.MPI_Allgather_c
+                } else {
+                    l.MPI_Alltoall_c
+                };
+                unsafe { f(s, n, dt, r, n, dt, comm) }
+            }
+        };
+        self.check(name, rc)
+    }
+
+    /// gatherv (`root: Some`) and allgatherv (`None`): `t` is this rank's block, `blocks`
+    /// the receive buffer's (ignored away from the root), in elements of `dt`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mpi_gatherv(
+        &self,
+        name: &'static str,
+        s: *const c_void,
+        t: &Typed<A>,
+        r: *mut c_void,
+        blocks: &Blocks,
+        dt: A::Handle,
+        root: Option<c_int>,
+        comm: A::Handle,
+    ) -> Result<()> {
+        let all: Vec<usize> = [blocks.counts, blocks.displs].concat();
+        let (n, st) = (t.count, t.datatype);
+        let rc = match self.width(name, &[&all[..], &[n as usize]].concat())? {
+            Width::Int => {
+                let (c, d) = (ints(blocks.counts), ints(blocks.displs));
+                let (c, d) = (c.as_ptr(), d.as_ptr());
+                match root {
+                    Some(root) => unsafe {
+                        (self.fns.MPI_Gatherv)(s, int(n), st, r, c, d, dt, root, comm)
+                    },
+                    None => unsafe { (self.fns.MPI_Allgatherv)(s, int(n), st, r, c, d, dt, comm) },
+                }
+            }
+            Width::Large(l) => {
+                let (c, d) = large(blocks);
+                let (c, d) = (c.as_ptr(), d.as_ptr());
+                match root {
+                    Some(root) => unsafe { (l.MPI_Gatherv_c)(s, n, st, r, c, d, dt, root, comm) },
+                    None => unsafe { (l.MPI_Allgatherv_c)(s, n, st, r, c, d, dt, comm) },
+                }
+            }
+        };
+        self.check(name, rc)
+    }
+
+    /// scatterv: `blocks` is the send buffer's (ignored away from the root), `t` this
+    /// rank's block.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mpi_scatterv(
+        &self,
+        name: &'static str,
+        s: *const c_void,
+        blocks: &Blocks,
+        dt: A::Handle,
+        r: *mut c_void,
+        t: &Typed<A>,
+        root: c_int,
+        comm: A::Handle,
+    ) -> Result<()> {
+        let all: Vec<usize> = [blocks.counts, blocks.displs, &[t.count as usize]].concat();
+        let (n, rt) = (t.count, t.datatype);
+        let rc = match self.width(name, &all)? {
+            Width::Int => {
+                let (c, d) = (ints(blocks.counts), ints(blocks.displs));
+                unsafe {
+                    (self.fns.MPI_Scatterv)(
+                        s,
+                        c.as_ptr(),
+                        d.as_ptr(),
+                        dt,
+                        r,
+                        int(n),
+                        rt,
+                        root,
+                        comm,
+                    )
+                }
+            }
+            Width::Large(l) => {
+                let (c, d) = large(blocks);
+                unsafe { (l.MPI_Scatterv_c)(s, c.as_ptr(), d.as_ptr(), dt, r, n, rt, root, comm) }
+            }
+        };
+        self.check(name, rc)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mpi_alltoallv(
+        &self,
+        name: &'static str,
+        s: *const c_void,
+        sent: &Blocks,
+        r: *mut c_void,
+        received: &Blocks,
+        dt: A::Handle,
+        comm: A::Handle,
+    ) -> Result<()> {
+        let all = [sent.counts, sent.displs, received.counts, received.displs].concat();
+        let rc = match self.width(name, &all)? {
+            Width::Int => {
+                let [sc, sd, rc, rd] =
+                    [sent.counts, sent.displs, received.counts, received.displs].map(ints);
+                let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
+                unsafe { (self.fns.MPI_Alltoallv)(s, sc, sd, dt, r, rc, rd, dt, comm) }
+            }
+            Width::Large(l) => {
+                let ((sc, sd), (rc, rd)) = (large(sent), large(received));
+                let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
+                unsafe { (l.MPI_Alltoallv_c)(s, sc, sd, dt, r, rc, rd, dt, comm) }
+            }
+        };
+        self.check(name, rc)
+    }
+
+    pub(super) fn mpi_send(
+        &self,
+        name: &'static str,
+        p: *const c_void,
+        t: &Typed<A>,
+        dest: c_int,
+        tag: c_int,
+        comm: A::Handle,
+    ) -> Result<()> {
+        let rc = match self.width(name, &[t.count as usize])? {
+            Width::Int => unsafe {
+                (self.fns.MPI_Send)(p, int(t.count), t.datatype, dest, tag, comm)
+            },
+            Width::Large(l) => unsafe { (l.MPI_Send_c)(p, t.count, t.datatype, dest, tag, comm) },
+        };
+        self.check(name, rc)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mpi_recv(
+        &self,
+        name: &'static str,
+        p: *mut c_void,
+        t: &Typed<A>,
+        source: c_int,
+        tag: c_int,
+        comm: A::Handle,
+        status: &mut RawStatus,
+    ) -> Result<()> {
+        let st = status.as_mut_ptr();
+        let rc = match self.width(name, &[t.count as usize])? {
+            Width::Int => unsafe {
+                (self.fns.MPI_Recv)(p, int(t.count), t.datatype, source, tag, comm, st)
+            },
+            Width::Large(l) => unsafe {
+                (l.MPI_Recv_c)(p, t.count, t.datatype, source, tag, comm, st)
+            },
+        };
+        self.check(name, rc)
+    }
+
+    /// MPI_Sendrecv, or MPI_Sendrecv_replace when `s` is `None` (the message to send is
+    /// in `r`, as `tr` describes it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mpi_sendrecv(
+        &self,
+        name: &'static str,
+        s: Option<(*const c_void, &Typed<A>)>,
+        r: *mut c_void,
+        tr: &Typed<A>,
+        envelope: RawEnvelope,
+        comm: A::Handle,
+        status: &mut RawStatus,
+    ) -> Result<()> {
+        let st = status.as_mut_ptr();
+        let RawEnvelope {
+            dest,
+            sendtag,
+            source,
+            recvtag,
+        } = envelope;
+        let sent = s.map_or(0, |(_, ts)| ts.count as usize);
+        let (rn, rt) = (tr.count, tr.datatype);
+        let rc = match (self.width(name, &[sent, rn as usize])?, s) {
+            (Width::Int, Some((s, ts))) => unsafe {
+                (self.fns.MPI_Sendrecv)(
+                    s,
+                    int(ts.count),
+                    ts.datatype,
+                    dest,
+                    sendtag,
+                    r,
+                    int(rn),
+                    rt,
+                    source,
+                    recvtag,
+                    comm,
+                    st,
+                )
+            },
+            (Width::Large(l), Some((s, ts))) => unsafe {
+                (l.MPI_Sendrecv_c)(
+                    s,
+                    ts.count,
+                    ts.datatype,
+                    dest,
+                    sendtag,
+                    r,
+                    rn,
+                    rt,
+                    source,
+                    recvtag,
+                    comm,
+                    st,
+                )
+            },
+            (Width::Int, None) => unsafe {
+                (self.fns.MPI_Sendrecv_replace)(
+                    r,
+                    int(rn),
+                    rt,
+                    dest,
+                    sendtag,
+                    source,
+                    recvtag,
+                    comm,
+                    st,
+                )
+            },
+            (Width::Large(l), None) => unsafe {
+                (l.MPI_Sendrecv_replace_c)(r, rn, rt, dest, sendtag, source, recvtag, comm, st)
+            },
+        };
+        self.check(name, rc)
+    }
+}

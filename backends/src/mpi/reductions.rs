@@ -1,0 +1,193 @@
+//! The reductions: allreduce, reduce, scan, exscan, reduce_scatter. Each is one classic MPI
+//! function called on `int`-sized segments (`in_segments`), so none needs large counts.
+
+use std::ffi::{c_int, c_void};
+
+use jaxmpi_core::{Buf, BufMut, Comm, Dtype, Input, ReduceOp, Result};
+
+use super::abi::Abi;
+use super::counts::INT_MAX;
+use super::handles::{expect_len, same_dtype};
+use super::library::MpiLibrary;
+
+/// A reduction function with the root (if any) bound: (send, recv, count, datatype, op, comm).
+type Call<'f, H> = &'f dyn Fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
+
+/// Validates an elementwise reduction and runs it in segments.
+fn reduction<A: Abi>(
+    lib: &MpiLibrary<A>,
+    name: &'static str,
+    comm: Comm,
+    send: Input,
+    recv: &BufMut,
+    op: ReduceOp,
+    call: Call<A::Handle>,
+) -> Result<()> {
+    let comm = lib.comm(name, comm)?;
+    if let Input::Data(buf) = &send {
+        same_dtype(name, buf, recv)?;
+        expect_len(name, "the receive buffer", recv.count(), buf.count())?;
+    }
+    let on = Operands {
+        send: lib.input_ptr(&send),
+        recv: recv.ptr().cast(),
+        count: recv.count(),
+        dtype: recv.dtype(),
+    };
+    reduce_raw(lib, name, comm, on, op, call)
+}
+
+/// `count` elements of `dtype` reduced from `send` (or MPI_IN_PLACE) into `recv` (null
+/// away from a root).
+struct Operands {
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: Dtype,
+}
+
+fn reduce_raw<A: Abi>(
+    lib: &MpiLibrary<A>,
+    name: &'static str,
+    comm: A::Handle,
+    on: Operands,
+    op: ReduceOp,
+    call: Call<A::Handle>,
+) -> Result<()> {
+    let datatype = lib.pre.datatype(on.dtype);
+    let op = lib.op(name, op, on.dtype)?;
+    lib.in_segments(name, on.count, on.dtype, on.send, on.recv, |s, r, n| {
+        call(s, r, n, datatype, op, comm)
+    })
+}
+
+// SAFETY (every reduction below): pointers come from `Buf`/`BufMut`, valid for their
+// counts, offset by `in_segments` within those counts.
+
+/// MPI_Allreduce, MPI_Scan and MPI_Exscan, which share one prototype.
+pub(super) type Elementwise<H> =
+    unsafe extern "C" fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
+
+/// allreduce, scan or exscan (`f`), which differ only in the MPI function.
+pub(super) fn elementwise<A: Abi>(
+    lib: &MpiLibrary<A>,
+    name: &'static str,
+    f: Elementwise<A::Handle>,
+    comm: Comm,
+    send: Input,
+    recv: BufMut,
+    op: ReduceOp,
+) -> Result<()> {
+    reduction(
+        lib,
+        name,
+        comm,
+        send,
+        &recv,
+        op,
+        &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, c) },
+    )
+}
+
+pub(super) fn reduce<A: Abi>(
+    lib: &MpiLibrary<A>,
+    comm: Comm,
+    send: Input,
+    recv: BufMut,
+    op: ReduceOp,
+    root: i32,
+) -> Result<()> {
+    let name = "reduce";
+    let handle = lib.comm(name, comm)?;
+    lib.check_root(name, root, lib.size_of(name, handle)?)?;
+    let f = lib.fns.MPI_Reduce;
+    let call: Call<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
+    if lib.comm_rank_raw(handle)? == root {
+        // A copy of the input stands in for MPI_IN_PLACE where the library crashes on it.
+        let copy: Vec<u8>;
+        let send = match send {
+            Input::InPlace if root != 0 && lib.quirks.reduce_in_place_off_rank_0_crashes => {
+                // SAFETY: `recv` is valid for reads of its length.
+                let input = unsafe { std::slice::from_raw_parts(recv.ptr(), recv.len_bytes()) };
+                copy = input.to_vec();
+                Input::Data(Buf::from_bytes(&copy, recv.dtype())?)
+            }
+            other => other,
+        };
+        return reduction(lib, name, comm, send, &recv, op, call);
+    }
+    // Away from the root only the input matters; "in place" there means the input is
+    // in the receive buffer.
+    let (send, count, dtype): (*const c_void, _, _) = match send {
+        Input::Data(buf) => (buf.ptr().cast(), buf.count(), buf.dtype()),
+        Input::InPlace => (recv.ptr().cast_const().cast(), recv.count(), recv.dtype()),
+    };
+    let recv = std::ptr::null_mut();
+    reduce_raw(
+        lib,
+        name,
+        handle,
+        Operands {
+            send,
+            recv,
+            count,
+            dtype,
+        },
+        op,
+        call,
+    )
+}
+
+pub(super) fn reduce_scatter<A: Abi>(
+    lib: &MpiLibrary<A>,
+    comm: Comm,
+    send: Buf,
+    recv: BufMut,
+    op: ReduceOp,
+) -> Result<()> {
+    let name = "reduce_scatter";
+    let handle = lib.comm(name, comm)?;
+    same_dtype(name, &send, &recv)?;
+    let size = lib.size_of(name, handle)?;
+    let block = recv.count();
+    expect_len(name, "the send buffer", send.count(), size * block)?;
+    if block <= INT_MAX {
+        let datatype = lib.pre.datatype(recv.dtype());
+        let op = lib.op(name, op, recv.dtype())?;
+        // SAFETY: send holds size*block elements, recv holds block.
+        let rc = unsafe {
+            (lib.fns.MPI_Reduce_scatter_block)(
+                send.ptr().cast(),
+                recv.ptr().cast(),
+                block as c_int,
+                datatype,
+                op,
+                handle,
+            )
+        };
+        return lib.check(name, rc);
+    }
+    // Blocks too large for one call: reduce each block to its owner, in segments.
+    let rank = lib.comm_rank_raw(handle)? as usize;
+    let f = lib.fns.MPI_Reduce;
+    for owner in 0..size {
+        let on = Operands {
+            send: send
+                .ptr()
+                .wrapping_add(owner * block * send.dtype().size())
+                .cast(),
+            recv: if owner == rank {
+                recv.ptr().cast()
+            } else {
+                std::ptr::null_mut()
+            },
+            count: block,
+            dtype: recv.dtype(),
+        };
+        let root = owner as c_int;
+        reduce_raw(lib, name, handle, on, op, &|s, r, n, t, o, c| unsafe {
+            f(s, r, n, t, o, root, c)
+        })?;
+    }
+    Ok(())
+}
