@@ -1,5 +1,6 @@
 //! XLA FFI handlers: one generic path decodes a call frame, validates it and dispatches to
-//! the process's backend. Each op contributes only its body in `ops.rs`.
+//! the process's backend. Each op contributes its line in the table below (its signature)
+//! and its body in `ops.rs`; `lifecycle.rs` is what every call does around the body.
 
 mod call;
 mod device;

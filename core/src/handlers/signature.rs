@@ -189,15 +189,12 @@ macro_rules! declare_ops {
     ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*) { $($field:ident: $ty:ty),* $(,)? }),* $(,)?) => {
         /// Each op's attributes, typed.
         pub mod attrs {
-            #[allow(unused_imports)]
             use super::signature::{Address, Attr, Attrs, Counts};
             use super::Call;
-            #[allow(unused_imports)]
             use crate::{Comm, Peer, ReduceOp, Result};
             $(
                 pub struct $attrs { $(pub $field: $ty),* }
                 impl Attrs for $attrs {
-                    #[allow(unused_variables)]
                     fn decode(call: &Call) -> Result<Self> {
                         Ok($attrs { $($field: <$ty as Attr>::decode(call, stringify!($field))?),* })
                     }
