@@ -8,11 +8,11 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
-use super::signature::{Attr, Attrs, PEER_ANY, PEER_NULL, TAG_ANY};
+use super::signature::{Attrs, PEER_ANY, PEER_NULL, TAG_ANY};
 use super::Call;
 use crate::monitor::{self, Monitor, Tracked};
 use crate::xla_ffi::CallFrame;
-use crate::{watchdog, Backend, Comm, Result, ThreadLevel};
+use crate::{watchdog, Backend, Result, ThreadLevel};
 
 /// Attributes that say whom a call talks to, in the order they are shown.
 const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
@@ -100,7 +100,7 @@ pub(super) fn run<A: Attrs>(
     // nobody changed it) returns errors for the duration of this call only. The check and
     // the swap are MPI calls too, so they run inside the monitored part: below
     // MPI_THREAD_MULTIPLE they must not overlap another thread's call either.
-    let comm = Comm::decode(call, "comm")?;
+    let comm = attrs.comm();
     let with_errors_returned = || {
         let previous = backend.return_errors_on(comm)?;
         let result = body(&attrs);

@@ -102,6 +102,8 @@ pub trait Attr: Sized {
 /// An op's attributes as one typed value, decoded before its body runs.
 pub trait Attrs: Sized {
     fn decode(call: &Call) -> Result<Self>;
+    /// The communicator every op runs on (the table cannot declare an op without one).
+    fn comm(&self) -> Comm;
 }
 
 fn int(call: &Call, name: &'static str) -> Result<i32> {
@@ -197,6 +199,9 @@ macro_rules! declare_ops {
                 impl Attrs for $attrs {
                     fn decode(call: &Call) -> Result<Self> {
                         Ok($attrs { $($field: <$ty as Attr>::decode(call, stringify!($field))?),* })
+                    }
+                    fn comm(&self) -> Comm {
+                        self.comm
                     }
                 }
             )*
