@@ -7,10 +7,10 @@
 
 mod backend;
 mod buffer;
-pub mod calllog;
 pub mod device;
 mod error;
 pub mod handlers;
+mod monitor;
 mod types;
 mod watchdog;
 pub mod xla_ffi;

@@ -3,32 +3,24 @@
 //! so that mpirun tears every rank down instead of letting the job hang until its
 //! allocation runs out.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::calllog::Monitor;
+use crate::monitor::Monitor;
 use crate::Library;
 
 /// The exit code the job ends with (EX_SOFTWARE).
 pub const TIMEOUT_EXIT_CODE: i32 = 70;
 
-/// Starts the watchdog; it waits for `monitor` to be set (its creator is setting it).
-pub(crate) fn start(
-    monitor: &'static OnceLock<Option<Monitor>>,
-    backend: &'static dyn Library,
-    timeout: Duration,
-) {
+/// Starts the watchdog over the calls `monitor` keeps in flight.
+pub(crate) fn start(monitor: &'static Monitor, library: &'static dyn Library, timeout: Duration) {
     // Checking ten times per timeout bounds the overshoot to a tenth of it.
     let tick = (timeout / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let spawned = std::thread::Builder::new()
         .name("jaxmpi-watchdog".into())
         .spawn(move || loop {
             std::thread::sleep(tick);
-            let Some(Some(monitor)) = monitor.get() else {
-                continue;
-            };
             if let Some((call, waited)) = monitor.stuck(timeout) {
-                report_and_abort(monitor, backend, &call, waited, timeout);
+                report_and_abort(monitor, library, &call, waited, timeout);
             }
         });
     if let Err(err) = spawned {
@@ -38,7 +30,7 @@ pub(crate) fn start(
 
 fn report_and_abort(
     monitor: &Monitor,
-    backend: &dyn Library,
+    library: &dyn Library,
     call: &str,
     waited: Duration,
     timeout: Duration,
@@ -61,5 +53,5 @@ fn report_and_abort(
         report += &format!("jaxmpi: rank {rank}: set JAXMPI_DEBUG=1 to see the last calls.\n");
     }
     eprint!("{report}");
-    backend.abort(TIMEOUT_EXIT_CODE)
+    library.abort(TIMEOUT_EXIT_CODE)
 }

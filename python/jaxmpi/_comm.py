@@ -13,11 +13,13 @@ from . import _native
 from ._errors import raise_mpi_errors
 from ._runtime import info
 
-# Encodings shared with the Rust handlers (core/src/handlers/call.rs).
-PEER_ANY = -1
-PEER_NULL = -2
-TAG_ANY = -1
-OP_USER = -1
+# The handlers' portable encodings (core/src/handlers/signature.rs), as the extension
+# gives them: the same in every MPI library, unlike MPI's own values below.
+_ENCODINGS = _native.constants()
+PEER_ANY: int = _ENCODINGS["PEER_ANY"]
+PEER_NULL: int = _ENCODINGS["PEER_NULL"]
+TAG_ANY: int = _ENCODINGS["TAG_ANY"]
+OP_USER: int = _ENCODINGS["OP_USER"]
 
 # The loaded library's own values, so they equal mpi4py's MPI.ANY_SOURCE etc.
 ANY_SOURCE: int = info["any_source"]

@@ -27,47 +27,85 @@ from ._jax_shim import ShapedArray
 from ._token import refuses_token
 
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
-# Parameters that only shape rules use; they do not reach the handler.
-_TRACE_ONLY = frozenset(
-    {"size", "rank", "at_root", "identity", "counts", "send_counts", "recv_counts", "replace"}
-)
-# Handles and addresses: unsigned and pointer-sized.
-_ADDRESSES = frozenset({"comm", "user_op", "status"})
+# Every op's operands, results and attributes as the handlers declare them
+# (core/src/handlers/mod.rs): the attributes a lowering passes are derived from these.
+SIGNATURES: dict = _native.signatures()
 
 
-def _attributes(params: dict) -> dict:
-    """Every attribute is an int64. Addresses travel as their two's-complement bit
-    pattern: MLIR cannot hold an unsigned 64-bit attribute above 2^63, and MPICH user
-    handles as mpi4py gives them are that large."""
-    return {
-        key: np.int64(value - (1 << 64) if key in _ADDRESSES and value >= 1 << 63 else value)
-        for key, value in params.items()
-        if key not in _TRACE_ONLY
-    }
+def _address(value: int) -> np.int64:
+    """Handles and addresses travel as their two's-complement bit pattern: MLIR cannot
+    hold an unsigned 64-bit attribute above 2^63, and MPICH user handles as mpi4py gives
+    them are that large."""
+    return np.int64(value - (1 << 64) if value >= 1 << 63 else value)
+
+
+def _counts(value) -> np.ndarray:
+    return np.asarray(value, np.int64)
+
+
+# How each kind of attribute is encoded: the handler reads an int64, or an int64 array.
+_ENCODERS = {
+    "comm": _address,
+    "address": _address,
+    "reduce_op": np.int64,
+    "peer": np.int64,
+    "int": np.int64,
+    "any_tag": np.int64,
+    "counts": _counts,
+}
+
+
+def _checked(name: str, shape_params: frozenset, shapes):
+    """`shapes`, the abstract evaluation, run only on operands and parameters that match
+    the op's declaration: a mismatch is a bug in jaxmpi, said at trace time with the op and
+    parameter, instead of an attribute the handler misses at run time."""
+    signature = SIGNATURES[name]
+    declared = {attr for attr, _ in signature["attrs"]}
+    operands = signature["operands"]
+
+    def check(*avals, **params):
+        if len(avals) != len(operands):
+            raise TypeError(
+                f"jaxmpi.{name}: bound with {len(avals)} operands, but the op is declared "
+                f"with {len(operands)} ({', '.join(operands) or 'none'})"
+            )
+        unknown = sorted(params.keys() - declared - shape_params)
+        if unknown:
+            raise TypeError(
+                f"jaxmpi.{name}: parameter {unknown[0]!r} is neither an attribute the op is "
+                f"declared with ({', '.join(sorted(declared))}) nor a shape parameter"
+            )
+        missing = sorted(declared - params.keys())
+        if missing:
+            raise TypeError(f"jaxmpi.{name}: attribute {missing[0]!r} was not bound")
+        return shapes(*avals, **params)
+
+    return check
 
 
 def _none(**_):
     return {}
 
 
-def _define(name: str, shapes, aliases=_none, attributes=None, unread=_none):
-    """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name.
-    `aliases(**params)` maps an operand to the result it may alias; `attributes(avals_in,
-    **params)`, if given, adds attributes that depend on shapes; `unread(**params)` names
-    the operands the op never reads (receive templates: only their shape matters). Those
-    stay operands for JAX (its AD and batching rules see them) but are left out of the XLA
-    call: XLA then never computes them, never keeps them alive for the call, and places
-    the fresh result wherever is cheapest (in a loop, straight into the carry)."""
+def _define(name: str, shapes, aliases=_none, unread=_none, shape_params=()):
+    """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name, passing the
+    attributes its declaration lists. `shapes(*avals, **params)` is its shape rule;
+    `shape_params` name the parameters only Python's rules use (they never reach the
+    handler). `aliases(**params)` maps an operand to the result it may alias;
+    `unread(**params)` names the operands the op never reads (receive templates: only
+    their shape matters). Those stay operands for JAX (its AD and batching rules see them)
+    but are left out of the XLA call: XLA then never computes them, never keeps them alive
+    for the call, and places the fresh result wherever is cheapest (in a loop, straight
+    into the carry)."""
     target = f"jaxmpi_{name}"
-    primitive = _jax_shim.new_primitive(target, shapes)
+    primitive = _jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
+    encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
 
     def lowering(ctx, *operands, identity=False, **params):
         if identity:  # a transposed allreduce-SUM: no communication (see _rules.py)
             _jax_shim.pass_tokens_through(ctx)
             return operands
-        attrs = _attributes(params)
-        if attributes is not None:
-            attrs.update(attributes(ctx.avals_in, **params))
+        attrs = {attr: encode(params[attr]) for attr, encode in encoders}
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}
@@ -77,6 +115,10 @@ def _define(name: str, shapes, aliases=_none, attributes=None, unread=_none):
     _jax_shim.register_lowering(primitive, lowering, platform="cpu")
     _jax_shim.register_lowering(primitive, lowering, platform="cuda")
     return primitive
+
+
+# Whether this rank is the root: what the rooted ops' shape rules and aliasing depend on.
+_AT_ROOT = ("at_root",)
 
 
 def _same(x, **_):
@@ -131,20 +173,25 @@ def _sendrecv_unread(*, source, replace, **_):
     return {1} if replace or _receives(source) else set()
 
 
-_allreduce_p = _define("allreduce", _like, _in_place)
-_reduce_p = _define("reduce", _at_root_only(_same), _in_place_at_root)
+_allreduce_p = _define("allreduce", _like, _in_place, shape_params=("identity",))
+_reduce_p = _define("reduce", _at_root_only(_same), _in_place_at_root, shape_params=_AT_ROOT)
 _scan_p = _define("scan", _like, _in_place)
 _exscan_p = _define("exscan", _like, _in_place)
 _bcast_p = _define(
     "bcast",
     lambda x, *, at_root, **_: [] if at_root else _like(x),
     unread=_template_away_from_root,
+    shape_params=_AT_ROOT,
 )
 _gather_p = _define(
-    "gather", _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype))
+    "gather",
+    _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype)),
+    shape_params=("size", "at_root"),
 )
 _allgather_p = _define(
-    "allgather", lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)]
+    "allgather",
+    lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)],
+    shape_params=("size",),
 )
 # Away from the root the operand is a receive template, as recv's: never read, so not
 # passed to XLA at all.
@@ -152,6 +199,7 @@ _scatter_p = _define(
     "scatter",
     lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
     unread=_template_away_from_root,
+    shape_params=_AT_ROOT,
 )
 _alltoall_p = _define("alltoall", _like)
 _reduce_scatter_p = _define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])
@@ -162,6 +210,7 @@ _sendrecv_p = _define(
     lambda sendbuf, recvbuf, **_: _like(recvbuf),
     _sendrecv_aliases,
     unread=_sendrecv_unread,
+    shape_params=("replace",),
 )
 _barrier_p = _define("barrier", lambda **_: [])
 

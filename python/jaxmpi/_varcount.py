@@ -2,8 +2,8 @@
 
 Counts are per rank and static (known at trace time), in rows: entries of the leading
 axis. Rank r's block has `counts[r]` rows; blocks lie back to back in rank order. The
-handlers get element counts and displacements, computed in the lowering from the row size,
-so a batched (vmapped) row is just a longer row.
+handlers get the same row counts and compute element counts and displacements from the
+row size of the buffers they have, so a batched (vmapped) row is just a longer row.
 """
 
 from __future__ import annotations
@@ -17,16 +17,6 @@ from ._ops import _array, _at_root_only, _define, _template_away_from_root
 from ._token import refuses_token
 
 
-def _elements(counts, row: int) -> dict:
-    elements = np.asarray(counts, np.int64) * row
-    displs = np.concatenate([[0], np.cumsum(elements)[:-1]]).astype(np.int64)
-    return {"counts": elements, "displs": displs}
-
-
-def _row(aval) -> int:
-    return int(np.prod(aval.shape[1:], dtype=np.int64))
-
-
 def _rows_like(x, rows: int):
     return ShapedArray((rows, *x.shape[1:]), x.dtype)
 
@@ -36,36 +26,17 @@ def _rows_like(x, rows: int):
 _gatherv_p = _define(
     "gatherv",
     _at_root_only(lambda x, *, counts, **_: _rows_like(x, sum(counts))),
-    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
+    shape_params=("at_root",),
 )
-_allgatherv_p = _define(
-    "allgatherv",
-    lambda x, *, counts, **_: [_rows_like(x, sum(counts))],
-    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
-)
+_allgatherv_p = _define("allgatherv", lambda x, *, counts, **_: [_rows_like(x, sum(counts))])
 _scatterv_p = _define(
     "scatterv",
     lambda x, *, counts, rank, at_root, **_: [_rows_like(x, counts[rank]) if at_root else x],
-    attributes=lambda avals, *, counts, **_: _elements(counts, _row(avals[0])),
     unread=_template_away_from_root,
+    shape_params=("rank", "at_root"),
 )
-
-
-def _alltoallv_attributes(avals, *, send_counts, recv_counts, **_):
-    row = _row(avals[0])
-    sent, received = _elements(send_counts, row), _elements(recv_counts, row)
-    return {
-        "send_counts": sent["counts"],
-        "send_displs": sent["displs"],
-        "recv_counts": received["counts"],
-        "recv_displs": received["displs"],
-    }
-
-
 _alltoallv_p = _define(
-    "alltoallv",
-    lambda x, *, recv_counts, **_: [_rows_like(x, sum(recv_counts))],
-    attributes=_alltoallv_attributes,
+    "alltoallv", lambda x, *, recv_counts, **_: [_rows_like(x, sum(recv_counts))]
 )
 
 

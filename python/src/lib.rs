@@ -6,10 +6,11 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 
 use jaxmpi_backends::detect::SearchPath;
-use jaxmpi_core::{
-    handlers::pending, handlers::DEVICE_HANDLERS, handlers::HANDLERS, library, xla_ffi::Handler,
-    Comm, Dtype, Error, ErrorKind, Library, ReduceOp,
+use jaxmpi_core::handlers::{
+    pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY,
+    USER_OP,
 };
+use jaxmpi_core::{library, xla_ffi::Handler, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -246,6 +247,41 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
     Ok(op.supports(dtype))
 }
 
+/// Every op's declaration (core/src/handlers/mod.rs), from which the Python lowerings
+/// derive their attributes: {name: {"operands": [...], "results": [...], "attrs": [(name,
+/// kind), ...]}}. A `reduce_op` attribute is followed by its `user_op` address.
+#[pyfunction]
+fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let all = PyDict::new(py);
+    for signature in SIGNATURES {
+        let mut attrs = Vec::new();
+        for attr in signature.attrs {
+            attrs.push((attr.name, attr.kind.name()));
+            if attr.kind == Kind::ReduceOp {
+                attrs.push((USER_OP, Kind::Address.name()));
+            }
+        }
+        let entry = PyDict::new(py);
+        entry.set_item("operands", signature.operands)?;
+        entry.set_item("results", signature.results)?;
+        entry.set_item("attrs", attrs)?;
+        all.set_item(signature.name, entry)?;
+    }
+    Ok(all)
+}
+
+/// The portable encodings of "any source", "no peer", "any tag" and "a user reduction"
+/// the handlers read (the predefined reductions are numbered as `reduce_ops()` lists them).
+#[pyfunction]
+fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("PEER_ANY", PEER_ANY)?;
+    dict.set_item("PEER_NULL", PEER_NULL)?;
+    dict.set_item("TAG_ANY", TAG_ANY)?;
+    dict.set_item("OP_USER", OP_USER)?;
+    Ok(dict)
+}
+
 /// Finalizes MPI if jaxmpi initialized it (called at interpreter exit).
 #[pyfunction]
 fn finalize(py: Python<'_>) -> PyResult<()> {
@@ -285,5 +321,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(reduce_ops, m)?)?;
     m.add_function(wrap_pyfunction!(op_supports, m)?)?;
+    m.add_function(wrap_pyfunction!(signatures, m)?)?;
+    m.add_function(wrap_pyfunction!(constants, m)?)?;
     Ok(())
 }

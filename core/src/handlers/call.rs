@@ -1,5 +1,5 @@
 //! `Call`: safe, validated access to one XLA call frame — its data buffers (tokens are
-//! skipped) and its attributes by name.
+//! skipped) and its raw attributes by name (`signature.rs` decodes them).
 
 use std::ffi::c_void;
 
@@ -7,11 +7,12 @@ use super::frame_is_compatible;
 use crate::xla_ffi::{
     ArgType, Args, AttrType, Buffer, CallFrame, DataType, ExecutionStage, Scalar,
 };
-use crate::{Buf, BufMut, Comm, Dtype, Error, Input, Peer, ReduceOp, Result};
+use crate::{Buf, BufMut, Dtype, Error, Input, Result};
 
 pub struct Call<'a> {
     frame: &'a CallFrame,
-    op: &'static str,
+    /// The op being run (`allreduce`): what its errors are named after.
+    name: &'static str,
 }
 
 /// A data buffer of the call: its memory, element type and shape.
@@ -19,7 +20,7 @@ pub struct Operand<'a> {
     buffer: &'a Buffer,
 }
 
-fn dtype_of(op: &'static str, dtype: DataType) -> Result<Dtype> {
+fn dtype_of(name: &'static str, dtype: DataType) -> Result<Dtype> {
     Ok(match dtype {
         DataType::PRED => Dtype::Bool,
         DataType::S8 => Dtype::I8,
@@ -38,7 +39,7 @@ fn dtype_of(op: &'static str, dtype: DataType) -> Result<Dtype> {
         DataType::C128 => Dtype::C128,
         other => {
             return Err(Error::invalid_argument(
-                op,
+                name,
                 format!("XLA element type {} is not supported", other.0),
             ))
         }
@@ -46,8 +47,8 @@ fn dtype_of(op: &'static str, dtype: DataType) -> Result<Dtype> {
 }
 
 impl<'a> Operand<'a> {
-    pub fn dtype(&self, op: &'static str) -> Result<Dtype> {
-        dtype_of(op, self.buffer.dtype)
+    pub fn dtype(&self, name: &'static str) -> Result<Dtype> {
+        dtype_of(name, self.buffer.dtype)
     }
 
     pub fn count(&self) -> usize {
@@ -62,40 +63,54 @@ impl<'a> Operand<'a> {
             .product()
     }
 
+    /// Elements per entry of the leading axis (a row of a v-op's block).
+    pub fn row(&self) -> usize {
+        let rank = usize::try_from(self.buffer.rank).unwrap_or(0);
+        if rank <= 1 || self.buffer.dims.is_null() {
+            return 1;
+        }
+        // SAFETY: XLA gives `rank` dimensions at `dims`.
+        let dims = unsafe { std::slice::from_raw_parts(self.buffer.dims, rank) };
+        dims[1..]
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(0))
+            .product()
+    }
+
     pub fn data(&self) -> *mut c_void {
         self.buffer.data
     }
 
     /// The buffer as input. XLA owns the memory for the duration of the call.
-    pub fn buf(&self, op: &'static str) -> Result<Buf<'a>> {
+    pub fn buf(&self, name: &'static str) -> Result<Buf<'a>> {
         // SAFETY: XLA's buffer holds `count` elements of its dtype (or is empty).
-        Ok(unsafe { Buf::from_raw(self.buffer.data as *const u8, self.count(), self.dtype(op)?) })
+        Ok(unsafe {
+            Buf::from_raw(
+                self.buffer.data as *const u8,
+                self.count(),
+                self.dtype(name)?,
+            )
+        })
     }
 
     /// The buffer as output.
-    pub fn buf_mut(&self, op: &'static str) -> Result<BufMut<'a>> {
+    pub fn buf_mut(&self, name: &'static str) -> Result<BufMut<'a>> {
         // SAFETY: as for `buf`; XLA gives this result buffer to this call alone.
-        Ok(unsafe { BufMut::from_raw(self.buffer.data as *mut u8, self.count(), self.dtype(op)?) })
+        Ok(unsafe {
+            BufMut::from_raw(self.buffer.data as *mut u8, self.count(), self.dtype(name)?)
+        })
     }
-}
-
-/// Scalar attribute types the lowerings use.
-pub trait ScalarAttr: Sized + Copy {
-    const DTYPE: DataType;
-}
-impl ScalarAttr for i64 {
-    const DTYPE: DataType = DataType::S64;
 }
 
 impl<'a> Call<'a> {
     /// # Safety
     /// `frame` must be a call frame from XLA, valid for `'a`.
-    pub unsafe fn new(frame: *mut CallFrame, op: &'static str) -> Result<Self> {
+    pub unsafe fn new(frame: *mut CallFrame, name: &'static str) -> Result<Self> {
         // SAFETY: the caller guarantees a valid frame.
         let frame = unsafe { &*frame };
         if !frame_is_compatible(frame.struct_size) {
             return Err(Error::unsupported(
-                op,
+                name,
                 format!(
                     "XLA call frame of {} bytes is older than XLA FFI API 0.1",
                     frame.struct_size
@@ -104,15 +119,15 @@ impl<'a> Call<'a> {
         }
         if frame.stage != ExecutionStage::EXECUTE {
             return Err(Error::unsupported(
-                op,
+                name,
                 format!("called for execution stage {}, not EXECUTE", frame.stage.0),
             ));
         }
-        Ok(Call { frame, op })
+        Ok(Call { frame, name })
     }
 
-    pub fn op(&self) -> &'static str {
-        self.op
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     pub(super) fn frame(&self) -> &'a CallFrame {
@@ -144,7 +159,7 @@ impl<'a> Call<'a> {
     fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
         Self::find_buffer(list, index).ok_or_else(|| {
             Error::invalid_argument(
-                self.op,
+                self.name,
                 format!("the call has no {what} #{index}: the lowering and the handler disagree"),
             )
         })
@@ -171,7 +186,7 @@ impl<'a> Call<'a> {
         if arg.data() == ret.data() && arg.count() > 0 {
             return Ok(Input::InPlace);
         }
-        Ok(Input::Data(arg.buf(self.op)?))
+        Ok(Input::Data(arg.buf(self.name)?))
     }
 
     /// The attribute `name` if the call has it with kind `want`.
@@ -196,18 +211,23 @@ impl<'a> Call<'a> {
         None
     }
 
+    /// The one error for an attribute the lowering did not pass as declared.
+    pub fn bad_attr(&self, name: &str, what: impl std::fmt::Display) -> Error {
+        Error::invalid_argument(self.name, format!("attribute {name:?} {what}"))
+    }
+
     fn attr_ptr(&self, name: &str, want: AttrType) -> Result<*mut c_void> {
         self.find_attr(name, want).ok_or_else(|| {
-            Error::invalid_argument(
-                self.op,
-                format!("attribute {name:?} is missing or has the wrong kind"),
+            self.bad_attr(
+                name,
+                "is missing or has the wrong kind: the lowering and the op's declaration disagree",
             )
         })
     }
 
     /// An int64 scalar attribute the op may not have (for describing a call).
     pub fn optional_i64(&self, name: &str) -> Option<i64> {
-        self.scalar::<i64>(name).ok()
+        self.scalar_i64(name).ok()
     }
 
     /// Bytes of the first data operand: what the call sends; for a receive, which has no
@@ -218,113 +238,34 @@ impl<'a> Call<'a> {
             .next()
             .map_or(0, |buffer| {
                 let operand = Operand { buffer };
-                operand.count() * operand.dtype(self.op).map_or(0, |d| d.size())
+                operand.count() * operand.dtype(self.name).map_or(0, |d| d.size())
             })
     }
 
-    pub fn scalar<T: ScalarAttr>(&self, name: &str) -> Result<T> {
+    /// The int64 scalar attribute `name`.
+    pub fn scalar_i64(&self, name: &str) -> Result<i64> {
         let ptr = self.attr_ptr(name, AttrType::SCALAR)?;
         // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
         let scalar = unsafe { &*(ptr as *const Scalar) };
-        if scalar.dtype != T::DTYPE {
-            return Err(Error::invalid_argument(
-                self.op,
-                format!(
-                    "attribute {name:?} has XLA type {}, expected {}",
-                    scalar.dtype.0,
-                    T::DTYPE.0
-                ),
-            ));
+        if scalar.dtype != DataType::S64 {
+            return Err(self.bad_attr(name, "is not an int64"));
         }
         // SAFETY: the value has the checked type.
-        Ok(unsafe { *(scalar.value as *const T) })
+        Ok(unsafe { *(scalar.value as *const i64) })
     }
 
-    /// A 1-D integer array attribute (per-rank counts and displacements).
-    pub fn counts(&self, name: &str) -> Result<Vec<usize>> {
+    /// The 1-D int64 array attribute `name`.
+    pub fn array_i64(&self, name: &str) -> Result<&'a [i64]> {
         let ptr = self.attr_ptr(name, AttrType::ARRAY)?;
         // SAFETY: an ARRAY attribute points to an XLA_FFI_Array.
         let array = unsafe { &*(ptr as *const crate::xla_ffi::Array) };
         if array.dtype != DataType::S64 {
-            return Err(Error::invalid_argument(
-                self.op,
-                format!("attribute {name:?} must be an int64 array"),
-            ));
+            return Err(self.bad_attr(name, "is not an int64 array"));
         }
-        // SAFETY: `size` int64 values at `data` (data may be NULL when size is 0).
-        let values: &[i64] = if array.size == 0 {
-            &[]
-        } else {
-            unsafe { std::slice::from_raw_parts(array.data as *const i64, array.size) }
-        };
-        values
-            .iter()
-            .map(|&v| {
-                usize::try_from(v).map_err(|_| {
-                    Error::invalid_argument(
-                        self.op,
-                        format!("{name} contains the negative count {v}"),
-                    )
-                })
-            })
-            .collect()
-    }
-
-    /// A handle or address; the lowerings pass them as int64 bit patterns.
-    pub fn address(&self, name: &str) -> Result<usize> {
-        Ok(self.scalar::<i64>(name)? as u64 as usize)
-    }
-
-    pub fn comm(&self) -> Result<Comm> {
-        Ok(Comm(self.address("comm")?))
-    }
-
-    pub fn int(&self, name: &str) -> Result<i32> {
-        let value = self.scalar::<i64>(name)?;
-        i32::try_from(value).map_err(|_| {
-            Error::invalid_argument(self.op, format!("{name} = {value} does not fit a C int"))
-        })
-    }
-
-    /// A peer as the lowerings encode it: a rank, `PEER_ANY` or `PEER_NULL`.
-    pub fn peer(&self, name: &str) -> Result<Peer> {
-        Ok(match self.int(name)? {
-            PEER_ANY => Peer::Any,
-            PEER_NULL => Peer::Null,
-            rank if rank >= 0 => Peer::Rank(rank),
-            other => {
-                return Err(Error::invalid_argument(
-                    self.op,
-                    format!("{name} = {other} is not a rank"),
-                ))
-            }
-        })
-    }
-
-    /// A tag; `TAG_ANY` means any.
-    pub fn tag(&self, name: &str) -> Result<Option<i32>> {
-        Ok(match self.int(name)? {
-            TAG_ANY => None,
-            tag => Some(tag),
-        })
-    }
-
-    /// The reduction: `op` is an index into `ReduceOp::PREDEFINED`, or `OP_USER` with the
-    /// raw handle in `user_op`.
-    pub fn reduce_op(&self) -> Result<ReduceOp> {
-        let code = self.scalar::<i64>("op")?;
-        if code == OP_USER {
-            return Ok(ReduceOp::User(self.address("user_op")?));
+        if array.size == 0 {
+            return Ok(&[]); // `data` may be NULL then
         }
-        usize::try_from(code)
-            .ok()
-            .and_then(|i| ReduceOp::PREDEFINED.get(i).copied())
-            .ok_or_else(|| Error::invalid_argument(self.op, format!("unknown op code {code}")))
+        // SAFETY: `size` int64 values at `data`, alive as long as the frame.
+        Ok(unsafe { std::slice::from_raw_parts(array.data as *const i64, array.size) })
     }
 }
-
-/// Portable encodings shared with the Python lowerings (`python/jaxmpi/_comm.py`).
-pub const PEER_ANY: i32 = -1;
-pub const PEER_NULL: i32 = -2;
-pub const TAG_ANY: i32 = -1;
-pub const OP_USER: i64 = -1;

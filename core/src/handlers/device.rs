@@ -1,9 +1,9 @@
 //! Device handlers: the same op bodies, run by the installed device runtime on XLA's stream.
 
-use super::{Body, Call};
+use super::Call;
 use crate::device::{device_runtime, Stream};
 use crate::xla_ffi::StreamGetArgs;
-use crate::{Error, Library, Result};
+use crate::{Backend, Error, Library, Result};
 
 /// XLA's stream for this call.
 fn stream_of(call: &Call) -> Result<Stream> {
@@ -13,7 +13,7 @@ fn stream_of(call: &Call) -> Result<Stream> {
         let get = frame.api.as_ref().and_then(|api| api.stream_get);
         let Some(get) = get else {
             return Err(Error::unsupported(
-                call.op(),
+                call.name(),
                 "this XLA has no XLA_FFI_Stream_Get",
             ));
         };
@@ -27,7 +27,7 @@ fn stream_of(call: &Call) -> Result<Stream> {
             // The error object is XLA's; this path only runs on a GPU platform, where
             // Stream_Get does not fail, so it is not worth decoding.
             return Err(Error::library(
-                call.op(),
+                call.name(),
                 "XLA could not give the op's GPU stream",
             ));
         }
@@ -35,8 +35,13 @@ fn stream_of(call: &Call) -> Result<Stream> {
     }
 }
 
-/// Runs `body` for a call whose buffers are device memory.
-pub fn on_device(call: &Call, library: &dyn Library, body: Body) -> Result<()> {
+/// Runs `body` (the op on the backend it is given) for a call whose buffers are device
+/// memory.
+pub fn on_device(
+    call: &Call,
+    library: &dyn Library,
+    body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
+) -> Result<()> {
     let stream = stream_of(call)?;
-    device_runtime()?.run(stream, library, &mut |backend| body(call, library, backend))
+    device_runtime()?.run(stream, library, body)
 }

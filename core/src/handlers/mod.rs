@@ -1,28 +1,63 @@
 //! XLA FFI handlers: one generic path decodes a call frame, validates it and dispatches to
-//! the process's backend. Each op contributes only its body in `ops.rs`.
+//! the process's backend. Each op contributes its line in the table below (its signature)
+//! and its body in `ops.rs`; `lifecycle.rs` is what every call does around the body.
 
 mod call;
 mod device;
+mod lifecycle;
 mod ops;
 pub mod pending;
+mod signature;
 #[cfg(test)]
 mod tests;
 
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use call::{Call, PEER_ANY, PEER_NULL, TAG_ANY};
+pub use call::Call;
+pub use signature::{
+    Address, AttrDecl, Counts, Kind, Signature, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
+};
 
-use crate::calllog::{self, CallInfo};
 use crate::xla_ffi::{
     CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, Handler, MetadataExtension,
     API_VERSION_STRUCT_SIZE, CALL_FRAME_STRUCT_SIZE, METADATA_STRUCT_SIZE,
 };
-use crate::{library, Backend, Error, ErrorKind, Library, Result};
+use crate::{library, Backend, Comm, Error, ErrorKind, Library, Peer, ReduceOp, Result};
+use lifecycle::CallInfo;
+use signature::{declare_ops, Attr, Attrs};
 
-/// An op body: reads its operands and attributes from the call, runs the backend op
+// Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
+// lowering `jaxmpi_<name>` passes exactly these (Python checks its parameters against this
+// table at trace time); the handler decodes them into `attrs::TypedAttrs` before
+// `ops::<name>` runs. A result is absent on ranks that receive nothing (see `ops.rs`), an
+// operand that is only a receive template never reaches the handler.
+declare_ops! {
+    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp },
+    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32 },
+    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp },
+    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp },
+    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp },
+    bcast: Bcast (x) -> (y) { comm: Comm, root: i32 },
+    gather: Gather (x) -> (y) { comm: Comm, root: i32 },
+    allgather: Allgather (x) -> (y) { comm: Comm },
+    scatter: Scatter (x) -> (y) { comm: Comm, root: i32 },
+    alltoall: Alltoall (x) -> (y) { comm: Comm },
+    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
+    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts },
+    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
+    alltoallv: Alltoallv (x) -> (y) { comm: Comm, send_counts: Counts, recv_counts: Counts },
+    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32 },
+    recv: Recv (x) -> (y) { comm: Comm, source: Peer, tag: Option<i32>, status: Address },
+    sendrecv: Sendrecv (sendbuf, recvbuf) -> (y) {
+        comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
+    },
+    barrier: Barrier () -> () { comm: Comm },
+}
+
+/// An op body: runs the backend op on the call's buffers and its decoded attributes
 /// (`Library` for the communicator queries, `Backend` for the op itself).
-type Body = fn(&Call, &dyn Library, &dyn Backend) -> Result<()>;
+type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
 
 /// Answers XLA's registration-time metadata probe, if this frame is one: API version 0.1,
 /// no traits (never COMMAND_BUFFER_COMPATIBLE: a CUDA graph would replay no MPI call).
@@ -54,7 +89,11 @@ unsafe fn answer_metadata_probe(frame: *mut CallFrame) -> bool {
 ///
 /// # Safety
 /// `frame` must be a call frame from XLA.
-pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut FfiError {
+unsafe fn handle<A: Attrs>(
+    frame: *mut CallFrame,
+    name: &'static str,
+    body: Body<A>,
+) -> *mut FfiError {
     // SAFETY: forwarded from the caller.
     if unsafe { answer_metadata_probe(frame) } {
         return std::ptr::null_mut();
@@ -62,15 +101,12 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
     // A panic must not unwind into XLA's C++ frames: it becomes an error instead.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: forwarded from the caller.
-        let call = unsafe { Call::new(frame, op) }?;
+        let call = unsafe { Call::new(frame, name) }?;
         let library = library()?;
-        // SAFETY: `call` was made from `frame`, valid for this whole function.
-        let result = unsafe {
-            calllog::run(frame, &call, library, || {
-                body(&call, library, library.backend())
-            })
-        }
-        .map_err(|err| with_rank(named(err, op), library).with_call(CallInfo::of(&call)));
+        let result = lifecycle::run(&call, library, |attrs| {
+            body(&call, library, library.backend(), attrs)
+        })
+        .map_err(|err| with_rank(named(err, name), library).with_call(CallInfo::of(&call)));
         pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {
@@ -84,7 +120,7 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
                 .unwrap_or_default();
             Error::new(
                 ErrorKind::Unsupported,
-                op,
+                name,
                 format!("internal error (panic): {what}"),
             )
         }
@@ -95,9 +131,9 @@ pub unsafe fn handle(frame: *mut CallFrame, op: &'static str, body: Body) -> *mu
 
 /// An error of a step inside the op (e.g. the error handler check) names the op the user
 /// called, and keeps the step as its `step`.
-fn named(mut err: Error, op: &'static str) -> Error {
-    if err.op != op {
-        err.step = Some(std::mem::replace(&mut err.op, op.into()));
+fn named(mut err: Error, name: &'static str) -> Error {
+    if err.op != name {
+        err.step = Some(std::mem::replace(&mut err.op, name.into()));
     }
     err
 }
@@ -144,68 +180,6 @@ unsafe fn create_error(frame: *mut CallFrame, err: &Error) -> *mut FfiError {
         create(&mut args)
     }
 }
-
-/// Declares one exported handler per op and the table Python registers them from.
-macro_rules! handlers {
-    ($($name:ident),* $(,)?) => {
-        /// `jaxmpi_<op>` for every op: the FFI target names the Python lowerings call.
-        pub mod exported {
-            use super::*;
-            $(
-                /// # Safety
-                /// Called by XLA with a valid call frame.
-                pub unsafe extern "C" fn $name(frame: *mut CallFrame) -> *mut FfiError {
-                    // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($name).trim_start_matches("jaxmpi_"), ops::$name) }
-                }
-            )*
-        }
-
-        /// The same targets for GPU buffers: each call runs on XLA's stream through the
-        /// installed device runtime.
-        pub mod exported_device {
-            use super::*;
-            $(
-                /// # Safety
-                /// Called by XLA with a valid call frame.
-                pub unsafe extern "C" fn $name(frame: *mut CallFrame) -> *mut FfiError {
-                    fn body(call: &Call, library: &dyn Library, _host: &dyn Backend) -> Result<()> {
-                        device::on_device(call, library, ops::$name)
-                    }
-                    // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($name).trim_start_matches("jaxmpi_"), body) }
-                }
-            )*
-        }
-
-        /// (FFI target name, handler) for every op.
-        pub const HANDLERS: &[(&str, Handler)] = &[$((stringify!($name), exported::$name as Handler)),*];
-        /// (FFI target name, handler) for every op on GPU buffers (same names).
-        pub const DEVICE_HANDLERS: &[(&str, Handler)] =
-            &[$((stringify!($name), exported_device::$name as Handler)),*];
-    };
-}
-
-handlers!(
-    jaxmpi_allreduce,
-    jaxmpi_reduce,
-    jaxmpi_scan,
-    jaxmpi_exscan,
-    jaxmpi_reduce_scatter,
-    jaxmpi_bcast,
-    jaxmpi_gather,
-    jaxmpi_allgather,
-    jaxmpi_scatter,
-    jaxmpi_alltoall,
-    jaxmpi_gatherv,
-    jaxmpi_allgatherv,
-    jaxmpi_scatterv,
-    jaxmpi_alltoallv,
-    jaxmpi_send,
-    jaxmpi_recv,
-    jaxmpi_sendrecv,
-    jaxmpi_barrier,
-);
 
 /// Frames smaller than the declared size come from an XLA this file does not know.
 pub(crate) fn frame_is_compatible(struct_size: usize) -> bool {

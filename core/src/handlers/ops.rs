@@ -1,13 +1,16 @@
-//! Op bodies: which operands, results and attributes each op has, and the backend call.
-//! Result conventions follow mpi4jax: ranks that receive nothing return their input. The
-//! rooted ops bind no result on those ranks (the Python side returns the input), so the
-//! presence of a result is what tells a body whether this rank receives.
+//! Op bodies: the backend call of each op, given its operands, results and typed
+//! attributes (declared in the table in `mod.rs`). Result conventions follow mpi4jax: ranks
+//! that receive nothing return their input. The rooted ops bind no result on those ranks
+//! (the Python side returns the input), so the presence of a result is what tells a body
+//! whether this rank receives.
 
+use super::attrs;
 use super::call::Operand;
+use super::signature::Address;
 use super::Call;
 use crate::{
-    Backend, Broadcast, Buf, BufMut, Dtype, Envelope, Input, Library, Partition, PartitionMut,
-    Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Library, Partition,
+    PartitionMut, Result, Status,
 };
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
@@ -20,110 +23,121 @@ fn empty_buf_mut<'a>(dtype: Dtype) -> BufMut<'a> {
     unsafe { BufMut::from_raw(std::ptr::null_mut(), 0, dtype) }
 }
 
-fn is_root(call: &Call, library: &dyn Library, root: i32) -> Result<bool> {
-    Ok(library.comm_rank(call.comm()?)? == root)
+fn is_root(library: &dyn Library, comm: Comm, root: i32) -> Result<bool> {
+    Ok(library.comm_rank(comm)? == root)
 }
 
 /// Copies the library's MPI_Status into the mpi4py `Status` whose address the lowering
 /// passed, so `status.Get_source()` etc. work after a jitted receive.
-fn fill_status(call: &Call, status: &Status) -> Result<()> {
-    let address = call.address("status")?;
+fn fill_status(Address(address): Address, status: &Status) {
     if address != 0 {
         let native = status.native.as_bytes();
         // SAFETY: the lowering passes the address of the MPI_Status inside a live mpi4py
         // Status object of the same library, which is exactly `native.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(native.as_ptr(), address as *mut u8, native.len()) };
     }
-    Ok(())
 }
 
-pub fn jaxmpi_allreduce(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let recv = call.ret(0)?.buf_mut(call.op())?;
-    backend.allreduce(
-        call.comm()?,
-        call.reduction_input()?,
-        recv,
-        call.reduce_op()?,
-    )
+pub fn allreduce(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Allreduce,
+) -> Result<()> {
+    let recv = call.ret(0)?.buf_mut(call.name())?;
+    backend.allreduce(a.comm, call.reduction_input()?, recv, a.op)
 }
 
-pub fn jaxmpi_reduce(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (comm, op, root) = (call.comm()?, call.reduce_op()?, call.int("root")?);
+pub fn reduce(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Reduce,
+) -> Result<()> {
+    let name = call.name();
     match call.optional_ret(0) {
-        Some(y) => backend.reduce(
-            comm,
-            call.reduction_input()?,
-            y.buf_mut(call.op())?,
-            op,
-            root,
-        ),
+        Some(y) => {
+            let (send, recv) = (call.reduction_input()?, y.buf_mut(name)?);
+            backend.reduce(a.comm, send, recv, a.op, a.root)
+        }
         None => {
             let x = call.arg(0)?;
-            let send = Input::Data(x.buf(call.op())?);
-            backend.reduce(comm, send, empty_buf_mut(x.dtype(call.op())?), op, root)
+            let send = Input::Data(x.buf(name)?);
+            backend.reduce(a.comm, send, empty_buf_mut(x.dtype(name)?), a.op, a.root)
         }
     }
 }
 
-pub fn jaxmpi_scan(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let recv = call.ret(0)?.buf_mut(call.op())?;
-    backend.scan(
-        call.comm()?,
-        call.reduction_input()?,
-        recv,
-        call.reduce_op()?,
-    )
+pub fn scan(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Scan) -> Result<()> {
+    let recv = call.ret(0)?.buf_mut(call.name())?;
+    backend.scan(a.comm, call.reduction_input()?, recv, a.op)
 }
 
 /// Rank 0 has no prefix to receive; it gets zeros, the exclusive prefix sum's value.
-pub fn jaxmpi_exscan(call: &Call, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
+pub fn exscan(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Exscan,
+) -> Result<()> {
     let y = call.ret(0)?;
-    let comm = call.comm()?;
-    backend.exscan(
-        comm,
-        call.reduction_input()?,
-        y.buf_mut(call.op())?,
-        call.reduce_op()?,
-    )?;
-    if library.comm_rank(comm)? == 0 {
-        backend.fill_zeros(y.buf_mut(call.op())?)?;
+    let recv = y.buf_mut(call.name())?;
+    backend.exscan(a.comm, call.reduction_input()?, recv, a.op)?;
+    if library.comm_rank(a.comm)? == 0 {
+        backend.fill_zeros(y.buf_mut(call.name())?)?;
     }
     Ok(())
 }
 
-pub fn jaxmpi_reduce_scatter(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
+pub fn reduce_scatter(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::ReduceScatter,
+) -> Result<()> {
     let (x, y) = (
-        call.arg(0)?.buf(call.op())?,
-        call.ret(0)?.buf_mut(call.op())?,
+        call.arg(0)?.buf(call.name())?,
+        call.ret(0)?.buf_mut(call.name())?,
     );
-    backend.reduce_scatter(call.comm()?, x, y, call.reduce_op()?)
+    backend.reduce_scatter(a.comm, x, y, a.op)
 }
 
-/// The root has no result: its operand is the message, passed read-only without a copy.
-pub fn jaxmpi_bcast(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
+/// The root has no result: its operand is the message, which MPI_Bcast only reads there
+/// (the `Backend::bcast` contract), so it is passed as the buffer without a copy.
+pub fn bcast(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Bcast) -> Result<()> {
     // Elsewhere the template is no operand: the result is the buffer received into.
     let buf = match call.optional_ret(0) {
-        Some(y) => Broadcast::Receiver(y.buf_mut(call.op())?),
-        None => Broadcast::Root(call.arg(0)?.buf(call.op())?),
+        Some(y) => Broadcast::Receiver(y.buf_mut(call.name())?),
+        None => Broadcast::Root(call.arg(0)?.buf(call.name())?),
     };
-    backend.bcast(call.comm()?, buf, call.int("root")?)
+    backend.bcast(a.comm, buf, a.root)
 }
 
-pub fn jaxmpi_gather(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (x, root, op) = (call.arg(0)?, call.int("root")?, call.op());
+pub fn gather(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Gather,
+) -> Result<()> {
+    let (x, name) = (call.arg(0)?, call.name());
     let recv = match call.optional_ret(0) {
-        Some(y) => y.buf_mut(op)?,
-        None => empty_buf_mut(x.dtype(op)?),
+        Some(y) => y.buf_mut(name)?,
+        None => empty_buf_mut(x.dtype(name)?),
     };
-    backend.gather(call.comm()?, x.buf(op)?, recv, root)
+    backend.gather(a.comm, x.buf(name)?, recv, a.root)
 }
 
-pub fn jaxmpi_allgather(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
+pub fn allgather(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Allgather,
+) -> Result<()> {
     let (x, y) = (
-        call.arg(0)?.buf(call.op())?,
-        call.ret(0)?.buf_mut(call.op())?,
+        call.arg(0)?.buf(call.name())?,
+        call.ret(0)?.buf_mut(call.name())?,
     );
-    backend.allgather(call.comm()?, x, y)
+    backend.allgather(a.comm, x, y)
 }
 
 /// What the root scatters; elsewhere the call has no operand (the template stays in
@@ -131,98 +145,140 @@ pub fn jaxmpi_allgather(call: &Call, _: &dyn Library, backend: &dyn Backend) -> 
 fn scattered<'a>(
     call: &Call<'a>,
     library: &dyn Library,
-    root: i32,
+    (comm, root): (Comm, i32),
     y: &Operand,
 ) -> Result<Buf<'a>> {
-    if is_root(call, library, root)? {
-        call.arg(0)?.buf(call.op())
+    if is_root(library, comm, root)? {
+        call.arg(0)?.buf(call.name())
     } else {
-        Ok(empty_buf(y.dtype(call.op())?))
+        Ok(empty_buf(y.dtype(call.name())?))
     }
 }
 
-pub fn jaxmpi_scatter(call: &Call, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (y, root) = (call.ret(0)?, call.int("root")?);
-    let send = scattered(call, library, root, &y)?;
-    backend.scatter(call.comm()?, send, y.buf_mut(call.op())?, root)
+pub fn scatter(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Scatter,
+) -> Result<()> {
+    let y = call.ret(0)?;
+    let send = scattered(call, library, (a.comm, a.root), &y)?;
+    backend.scatter(a.comm, send, y.buf_mut(call.name())?, a.root)
 }
 
-pub fn jaxmpi_alltoall(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
+pub fn alltoall(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Alltoall,
+) -> Result<()> {
     let (x, y) = (
-        call.arg(0)?.buf(call.op())?,
-        call.ret(0)?.buf_mut(call.op())?,
+        call.arg(0)?.buf(call.name())?,
+        call.ret(0)?.buf_mut(call.name())?,
     );
-    backend.alltoall(call.comm()?, x, y)
+    backend.alltoall(a.comm, x, y)
 }
 
-pub fn jaxmpi_gatherv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (x, root, op) = (call.arg(0)?, call.int("root")?, call.op());
-    let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
+// The v-ops get counts in rows; a row of the operand (or, where a rank has none, of the
+// result) is what turns them into the element counts and displacements MPI takes.
+
+pub fn gatherv(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Gatherv,
+) -> Result<()> {
+    let (x, name) = (call.arg(0)?, call.name());
+    let (counts, displs) = a.counts.elements(x.row());
     let recv = match call.optional_ret(0) {
-        Some(y) => y.buf_mut(op)?,
-        None => empty_buf_mut(x.dtype(op)?),
+        Some(y) => y.buf_mut(name)?,
+        None => empty_buf_mut(x.dtype(name)?),
     };
     let recv = PartitionMut::new(recv, &counts, &displs);
-    backend.gatherv(call.comm()?, x.buf(op)?, recv, root)
+    backend.gatherv(a.comm, x.buf(name)?, recv, a.root)
 }
 
-pub fn jaxmpi_allgatherv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (x, y) = (call.arg(0)?, call.ret(0)?);
-    let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
-    let op = call.op();
-    let recv = PartitionMut::new(y.buf_mut(op)?, &counts, &displs);
-    backend.allgatherv(call.comm()?, x.buf(op)?, recv)
+pub fn allgatherv(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Allgatherv,
+) -> Result<()> {
+    let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
+    let (counts, displs) = a.counts.elements(x.row());
+    let recv = PartitionMut::new(y.buf_mut(name)?, &counts, &displs);
+    backend.allgatherv(a.comm, x.buf(name)?, recv)
 }
 
-pub fn jaxmpi_scatterv(call: &Call, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (y, root) = (call.ret(0)?, call.int("root")?);
-    let (counts, displs) = (call.counts("counts")?, call.counts("displs")?);
-    let send = scattered(call, library, root, &y)?;
+pub fn scatterv(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Scatterv,
+) -> Result<()> {
+    let y = call.ret(0)?;
+    let (counts, displs) = a.counts.elements(y.row());
+    let send = scattered(call, library, (a.comm, a.root), &y)?;
     let send = Partition::new(send, &counts, &displs);
-    backend.scatterv(call.comm()?, send, y.buf_mut(call.op())?, root)
+    backend.scatterv(a.comm, send, y.buf_mut(call.name())?, a.root)
 }
 
-pub fn jaxmpi_alltoallv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (x, y) = (call.arg(0)?, call.ret(0)?);
-    let (send_counts, send_displs) = (call.counts("send_counts")?, call.counts("send_displs")?);
-    let (recv_counts, recv_displs) = (call.counts("recv_counts")?, call.counts("recv_displs")?);
-    let op = call.op();
-    let send = Partition::new(x.buf(op)?, &send_counts, &send_displs);
-    let recv = PartitionMut::new(y.buf_mut(op)?, &recv_counts, &recv_displs);
-    backend.alltoallv(call.comm()?, send, recv)
+pub fn alltoallv(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Alltoallv,
+) -> Result<()> {
+    let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
+    let (send_counts, send_displs) = a.send_counts.elements(x.row());
+    let (recv_counts, recv_displs) = a.recv_counts.elements(x.row());
+    let send = Partition::new(x.buf(name)?, &send_counts, &send_displs);
+    let recv = PartitionMut::new(y.buf_mut(name)?, &recv_counts, &recv_displs);
+    backend.alltoallv(a.comm, send, recv)
 }
 
-pub fn jaxmpi_send(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let x = call.arg(0)?.buf(call.op())?;
-    let tag = call.int("tag")?;
-    backend.send(call.comm()?, x, call.peer("dest")?, tag)
+pub fn send(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Send) -> Result<()> {
+    let x = call.arg(0)?.buf(call.name())?;
+    backend.send(a.comm, x, a.dest, a.tag)
 }
 
-pub fn jaxmpi_recv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let y = call.ret(0)?.buf_mut(call.op())?;
-    let status = backend.recv(call.comm()?, y, call.peer("source")?, call.tag("tag")?)?;
-    fill_status(call, &status)
+pub fn recv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Recv) -> Result<()> {
+    let y = call.ret(0)?.buf_mut(call.name())?;
+    let status = backend.recv(a.comm, y, a.source, a.tag)?;
+    fill_status(a.status, &status);
+    Ok(())
 }
 
 /// The lowering aliases the result to the send buffer when the program sends and
 /// receives the same array (`a = sendrecv(a, a)`): then the message is received in place.
-pub fn jaxmpi_sendrecv(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    let (x, y, op) = (call.arg(0)?, call.ret(0)?, call.op());
+pub fn sendrecv(
+    call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Sendrecv,
+) -> Result<()> {
+    let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
     let envelope = Envelope {
-        dest: call.peer("dest")?,
-        sendtag: call.int("sendtag")?,
-        source: call.peer("source")?,
-        recvtag: call.tag("recvtag")?,
+        dest: a.dest,
+        sendtag: a.sendtag,
+        source: a.source,
+        recvtag: a.recvtag,
     };
     let sendbuf = if x.data() == y.data() && y.count() > 0 {
         Input::InPlace
     } else {
-        Input::Data(x.buf(op)?)
+        Input::Data(x.buf(name)?)
     };
-    let status = backend.sendrecv(call.comm()?, sendbuf, y.buf_mut(op)?, envelope)?;
-    fill_status(call, &status)
+    let status = backend.sendrecv(a.comm, sendbuf, y.buf_mut(name)?, envelope)?;
+    fill_status(a.status, &status);
+    Ok(())
 }
 
-pub fn jaxmpi_barrier(call: &Call, _: &dyn Library, backend: &dyn Backend) -> Result<()> {
-    backend.barrier(call.comm()?)
+pub fn barrier(
+    _call: &Call,
+    _: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Barrier,
+) -> Result<()> {
+    backend.barrier(a.comm)
 }

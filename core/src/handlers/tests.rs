@@ -154,3 +154,146 @@ fn device_handlers_serve_the_same_targets_as_the_host_ones() {
         .zip(DEVICE_HANDLERS)
         .all(|((_, host), (_, device))| *host as usize != *device as usize));
 }
+
+/// Attributes as a lowering passes them: int64 scalars and int64 arrays, by name.
+struct FrameAttrs {
+    names: Vec<ByteSpan>,
+    name_ptrs: Vec<*mut ByteSpan>,
+    types: Vec<AttrType>,
+    // Boxed: the frame points into each, so they must not move as the vectors grow.
+    #[allow(clippy::vec_box)]
+    values: Vec<Box<i64>>,
+    arrays: Vec<(Vec<i64>, Box<Array>)>,
+    #[allow(clippy::vec_box)]
+    scalars: Vec<Box<Scalar>>,
+    ptrs: Vec<*mut std::ffi::c_void>,
+}
+
+impl FrameAttrs {
+    fn new(scalars: &[(&'static str, i64)], arrays: &[(&'static str, Vec<i64>)]) -> Self {
+        let mut this = FrameAttrs {
+            names: vec![],
+            name_ptrs: vec![],
+            types: vec![],
+            values: vec![],
+            arrays: vec![],
+            scalars: vec![],
+            ptrs: vec![],
+        };
+        for &(name, value) in scalars {
+            this.names.push(span(name));
+            this.types.push(AttrType::SCALAR);
+            this.values.push(Box::new(value));
+            let value = &mut **this.values.last_mut().unwrap() as *mut i64;
+            this.scalars.push(Box::new(Scalar {
+                dtype: DataType::S64,
+                value: value.cast(),
+            }));
+            let scalar = &mut **this.scalars.last_mut().unwrap() as *mut Scalar;
+            this.ptrs.push(scalar.cast());
+        }
+        for (name, values) in arrays {
+            this.names.push(span(name));
+            this.types.push(AttrType::ARRAY);
+            let mut values = values.clone();
+            let array = Box::new(Array {
+                dtype: DataType::S64,
+                size: values.len(),
+                data: values.as_mut_ptr().cast(),
+            });
+            this.arrays.push((values, array));
+            let array = &mut *this.arrays.last_mut().unwrap().1 as *mut Array;
+            this.ptrs.push(array.cast());
+        }
+        this.name_ptrs = this.names.iter_mut().map(|n| n as *mut ByteSpan).collect();
+        this
+    }
+
+    fn set_on(&mut self, frame: &mut CallFrame) {
+        frame.attrs.size = self.types.len() as i64;
+        frame.attrs.types = self.types.as_mut_ptr();
+        frame.attrs.names = self.name_ptrs.as_mut_ptr();
+        frame.attrs.attrs = self.ptrs.as_mut_ptr();
+    }
+}
+
+fn span(name: &'static str) -> ByteSpan {
+    ByteSpan {
+        ptr: name.as_ptr().cast(),
+        len: name.len(),
+    }
+}
+
+#[test]
+fn attributes_decode_into_their_declared_types() {
+    use super::signature::Attrs;
+    use crate::{Comm, Peer, ReduceOp};
+    let mut attrs = FrameAttrs::new(
+        &[("comm", -8), ("source", -1), ("tag", -1), ("status", 64)],
+        &[],
+    );
+    let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
+    attrs.set_on(&mut frame);
+    // SAFETY: a well-formed frame, alive for the call.
+    let call = unsafe { super::Call::new(&mut frame, "recv") }.unwrap();
+    let recv = super::attrs::Recv::decode(&call).unwrap();
+    assert_eq!(
+        recv.comm,
+        Comm(-8i64 as u64 as usize),
+        "addresses keep all 64 bits"
+    );
+    assert_eq!(
+        (recv.source, recv.tag, recv.status.0),
+        (Peer::Any, None, 64)
+    );
+
+    let mut attrs = FrameAttrs::new(&[("comm", 1), ("op", -1), ("user_op", 77)], &[]);
+    attrs.set_on(&mut frame);
+    // SAFETY: as above.
+    let call = unsafe { super::Call::new(&mut frame, "allreduce") }.unwrap();
+    assert_eq!(
+        super::attrs::Allreduce::decode(&call).unwrap().op,
+        ReduceOp::User(77)
+    );
+
+    let mut attrs = FrameAttrs::new(&[("comm", 1), ("root", 0)], &[("counts", vec![2, 0, 3])]);
+    attrs.set_on(&mut frame);
+    // SAFETY: as above.
+    let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
+    let counts = super::attrs::Gatherv::decode(&call).unwrap().counts;
+    assert_eq!(counts.elements(4), (vec![8, 0, 12], vec![0, 8, 8]));
+}
+
+#[test]
+fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
+    use super::signature::Attrs;
+    let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
+    let cases: [(&[(&'static str, i64)], &str); 3] = [
+        (&[("comm", 1)], "attribute \"root\" is missing"),
+        (
+            &[("comm", 1), ("root", 1 << 40)],
+            "attribute \"root\" = 1099511627776 does not fit",
+        ),
+        (
+            &[("comm", 1), ("root", 0), ("counts", 3)],
+            "attribute \"counts\" is missing or has the wrong kind",
+        ),
+    ];
+    for (scalars, expected) in cases {
+        let mut attrs = FrameAttrs::new(scalars, &[]);
+        attrs.set_on(&mut frame);
+        // SAFETY: a well-formed frame, alive for the call.
+        let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
+        let Err(err) = super::attrs::Gatherv::decode(&call) else {
+            panic!("{expected}: decoded");
+        };
+        assert_eq!(err.op, "gatherv");
+        assert!(err.message.starts_with(expected), "{}", err.message);
+    }
+    let mut attrs = FrameAttrs::new(&[("comm", 1), ("root", 0)], &[("counts", vec![1, -2])]);
+    attrs.set_on(&mut frame);
+    // SAFETY: as above.
+    let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
+    let err = super::attrs::Gatherv::decode(&call).err().unwrap();
+    assert!(err.message.contains("negative count -2"), "{}", err.message);
+}

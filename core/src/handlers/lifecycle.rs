@@ -1,0 +1,157 @@
+//! The life of one handler call around its op body, the same for every op: attributes
+//! decoded as declared, MPI errors made to return on the call's communicator, and the
+//! call tracked by the process's monitor (debug lines, watchdog, exclusivity; see
+//! `monitor.rs`), whose settings are read once per process. With none of them on, a
+//! call pays one atomic load for the tracking.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::OnceLock;
+
+use super::signature::{Attrs, PEER_ANY, PEER_NULL, TAG_ANY};
+use super::Call;
+use crate::monitor::{self, Monitor, Tracked};
+use crate::xla_ffi::CallFrame;
+use crate::{watchdog, Library, Result, ThreadLevel};
+
+/// Attributes that say whom a call talks to, in the order they are shown.
+const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
+
+/// One call as a user would name it: its communicator, peers or root, tags and size.
+pub struct CallInfo {
+    comm: usize,
+    attrs: [Option<i64>; DESCRIBED.len()],
+    bytes: usize,
+}
+
+impl CallInfo {
+    pub fn of(call: &Call) -> Self {
+        CallInfo {
+            comm: call.optional_i64("comm").unwrap_or(0) as u64 as usize,
+            attrs: DESCRIBED.map(|name| call.optional_i64(name)),
+            bytes: call.operand_bytes(),
+        }
+    }
+}
+
+impl fmt::Display for CallInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "comm {:#x}", self.comm)?;
+        for (name, value) in DESCRIBED.iter().zip(self.attrs) {
+            let Some(value) = value else { continue };
+            let is_tag = name.ends_with("tag");
+            match value {
+                v if is_tag && v == i64::from(TAG_ANY) => write!(f, ", {name} ANY_TAG")?,
+                v if !is_tag && v == i64::from(PEER_ANY) => write!(f, ", {name} ANY_SOURCE")?,
+                v if !is_tag && v == i64::from(PEER_NULL) => write!(f, ", {name} PROC_NULL")?,
+                v => write!(f, ", {name} {v}")?,
+            }
+        }
+        write!(f, ", {} bytes", self.bytes)
+    }
+}
+
+/// How the monitor describes a call it shows.
+///
+/// # Safety
+/// `frame` must be a live call frame.
+unsafe fn describe(frame: *const c_void, name: &'static str) -> String {
+    // SAFETY: forwarded from the caller.
+    match unsafe { Call::new(frame as *mut CallFrame, name) } {
+        Ok(call) => format!("{name} ({})", CallInfo::of(&call)),
+        Err(_) => name.to_string(),
+    }
+}
+
+/// The process's monitor; absent when nothing is tracked.
+static MONITOR: OnceLock<Option<&'static Monitor>> = OnceLock::new();
+
+fn monitor_from_env(library: &'static dyn Library) -> Option<&'static Monitor> {
+    let timeout = monitor::timeout_from_env();
+    let debug = monitor::debug_from_env();
+    let level = library.thread_level();
+    let exclusive = (level < ThreadLevel::Multiple).then_some(level);
+    if timeout.is_none() && !debug && exclusive.is_none() {
+        return None;
+    }
+    let rank = library.comm_rank(library.world()).unwrap_or(-1);
+    // Lives as long as the process, as the watchdog that reads it.
+    let monitor: &'static Monitor = Box::leak(Box::new(Monitor::new(
+        rank,
+        debug,
+        exclusive,
+        timeout.is_some(),
+    )));
+    if let Some(timeout) = timeout {
+        watchdog::start(monitor, library, timeout);
+    }
+    Some(monitor)
+}
+
+/// Runs `body`, the op of `call`, on its decoded attributes, with everything every call
+/// needs around it.
+pub(super) fn run<A: Attrs>(
+    call: &Call,
+    library: &'static dyn Library,
+    body: impl FnOnce(&A) -> Result<()>,
+) -> Result<()> {
+    let attrs = A::decode(call)?;
+    // A communicator whose handler would abort (the user's choice, or MPI's default where
+    // nobody changed it) returns errors for the duration of this call only. The check and
+    // the swap are MPI calls too, so they run inside the monitored part: below
+    // MPI_THREAD_MULTIPLE they must not overlap another thread's call either.
+    let comm = attrs.comm();
+    let with_errors_returned = || {
+        let previous = library.return_errors_on(comm)?;
+        let result = body(&attrs);
+        if let Some(handler) = previous {
+            library.restore_errhandler(comm, handler);
+        }
+        result
+    };
+    match MONITOR.get_or_init(|| monitor_from_env(library)) {
+        None => with_errors_returned(),
+        Some(monitor) => {
+            let tracked = Tracked {
+                name: call.name(),
+                frame: call.frame() as *const CallFrame as *const c_void,
+                describe,
+            };
+            monitor.run(tracked, with_errors_returned)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_names_its_comm_peers_tags_and_bytes_as_mpi_does() {
+        let mut attrs = [None; DESCRIBED.len()];
+        attrs[2] = Some(i64::from(PEER_ANY)); // source
+        attrs[3] = Some(i64::from(TAG_ANY)); // tag
+        let info = CallInfo {
+            comm: 0x4400_0000,
+            attrs,
+            bytes: 16,
+        };
+        assert_eq!(
+            info.to_string(),
+            "comm 0x44000000, source ANY_SOURCE, tag ANY_TAG, 16 bytes"
+        );
+        attrs = [
+            Some(0),
+            Some(i64::from(PEER_NULL)),
+            None,
+            Some(3),
+            None,
+            None,
+        ];
+        let info = CallInfo { attrs, ..info };
+        assert_eq!(
+            info.to_string(),
+            "comm 0x44000000, root 0, dest PROC_NULL, tag 3, 16 bytes"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! What an op's signature is made of: the kinds of attribute a lowering may pass, how each
+//! is encoded on the wire (every attribute is an int64 scalar or an int64 array) and
+//! decoded into the typed value an op body reads. The ops' signatures themselves are
+//! declared once, in the table in `mod.rs`; Python reads them through `_native`.
+
+use super::Call;
+use crate::{Comm, Peer, ReduceOp, Result};
+
+/// Portable encodings shared with the Python lowerings, which import them from `_native`:
+/// MPI's own values differ between libraries, these never do.
+pub const PEER_ANY: i32 = -1;
+pub const PEER_NULL: i32 = -2;
+pub const TAG_ANY: i32 = -1;
+/// The `op` code of a user-defined reduction; its handle travels in `USER_OP`.
+pub const OP_USER: i64 = -1;
+/// The attribute that follows every [`Kind::ReduceOp`] one: the user op's handle.
+pub const USER_OP: &str = "user_op";
+
+/// The kind of an attribute: its Python encoding and its Rust type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A communicator handle ([`Comm`]).
+    Comm,
+    /// A raw address or handle, passed as its 64-bit two's-complement pattern.
+    Address,
+    /// A reduction: an index into `ReduceOp::PREDEFINED`, or `OP_USER` with the user op's
+    /// handle in the `USER_OP` attribute, which every op with a reduction has.
+    ReduceOp,
+    /// A rank, `PEER_ANY` or `PEER_NULL` ([`Peer`]).
+    Peer,
+    /// A C int (a root, a tag that cannot be "any").
+    Int,
+    /// A tag or `TAG_ANY` (`None`).
+    AnyTag,
+    /// Per-rank counts of rows (entries of the leading axis), blocks back to back in rank
+    /// order; the handler turns them into element counts and displacements.
+    Counts,
+}
+
+impl Kind {
+    /// The name Python sees (`_native.signatures()`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Comm => "comm",
+            Kind::Address => "address",
+            Kind::ReduceOp => "reduce_op",
+            Kind::Peer => "peer",
+            Kind::Int => "int",
+            Kind::AnyTag => "any_tag",
+            Kind::Counts => "counts",
+        }
+    }
+}
+
+/// One attribute of an op: its name at every layer and its kind.
+#[derive(Clone, Copy, Debug)]
+pub struct AttrDecl {
+    pub name: &'static str,
+    pub kind: Kind,
+}
+
+/// One op as declared: operands, results (present on the ranks that receive) and
+/// attributes, in the order the lowering passes them.
+#[derive(Clone, Copy, Debug)]
+pub struct Signature {
+    pub name: &'static str,
+    pub operands: &'static [&'static str],
+    pub results: &'static [&'static str],
+    pub attrs: &'static [AttrDecl],
+}
+
+/// A handle or address that is not a communicator (an mpi4py Status's MPI_Status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Address(pub usize);
+
+/// Per-rank row counts (see [`Kind::Counts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counts(pub Vec<usize>);
+
+impl Counts {
+    /// Element counts and displacements for rows of `row` elements each.
+    pub fn elements(&self, row: usize) -> (Vec<usize>, Vec<usize>) {
+        let counts: Vec<usize> = self.0.iter().map(|rows| rows * row).collect();
+        let displs = counts
+            .iter()
+            .scan(0, |next, &count| {
+                let at = *next;
+                *next += count;
+                Some(at)
+            })
+            .collect();
+        (counts, displs)
+    }
+}
+
+/// A Rust type an attribute decodes into; its kind is what Python is told.
+pub trait Attr: Sized {
+    const KIND: Kind;
+    fn decode(call: &Call, name: &'static str) -> Result<Self>;
+}
+
+/// An op's attributes as one typed value, decoded before its body runs.
+pub trait Attrs: Sized {
+    fn decode(call: &Call) -> Result<Self>;
+    /// The communicator every op runs on (the table cannot declare an op without one).
+    fn comm(&self) -> Comm;
+}
+
+fn int(call: &Call, name: &'static str) -> Result<i32> {
+    let value = call.scalar_i64(name)?;
+    i32::try_from(value)
+        .map_err(|_| call.bad_attr(name, format_args!("= {value} does not fit a C int")))
+}
+
+fn address(call: &Call, name: &'static str) -> Result<usize> {
+    Ok(call.scalar_i64(name)? as u64 as usize)
+}
+
+impl Attr for Comm {
+    const KIND: Kind = Kind::Comm;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(Comm(address(call, name)?))
+    }
+}
+
+impl Attr for Address {
+    const KIND: Kind = Kind::Address;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(Address(address(call, name)?))
+    }
+}
+
+impl Attr for ReduceOp {
+    const KIND: Kind = Kind::ReduceOp;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        let code = call.scalar_i64(name)?;
+        if code == OP_USER {
+            return Ok(ReduceOp::User(address(call, USER_OP)?));
+        }
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| ReduceOp::PREDEFINED.get(i).copied())
+            .ok_or_else(|| call.bad_attr(name, format_args!("= {code} is no op code")))
+    }
+}
+
+impl Attr for Peer {
+    const KIND: Kind = Kind::Peer;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(match int(call, name)? {
+            PEER_ANY => Peer::Any,
+            PEER_NULL => Peer::Null,
+            rank if rank >= 0 => Peer::Rank(rank),
+            other => return Err(call.bad_attr(name, format_args!("= {other} is not a rank"))),
+        })
+    }
+}
+
+impl Attr for i32 {
+    const KIND: Kind = Kind::Int;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        int(call, name)
+    }
+}
+
+impl Attr for Option<i32> {
+    const KIND: Kind = Kind::AnyTag;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(match int(call, name)? {
+            TAG_ANY => None,
+            tag => Some(tag),
+        })
+    }
+}
+
+impl Attr for Counts {
+    const KIND: Kind = Kind::Counts;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        let values = call.array_i64(name)?;
+        let counts = values.iter().map(|&v| {
+            usize::try_from(v)
+                .map_err(|_| call.bad_attr(name, format_args!("has the negative count {v}")))
+        });
+        Ok(Counts(counts.collect::<Result<_>>()?))
+    }
+}
+
+/// Declares every op once: its signature (for Python), its typed attributes (for its
+/// body) and its exported handlers (for XLA).
+macro_rules! declare_ops {
+    ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*) { $($field:ident: $ty:ty),* $(,)? }),* $(,)?) => {
+        /// Each op's attributes, typed.
+        pub mod attrs {
+            use super::signature::{Address, Attr, Attrs, Counts};
+            use super::Call;
+            use crate::{Comm, Peer, ReduceOp, Result};
+            $(
+                pub struct $attrs { $(pub $field: $ty),* }
+                impl Attrs for $attrs {
+                    fn decode(call: &Call) -> Result<Self> {
+                        Ok($attrs { $($field: <$ty as Attr>::decode(call, stringify!($field))?),* })
+                    }
+                    fn comm(&self) -> Comm {
+                        self.comm
+                    }
+                }
+            )*
+        }
+
+        /// Every op's signature, in declaration order.
+        pub const SIGNATURES: &[Signature] = &[$(Signature {
+            name: stringify!($op),
+            operands: &[$(stringify!($arg)),*],
+            results: &[$(stringify!($ret)),*],
+            attrs: &[$(AttrDecl { name: stringify!($field), kind: <$ty as Attr>::KIND }),*],
+        }),*];
+
+        /// `jaxmpi_<op>` for every op: the FFI target names the Python lowerings call.
+        pub mod exported {
+            use super::*;
+            $(
+                /// # Safety
+                /// Called by XLA with a valid call frame.
+                pub unsafe extern "C" fn $op(frame: *mut CallFrame) -> *mut FfiError {
+                    // SAFETY: XLA passes a valid frame.
+                    unsafe { handle(frame, stringify!($op), ops::$op) }
+                }
+            )*
+        }
+
+        /// The same targets for GPU buffers: each call runs on XLA's stream through the
+        /// installed device runtime.
+        pub mod exported_device {
+            use super::*;
+            $(
+                /// # Safety
+                /// Called by XLA with a valid call frame.
+                pub unsafe extern "C" fn $op(frame: *mut CallFrame) -> *mut FfiError {
+                    fn body(
+                        call: &Call,
+                        library: &dyn Library,
+                        _host: &dyn Backend,
+                        attrs: &attrs::$attrs,
+                    ) -> Result<()> {
+                        device::on_device(call, library, &mut |backend| {
+                            ops::$op(call, library, backend, attrs)
+                        })
+                    }
+                    // SAFETY: XLA passes a valid frame.
+                    unsafe { handle(frame, stringify!($op), body) }
+                }
+            )*
+        }
+
+        /// (FFI target name, handler) for every op.
+        pub const HANDLERS: &[(&str, Handler)] =
+            &[$((concat!("jaxmpi_", stringify!($op)), exported::$op as Handler)),*];
+        /// (FFI target name, handler) for every op on GPU buffers (same names).
+        pub const DEVICE_HANDLERS: &[(&str, Handler)] =
+            &[$((concat!("jaxmpi_", stringify!($op)), exported_device::$op as Handler)),*];
+    };
+}
+pub(super) use declare_ops;
