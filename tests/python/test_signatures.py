@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import allreduce_still_works
+from helpers import allreduce_still_works
 from jaxmpi import _comm, _native, _ops, _varcount
 from jaxmpi._jax_shim import Primitive
 
