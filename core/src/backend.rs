@@ -62,10 +62,12 @@ pub trait Library: Send + Sync {
     fn backend(&self) -> &dyn Backend;
 }
 
-/// Where a sendrecv's two messages go and come from: its outgoing envelope (`dest`,
-/// `sendtag`) and the one its receive matches (`source`, `recvtag`; `None` is MPI_ANY_TAG).
+/// A sendrecv's envelopes, as MPI calls them: the communicator, where its message goes
+/// (`dest`, `sendtag`) and which message its receive matches (`source`, `recvtag`; `None`
+/// is MPI_ANY_TAG).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Envelope {
+    pub comm: Comm,
     pub dest: Peer,
     pub sendtag: i32,
     pub source: Peer,
@@ -118,13 +120,7 @@ pub trait Backend: Send + Sync {
     /// `Input::InPlace` sends the contents of `recvbuf`, which then holds what came from
     /// `source` (kept as it was when `source` is `Peer::Null`); the library copies the
     /// outgoing message aside itself (MPI_Sendrecv_replace).
-    fn sendrecv(
-        &self,
-        comm: Comm,
-        sendbuf: Input,
-        recvbuf: BufMut,
-        envelope: Envelope,
-    ) -> Result<Status>;
+    fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status>;
 }
 
 static LIBRARY: OnceLock<Result<Box<dyn Library>, Error>> = OnceLock::new();

@@ -79,6 +79,16 @@ impl Error {
         self
     }
 
+    /// Names `op`, the operation the user called, as the one that failed; what the error
+    /// named until now (an MPI function, a step such as the error handler check) becomes
+    /// its step.
+    pub fn in_op(mut self, op: &'static str) -> Self {
+        if self.op != op {
+            self.step = Some(std::mem::replace(&mut self.op, op.into()));
+        }
+        self
+    }
+
     /// Records what the failed call was doing.
     pub fn with_call(mut self, call: impl fmt::Display) -> Self {
         self.call = Some(call.to_string());
@@ -136,8 +146,12 @@ mod tests {
 
     #[test]
     fn display_puts_the_step_after_the_op() {
-        let mut err = Error::mpi("allreduce", 5, "rank 0: Invalid communicator");
-        err.step = Some("error handler check".into());
+        let err = Error::mpi("error handler check", 5, "rank 0: Invalid communicator")
+            .in_op("allreduce");
+        assert_eq!(err.op, "allreduce");
+        assert_eq!(err.step.as_deref(), Some("error handler check"));
+        // Named twice after the same op (a handler naming its own error): no step appears.
+        assert_eq!(Error::mpi("recv", 15, "x").in_op("recv").step, None);
         assert_eq!(
             err.with_call("comm 0x84000004, 8 bytes").to_string(),
             "allreduce (error handler check) failed: rank 0: Invalid communicator \

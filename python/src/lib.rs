@@ -161,32 +161,41 @@ fn set_rank_device(ordinal: Option<i32>) {
     jaxmpi_backends::cuda::set_rank_device(ordinal);
 }
 
+/// Runs `f` on the installed library without holding the GIL (a collective waits for the
+/// other ranks); a failure is named after `op`, the function called, with whatever failed
+/// inside it (e.g. `MPI_Comm_rank`) as its step.
+fn on_library<T: Send>(
+    py: Python<'_>,
+    op: &'static str,
+    f: impl FnOnce(&dyn Library) -> jaxmpi_core::Result<T> + Send,
+) -> PyResult<T> {
+    let library = installed()?;
+    py.detach(|| f(library)).map_err(|err| to_py(err.in_op(op)))
+}
+
 #[pyfunction]
 fn world() -> PyResult<usize> {
     Ok(installed()?.world().0)
 }
 
 #[pyfunction]
-fn check_comm(handle: usize) -> PyResult<()> {
-    installed()?.check_comm(Comm(handle)).map_err(to_py)
+fn check_comm(py: Python<'_>, handle: usize) -> PyResult<()> {
+    on_library(py, "check_comm", |l| l.check_comm(Comm(handle)))
 }
 
 #[pyfunction]
-fn comm_rank(handle: usize) -> PyResult<i32> {
-    installed()?.comm_rank(Comm(handle)).map_err(to_py)
+fn comm_rank(py: Python<'_>, handle: usize) -> PyResult<i32> {
+    on_library(py, "comm_rank", |l| l.comm_rank(Comm(handle)))
 }
 
 #[pyfunction]
-fn comm_size(handle: usize) -> PyResult<i32> {
-    installed()?.comm_size(Comm(handle)).map_err(to_py)
+fn comm_size(py: Python<'_>, handle: usize) -> PyResult<i32> {
+    on_library(py, "comm_size", |l| l.comm_size(Comm(handle)))
 }
 
 #[pyfunction]
 fn comm_dup(py: Python<'_>, handle: usize) -> PyResult<usize> {
-    let library = installed()?;
-    py.detach(|| library.comm_dup(Comm(handle)))
-        .map(|c| c.0)
-        .map_err(to_py)
+    on_library(py, "comm_dup", |l| l.comm_dup(Comm(handle))).map(|c| c.0)
 }
 
 #[pyfunction]
@@ -197,31 +206,23 @@ fn comm_split(
     color: Option<i32>,
     key: i32,
 ) -> PyResult<Option<usize>> {
-    let library = installed()?;
-    py.detach(|| library.comm_split(Comm(handle), color, key))
-        .map(|c| c.map(|c| c.0))
-        .map_err(to_py)
+    on_library(py, "comm_split", |l| l.comm_split(Comm(handle), color, key)).map(|c| c.map(|c| c.0))
 }
 
 #[pyfunction]
 fn comm_free(py: Python<'_>, handle: usize) -> PyResult<()> {
-    let library = installed()?;
-    py.detach(|| library.comm_free(Comm(handle))).map_err(to_py)
+    on_library(py, "comm_free", |l| l.comm_free(Comm(handle)))
 }
 
 /// This rank's (rank, size) among the ranks of the communicator on its node. Collective.
 #[pyfunction]
 fn node_local_rank(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
-    let library = installed()?;
-    py.detach(|| library.node_local_rank(Comm(handle)))
-        .map_err(to_py)
+    on_library(py, "node_local_rank", |l| l.node_local_rank(Comm(handle)))
 }
 
 #[pyfunction]
 fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
-    let library = installed()?;
-    py.detach(|| library.backend().barrier(Comm(handle)))
-        .map_err(to_py)
+    on_library(py, "barrier", |l| l.backend().barrier(Comm(handle)))
 }
 
 /// The dtype names jaxmpi can move (numpy spelling).

@@ -92,13 +92,7 @@ impl Backend for Direct<'_> {
     fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
         self.call(|b| b.recv(comm, buf, source, tag))
     }
-    fn sendrecv(
-        &self,
-        comm: Comm,
-        sendbuf: Input,
-        recvbuf: BufMut,
-        envelope: Envelope,
-    ) -> Result<Status> {
-        self.call(|b| b.sendrecv(comm, sendbuf, recvbuf, envelope))
+    fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
+        self.call(|b| b.sendrecv(sendbuf, recvbuf, envelope))
     }
 }

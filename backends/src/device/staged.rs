@@ -343,16 +343,8 @@ impl Backend for Staged<'_> {
         })
     }
     /// In place, the receive buffer is staged in too: it holds the message to send.
-    fn sendrecv(
-        &self,
-        comm: Comm,
-        sendbuf: Input,
-        recvbuf: BufMut,
-        envelope: Envelope,
-    ) -> Result<Status> {
-        self.staged_input(sendbuf, recvbuf, |s, r| {
-            self.inner.sendrecv(comm, s, r, envelope)
-        })
+    fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
+        self.staged_input(sendbuf, recvbuf, |s, r| self.inner.sendrecv(s, r, envelope))
     }
 }
 

@@ -111,15 +111,14 @@ fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
         let send = floats((0..n).map(|i| i as f32 * 0.5));
         let mut recv = vec![0u8; send.len()];
         let to_self = Envelope {
+            comm: mpi().world(),
             dest: Peer::Rank(0),
             sendtag: 7,
             source: Peer::Rank(0),
             recvtag: Some(7),
         };
         let (send_buf, recv_buf) = (Input::Data(input(&send)), output(&mut recv));
-        staged
-            .sendrecv(mpi().world(), send_buf, recv_buf, to_self)
-            .unwrap();
+        staged.sendrecv(send_buf, recv_buf, to_self).unwrap();
         assert_eq!(recv, send, "{n} elements");
     }
     // 4 → 2 buffers, 64 → 2 larger ones; 16 fits in those.
@@ -134,25 +133,27 @@ fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
     let mut data = expected.clone();
     let world = mpi().world();
     let to_self = Envelope {
+        comm: world,
         dest: Peer::Rank(0),
         sendtag: 3,
         source: Peer::Rank(0),
         recvtag: Some(3),
     };
     let status = staged
-        .sendrecv(world, Input::InPlace, output(&mut data), to_self)
+        .sendrecv(Input::InPlace, output(&mut data), to_self)
         .unwrap();
     assert_eq!((data, device.pending(), status.count), (expected, 0, 3));
     // From PROC_NULL nothing arrives: the buffer comes back as it went in.
     let mut kept = floats([7.0, 8.0]);
     let nowhere = Envelope {
+        comm: world,
         dest: Peer::Null,
         sendtag: 0,
         source: Peer::Null,
         recvtag: None,
     };
     staged
-        .sendrecv(world, Input::InPlace, output(&mut kept), nowhere)
+        .sendrecv(Input::InPlace, output(&mut kept), nowhere)
         .unwrap();
     assert_eq!(kept, floats([7.0, 8.0]));
 }

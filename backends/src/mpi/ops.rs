@@ -72,13 +72,7 @@ impl<A: Abi> Backend for MpiLibrary<A> {
     fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
         p2p::recv(self, comm, buf, source, tag)
     }
-    fn sendrecv(
-        &self,
-        comm: Comm,
-        sendbuf: Input,
-        recvbuf: BufMut,
-        envelope: Envelope,
-    ) -> Result<Status> {
-        p2p::sendrecv(self, comm, sendbuf, recvbuf, envelope)
+    fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
+        p2p::sendrecv(self, sendbuf, recvbuf, envelope)
     }
 }

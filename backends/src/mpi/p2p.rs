@@ -39,13 +39,12 @@ pub(super) fn recv<A: Abi>(
 
 pub(super) fn sendrecv<A: Abi>(
     lib: &MpiLibrary<A>,
-    comm: Comm,
     sendbuf: Input,
     recvbuf: BufMut,
     envelope: Envelope,
 ) -> Result<Status> {
     let name = "sendrecv";
-    let handle = lib.comm(name, comm)?;
+    let handle = lib.comm(name, envelope.comm)?;
     let raw = RawEnvelope {
         dest: lib.peer(name, envelope.dest, false)?,
         sendtag: envelope.sendtag,

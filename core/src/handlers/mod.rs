@@ -106,7 +106,7 @@ unsafe fn handle<A: Attrs>(
         let result = lifecycle::run(&call, library, |attrs| {
             body(&call, library, library.backend(), attrs)
         })
-        .map_err(|err| with_rank(named(err, name), library).with_call(CallInfo::of(&call)));
+        .map_err(|err| with_rank(err.in_op(name), library).with_call(CallInfo::of(&call)));
         pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {
@@ -127,15 +127,6 @@ unsafe fn handle<A: Attrs>(
     };
     // SAFETY: forwarded from the caller.
     unsafe { create_error(frame, &error) }
-}
-
-/// An error of a step inside the op (e.g. the error handler check) names the op the user
-/// called, and keeps the step as its `step`.
-fn named(mut err: Error, name: &'static str) -> Error {
-    if err.op != name {
-        err.step = Some(std::mem::replace(&mut err.op, name.into()));
-    }
-    err
 }
 
 /// Errors that did not come from MPI do not name the rank yet; a user with 100 ranks

@@ -259,6 +259,7 @@ pub fn sendrecv(
 ) -> Result<()> {
     let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
     let envelope = Envelope {
+        comm: a.comm,
         dest: a.dest,
         sendtag: a.sendtag,
         source: a.source,
@@ -269,7 +270,7 @@ pub fn sendrecv(
     } else {
         Input::Data(x.buf(name)?)
     };
-    let status = backend.sendrecv(a.comm, sendbuf, y.buf_mut(name)?, envelope)?;
+    let status = backend.sendrecv(sendbuf, y.buf_mut(name)?, envelope)?;
     fill_status(a.status, &status);
     Ok(())
 }

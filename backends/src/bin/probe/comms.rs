@@ -139,12 +139,13 @@ pub fn bad_input(p: &mut Probe, g: &Group) {
     p.refused("gather root=size+3", gathered_at);
     p.refused("send to ANY_SOURCE", b.send(comm, ints.buf(), Peer::Any, 1));
     let to_any = Envelope {
+        comm,
         dest: Peer::Any,
         sendtag: 1,
         source: Peer::Null,
         recvtag: None,
     };
-    let sendrecv = b.sendrecv(comm, Input::Data(ints.buf()), out.buf_mut(), to_any);
+    let sendrecv = b.sendrecv(Input::Data(ints.buf()), out.buf_mut(), to_any);
     p.refused("sendrecv to ANY_SOURCE", sendrecv);
     let mismatched = b.allreduce(comm, Input::Data(ints.buf()), out8.buf_mut(), sum);
     p.refused("allreduce of 7 elements into 8", mismatched);

@@ -71,12 +71,13 @@ pub fn run(p: &mut Probe, g: &Group) {
     let label = format!("large sendrecv int8 n={COUNT} on {}", g.name);
     p.start(&label);
     let ring = Envelope {
+        comm: g.comm,
         dest: Peer::Rank(right),
         sendtag: 7,
         source: Peer::Rank(left),
         recvtag: Some(7),
     };
-    let result = b.sendrecv(g.comm, Input::Data(send.buf()), recv.buf_mut(), ring);
+    let result = b.sendrecv(Input::Data(send.buf()), recv.buf_mut(), ring);
     if let Some(status) = p.ok(&label, result) {
         p.check(
             &format!("{label}: status (source, count)"),

@@ -113,15 +113,16 @@ fn sendrecv(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, into: Landing) {
     let tag = Some(tag_of(left));
     let b = p.backend;
     let shift = Envelope {
+        comm: g.comm,
         dest: Peer::Rank(right),
         sendtag: tag_of(g.rank),
         source: Peer::Rank(left),
         recvtag: tag,
     };
     let result = match into {
-        Landing::Apart => b.sendrecv(g.comm, Input::Data(send.buf()), recv.buf_mut(), shift),
+        Landing::Apart => b.sendrecv(Input::Data(send.buf()), recv.buf_mut(), shift),
         Landing::InPlace => {
-            let result = b.sendrecv(g.comm, Input::InPlace, send.buf_mut(), shift);
+            let result = b.sendrecv(Input::InPlace, send.buf_mut(), shift);
             recv = send;
             result
         }
@@ -159,17 +160,18 @@ fn proc_null(p: &mut Probe, g: &Group) {
         p.data(&format!("recv from {label}"), &untouched, &recv);
     }
     let nowhere = Envelope {
+        comm: g.comm,
         dest: Peer::Null,
         sendtag: 5,
         source: Peer::Null,
         recvtag: None,
     };
-    let result = b.sendrecv(g.comm, Input::Data(send.buf()), recv.buf_mut(), nowhere);
+    let result = b.sendrecv(Input::Data(send.buf()), recv.buf_mut(), nowhere);
     if let Some(status) = p.ok(&format!("sendrecv with {label}"), result) {
         check_status(p, &format!("sendrecv {label}"), status, Peer::Null, None, 0);
     }
     let mut kept = send.clone();
-    let result = b.sendrecv(g.comm, Input::InPlace, kept.buf_mut(), nowhere);
+    let result = b.sendrecv(Input::InPlace, kept.buf_mut(), nowhere);
     if let Some(status) = p.ok(&format!("sendrecv_replace with {label}"), result) {
         let what = format!("sendrecv_replace {label}");
         check_status(p, &what, status, Peer::Null, None, 0);
@@ -222,12 +224,13 @@ pub fn library_errors(p: &mut Probe, g: &Group) {
         let (left, right) = g.neighbours();
         let mut short = Array::zeroed(Dtype::I16, 3);
         let ring = Envelope {
+            comm: g.comm,
             dest: Peer::Rank(right),
             sendtag: 9,
             source: Peer::Rank(left),
             recvtag: Some(9),
         };
-        let result = b.sendrecv(g.comm, Input::Data(send.buf()), short.buf_mut(), ring);
+        let result = b.sendrecv(Input::Data(send.buf()), short.buf_mut(), ring);
         p.refused(&format!("sendrecv into a too small buffer {label}"), result);
     }
     p.ok(&format!("barrier after errors {label}"), b.barrier(g.comm));
