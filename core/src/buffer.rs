@@ -4,15 +4,34 @@
 //! XLA handler, which got it from XLA); everything downstream is safe to call.
 
 use std::marker::PhantomData;
+use std::ops::Deref;
 
 use crate::{Dtype, Error, Result};
+
+/// How much a buffer holds: `count` elements of `dtype`. Both kinds of buffer deref to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    count: usize,
+    dtype: Dtype,
+}
+
+impl Extent {
+    pub fn count(&self) -> usize {
+        self.count
+    }
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    pub fn len_bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+}
 
 /// Memory a backend may read: `count` elements of `dtype` starting at `ptr`.
 #[derive(Clone, Copy, Debug)]
 pub struct Buf<'a> {
     ptr: *const u8,
-    count: usize,
-    dtype: Dtype,
+    extent: Extent,
     _borrow: PhantomData<&'a [u8]>,
 }
 
@@ -20,8 +39,7 @@ pub struct Buf<'a> {
 #[derive(Debug)]
 pub struct BufMut<'a> {
     ptr: *mut u8,
-    count: usize,
-    dtype: Dtype,
+    extent: Extent,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -52,8 +70,7 @@ impl<'a> Buf<'a> {
         let count = whole_elements(bytes.len(), dtype)?;
         Ok(Buf {
             ptr: bytes.as_ptr(),
-            count,
-            dtype,
+            extent: Extent { count, dtype },
             _borrow: PhantomData,
         })
     }
@@ -64,8 +81,7 @@ impl<'a> Buf<'a> {
     pub unsafe fn from_raw(ptr: *const u8, count: usize, dtype: Dtype) -> Self {
         Buf {
             ptr,
-            count,
-            dtype,
+            extent: Extent { count, dtype },
             _borrow: PhantomData,
         }
     }
@@ -73,14 +89,12 @@ impl<'a> Buf<'a> {
     pub fn ptr(&self) -> *const u8 {
         self.ptr
     }
-    pub fn count(&self) -> usize {
-        self.count
-    }
-    pub fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    pub fn len_bytes(&self) -> usize {
-        self.count * self.dtype.size()
+}
+
+impl Deref for Buf<'_> {
+    type Target = Extent;
+    fn deref(&self) -> &Extent {
+        &self.extent
     }
 }
 
@@ -90,8 +104,7 @@ impl<'a> BufMut<'a> {
         let count = whole_elements(bytes.len(), dtype)?;
         Ok(BufMut {
             ptr: bytes.as_mut_ptr(),
-            count,
-            dtype,
+            extent: Extent { count, dtype },
             _borrow: PhantomData,
         })
     }
@@ -102,8 +115,7 @@ impl<'a> BufMut<'a> {
     pub unsafe fn from_raw(ptr: *mut u8, count: usize, dtype: Dtype) -> Self {
         BufMut {
             ptr,
-            count,
-            dtype,
+            extent: Extent { count, dtype },
             _borrow: PhantomData,
         }
     }
@@ -111,14 +123,12 @@ impl<'a> BufMut<'a> {
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
-    pub fn count(&self) -> usize {
-        self.count
-    }
-    pub fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    pub fn len_bytes(&self) -> usize {
-        self.count * self.dtype.size()
+}
+
+impl Deref for BufMut<'_> {
+    type Target = Extent;
+    fn deref(&self) -> &Extent {
+        &self.extent
     }
 }
 
@@ -140,16 +150,14 @@ impl Broadcast<'_> {
     pub fn is_root(&self) -> bool {
         matches!(self, Broadcast::Root(_))
     }
-    pub fn count(&self) -> usize {
+}
+
+impl Deref for Broadcast<'_> {
+    type Target = Extent;
+    fn deref(&self) -> &Extent {
         match self {
-            Broadcast::Root(buf) => buf.count(),
-            Broadcast::Receiver(buf) => buf.count(),
-        }
-    }
-    pub fn dtype(&self) -> Dtype {
-        match self {
-            Broadcast::Root(buf) => buf.dtype(),
-            Broadcast::Receiver(buf) => buf.dtype(),
+            Broadcast::Root(buf) => buf,
+            Broadcast::Receiver(buf) => buf,
         }
     }
 }

@@ -146,8 +146,8 @@ mod tests {
 
     #[test]
     fn display_puts_the_step_after_the_op() {
-        let err = Error::mpi("error handler check", 5, "rank 0: Invalid communicator")
-            .in_op("allreduce");
+        let err =
+            Error::mpi("error handler check", 5, "rank 0: Invalid communicator").in_op("allreduce");
         assert_eq!(err.op, "allreduce");
         assert_eq!(err.step.as_deref(), Some("error handler check"));
         // Named twice after the same op (a handler naming its own error): no step appears.

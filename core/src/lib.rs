@@ -16,7 +16,7 @@ mod watchdog;
 pub mod xla_ffi;
 
 pub use backend::{install_library, library, Backend, Envelope, Library};
-pub use buffer::{Blocks, Broadcast, Buf, BufMut, Input, Partition, PartitionMut};
+pub use buffer::{Blocks, Broadcast, Buf, BufMut, Extent, Input, Partition, PartitionMut};
 pub use error::{Error, ErrorKind, Result};
 pub use types::{
     Comm, Dtype, Family, LibraryInfo, NativeStatus, Peer, ReduceOp, Status, ThreadLevel,
