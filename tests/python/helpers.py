@@ -260,3 +260,13 @@ def allreduce_still_works() -> None:
     """The library is still usable: a fresh allreduce gives the right sum on every rank."""
     got = jax.device_get(jaxmpi.allreduce(np.int32(RANK + 1), jaxmpi.SUM))
     assert int(got) == SIZE * (SIZE + 1) // 2, f"allreduce after the error gave {got}"
+
+
+def check_raises(exc_type, phrases, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` (run to completion) raises `exc_type` whose message contains every one
+    of `phrases` (case-insensitive)."""
+    with pytest.raises(exc_type) as info:
+        jax.block_until_ready(fn(*args, **kwargs))
+    message = str(info.value).lower()
+    missing = [p for p in phrases if p.lower() not in message]
+    assert not missing, f"message {str(info.value)!r} lacks {missing}"
