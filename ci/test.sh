@@ -207,9 +207,10 @@ matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
 # across ranks, node-local ranks). Left out there, because the number of ranks does not
 # enter them and 1 and 2 ranks on every build already run them: the dtype tables
 # (test_dtypes: how each dtype and op maps to MPI), errors raised while tracing
-# (test_errors) and MPI's own failures (test_mpi_errors: pairs and 2 ranks), the compiled HLO (test_zero_copy), processes started alone (test_startup,
-# test_support), the README's examples, threads on their own communicators, the native
-# module and CUDA; and, in the files kept, 9 of the 15 dtypes (kept: bool, int32, int64,
+# (test_errors) and MPI's own failures (test_mpi_errors: between pairs of ranks), the
+# compiled HLO (test_zero_copy), processes started alone (test_startup, test_support),
+# the README's examples, threads on their own communicators, the native module and CUDA;
+# and, in the files kept, 9 of the 15 dtypes (kept: bool, int32, int64,
 # float16 -- jaxmpi's own reduction --, float64, complex128: every size, kind, own op).
 # That is ~640 of the ~1,760 tests at 4 ranks.
 RANK_DEPENDENT_FILES="tests/python/test_collectives.py tests/python/test_varcount.py
