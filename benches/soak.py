@@ -8,9 +8,11 @@ Phases, each after a warm-up call (compilation and first buffers are not counted
   small  allreduce + sendrecv + bcast of float32[16], many per jitted fori_loop call
   large  allreduce + sendrecv of float32[4 Mi] (16 MiB), a few per jitted call
   eager  allreduce + sendrecv called eagerly (the Python dispatch path), one op per call
-RSS is read from /proc/self/statm after every call. A phase's growth is its RSS at the end
-minus its RSS once a tenth of its calls have run (allocators and caches settle in the
-first ones). Rank 0 prints one table for all ranks; the exit status is 1 if any rank's
+RSS is read from /proc/self/statm after every call. A phase's growth is the highest RSS of
+its second half of calls minus the highest of its first half: a leak raises the second
+half's peak by what the second half leaked, while an allocator that keeps or returns freed
+blocks moves single samples up and down (the end alone, against a point early in the
+phase, once read 5 large buffers of such noise as growth in CI). Rank 0 prints one table for all ranks; the exit status is 1 if any rank's
 growth in any phase exceeds its bound, else 0. The bound is --bound-mib (default 16 MiB),
 plus, in the large phase, 4 large buffers: the allocator keeps a few freed 16 MiB blocks
 mapped or not from call to call (measured: RSS moves by +-1..3 of them between calls, and
@@ -90,18 +92,15 @@ def run_phase(name, call, x, ops_per_call: int, ops: int, bound: float):
     calls = max(1, -(-ops // ops_per_call))
     x = jax.block_until_ready(call(x))  # warm-up: compile, first buffers
     start = rss()
-    settled_after = max(1, calls // 10)
-    settled = peak = start
+    halves = [start, start]  # the highest RSS seen in the first and in the second half
     t0 = time.perf_counter()
     for i in range(calls):
         x = jax.block_until_ready(call(x))
-        now = rss()
-        peak = max(peak, now)
-        if i + 1 == settled_after:
-            settled = now
+        half = 2 * i // calls
+        halves[half] = max(halves[half], rss())
     seconds = time.perf_counter() - t0
-    end = rss()
-    return name, calls * ops_per_call, seconds, start, end, peak, end - settled, bound
+    end, peak = rss(), max(halves)
+    return name, calls * ops_per_call, seconds, start, end, peak, halves[1] - halves[0], bound
 
 
 def main() -> int:
