@@ -8,7 +8,7 @@
 #
 # Runs `LAUNCHER python -m pytest -p no:cacheprovider PYTEST ARGS` with `python` from
 # PATH, on the CPU, one JAX device per rank. Every rank runs the whole suite (the tests
-# keep the ranks in step; see tests/python/conftest.py).
+# keep the ranks in step; see tests/python/helpers.py).
 #
 # Output: rank 0's output as it comes; every other rank writes to a log file, which is
 # printed (each line prefixed with "[rank N]") only if that rank failed.
