@@ -5,12 +5,14 @@
 use std::ffi::c_void;
 use std::path::PathBuf;
 
-use jaxmpi_backends::detect::SearchPath;
-use jaxmpi_core::handlers::{
+use jaxmpi_backends::device::cuda;
+use jaxmpi_backends::select::detect::SearchPath;
+use jaxmpi_core::xla::ffi::Handler;
+use jaxmpi_core::xla::handlers::{
     pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY,
     USER_OP,
 };
-use jaxmpi_core::{library, xla_ffi::Handler, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
+use jaxmpi_core::{library, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -99,7 +101,6 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
-    dict.set_item("status_size", info.status_size)?;
     Ok(dict)
 }
 
@@ -114,7 +115,7 @@ fn handlers<'py>(
     let table: &[(&str, Handler)] = match platform {
         "cpu" => HANDLERS,
         "CUDA" => {
-            jaxmpi_backends::cuda::install().map_err(to_py)?;
+            cuda::install();
             DEVICE_HANDLERS
         }
         other => return Err(PyValueError::new_err(format!("unknown platform {other:?}"))),
@@ -138,19 +139,15 @@ fn handlers<'py>(
         .collect()
 }
 
-/// What the CUDA side found: whether the driver loads, how many GPUs it sees, and the
-/// pinned staging memory held. Loads libcuda: call it only where CUDA is wanted.
+/// What the CUDA side found: whether the driver loads and how many GPUs it sees. Loads
+/// libcuda: call it only where CUDA is wanted.
 #[pyfunction]
 fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
-    let driver = jaxmpi_backends::cuda::load_driver();
+    let driver = cuda::load_driver();
     dict.set_item("driver", driver.is_ok())?;
     dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
-    dict.set_item(
-        "devices",
-        jaxmpi_backends::cuda::device_count().unwrap_or(0),
-    )?;
-    dict.set_item("staging_bytes", jaxmpi_backends::cuda::staging_bytes())?;
+    dict.set_item("devices", cuda::device_count().unwrap_or(0))?;
     Ok(dict)
 }
 
@@ -158,7 +155,7 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pyfunction]
 #[pyo3(signature = (ordinal=None))]
 fn set_rank_device(ordinal: Option<i32>) {
-    jaxmpi_backends::cuda::set_rank_device(ordinal);
+    cuda::set_rank_device(ordinal);
 }
 
 /// Runs `f` on the installed library without holding the GIL (a collective waits for the
@@ -288,7 +285,7 @@ fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 fn finalize(py: Python<'_>) -> PyResult<()> {
     match library() {
         Ok(library) => {
-            jaxmpi_backends::cuda::release();
+            cuda::release();
             py.detach(|| library.finalize()).map_err(to_py)
         }
         Err(_) => Ok(()),

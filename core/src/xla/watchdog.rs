@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::monitor::Monitor;
+use super::monitor::Monitor;
 use crate::Library;
 
 /// The exit code the job ends with (EX_SOFTWARE).
