@@ -8,8 +8,9 @@ import time
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
+
+import jaxmpi
 from jaxmpi import COMM_WORLD as comm
 
 rank, size = comm.Get_rank(), comm.Get_size()

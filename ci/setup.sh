@@ -43,7 +43,7 @@ JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
 JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
-JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0" "mypy==2.4.1")
 # Debian packages: Open MPI 4.1 and MPICH 4.0 side by side (mpiexec.openmpi,
 # mpiexec.mpich; Debian MPICH's library is libmpich.so.12, Open MPI's
 # libmpi.so.40), their compilers mpicc.openmpi/mpicc.mpich (handy to debug a

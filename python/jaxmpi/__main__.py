@@ -12,7 +12,7 @@ def info_lines() -> list[str]:
     import jaxlib
 
     from jaxmpi import _support
-    from jaxmpi._jax_shim import dispatch_mode
+    from jaxmpi._dispatch import dispatch_mode
     from jaxmpi._runtime import cuda, info
 
     mpi4py = sys.modules.get("mpi4py")

@@ -4,14 +4,19 @@ register the FFI handlers with XLA, and drain pending work before MPI is finaliz
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import site
 import sys
+from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _jax_shim, _native
+from . import _dispatch, _jax_shim, _native
 from ._errors import MPIError, raise_kept_failure
+
+if TYPE_CHECKING:
+    from ._native import _LibraryInfo
 
 _native.set_error_type(MPIError)
 
@@ -39,7 +44,10 @@ def _agree_with_mpi4py() -> None:
     except RuntimeError as err:  # mpi4py cannot load this MPI (e.g. no mpiabi module)
         import warnings
 
-        warnings.warn(f"jaxmpi: mpi4py could not be imported ({err}); continuing without it")
+        warnings.warn(
+            f"jaxmpi: mpi4py could not be imported ({err}); continuing without it",
+            stacklevel=3,  # the user's `import jaxmpi`
+        )
 
 
 def _check_environment() -> None:
@@ -83,10 +91,27 @@ def _rank_gpu(devices: int, node_rank: int) -> int | None:
     return node_rank % devices
 
 
-def _setup_cuda(mpi: dict) -> dict:
+def _has_cuda_plugin() -> bool:
+    """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
+    names = (
+        "jax_cuda12_plugin",
+        "jax_cuda13_plugin",
+        "jax_plugins.xla_cuda12",
+        "jax_plugins.xla_cuda13",
+    )
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ModuleNotFoundError:
+            continue
+    return False
+
+
+def _setup_cuda(mpi: _LibraryInfo) -> dict[str, Any]:
     """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
-    cuda = {
-        "plugin": _jax_shim.has_cuda_plugin(),
+    cuda: dict[str, Any] = {
+        "plugin": _has_cuda_plugin(),
         "driver": False,
         "devices": 0,
         "rank_gpu": None,
@@ -106,19 +131,20 @@ def _setup_cuda(mpi: dict) -> dict:
     cuda["mode"] = "direct (CUDA-aware MPI)" if mpi["cuda_aware"] else "staged (pinned host copies)"
     cuda["rank_gpu"] = _rank_gpu(cuda["devices"], cuda["node_rank"])
     if cuda["rank_gpu"] is not None:
-        _jax_shim.use_only_gpu(cuda["rank_gpu"])
+        # Effective before JAX starts its GPU client, which no jaxmpi import does.
+        jax.config.update("jax_cuda_visible_devices", str(cuda["rank_gpu"]))
         _native.set_rank_device(cuda["rank_gpu"])
     return cuda
 
 
-def _initialize() -> tuple[dict, dict]:
+def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
     mpi = _native.info()
-    _jax_shim.configure_dispatch(
+    _dispatch.configure(
         os.environ.get("JAXMPI_DISPATCH", "").strip(),
         on_fast=lambda: _native.keep_failures(True),
         on_barrier=raise_kept_failure,
@@ -137,5 +163,5 @@ def _shutdown() -> None:
     try:
         jax.effects_barrier()
     finally:
-        _jax_shim.stop_draining()
+        _dispatch.stop_draining()
         _native.finalize()

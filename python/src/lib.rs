@@ -175,9 +175,15 @@ fn world() -> PyResult<usize> {
     Ok(installed()?.world().0)
 }
 
+/// A communicator as an op needs it at trace time, in one crossing: checked to be a live
+/// intracommunicator of the loaded library, then (rank, size).
 #[pyfunction]
-fn check_comm(py: Python<'_>, handle: usize) -> PyResult<()> {
-    on_library(py, "check_comm", |l| l.check_comm(Comm(handle)))
+fn comm_info(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
+    on_library(py, "comm_info", |l| {
+        let comm = Comm(handle);
+        l.check_comm(comm)?;
+        Ok((l.comm_rank(comm)?, l.comm_size(comm)?))
+    })
 }
 
 #[pyfunction]
@@ -245,7 +251,7 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
     Ok(op.supports(dtype))
 }
 
-/// Every op's declaration (core/src/handlers/mod.rs), from which the Python lowerings
+/// Every op's declaration (core/src/xla/handlers/mod.rs), from which the Python lowerings
 /// derive their attributes: {name: {"operands": [...], "results": [...], "attrs": [(name,
 /// kind), ...]}}. A `reduce_op` attribute is followed by its `user_op` address.
 #[pyfunction]
@@ -304,7 +310,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_rank_device, m)?)?;
     m.add_function(wrap_pyfunction!(world, m)?)?;
-    m.add_function(wrap_pyfunction!(check_comm, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_info, m)?)?;
     m.add_function(wrap_pyfunction!(comm_rank, m)?)?;
     m.add_function(wrap_pyfunction!(comm_size, m)?)?;
     m.add_function(wrap_pyfunction!(comm_dup, m)?)?;

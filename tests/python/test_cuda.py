@@ -3,9 +3,10 @@ Runs at 2 ranks sharing one GPU (ci/gpu.sh); skipped where jaxmpi has no GPU to 
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from jaxmpi import COMM_WORLD as comm
 
 

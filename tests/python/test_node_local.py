@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import jaxmpi
 import pytest
+
+import jaxmpi
 from helpers import RANK, SIZE, needs_ranks
 from jaxmpi import _native, _runtime
 

@@ -2,7 +2,7 @@
 //! count-agnostic, the library's capability picks how).
 //!
 //! The ops describe each buffer as a `Typed` (count and datatype) and call the
-//! count-agnostic MPI functions of `calls.rs` (`mpi_send`, ...), which take 64-bit counts.
+//! count-agnostic MPI functions of `count_agnostic.rs` (`mpi_send`, ...), which take 64-bit counts.
 //! Each uses the classic MPI function when every count fits an `int` and the MPI-4 `_c`
 //! function otherwise (`width`). A library
 //! without `_c` functions still moves one buffer of any size: `typed` then describes it as
