@@ -123,6 +123,20 @@ impl<'a> BufMut<'a> {
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
+
+    /// The elements from `start` on (none if `start` is past the end).
+    pub fn tail(self, start: usize) -> BufMut<'a> {
+        let start = start.min(self.count());
+        let offset = start * self.dtype().size();
+        // SAFETY: the part of this buffer (which is consumed) from `start` on.
+        unsafe {
+            BufMut::from_raw(
+                self.ptr.wrapping_add(offset),
+                self.count() - start,
+                self.dtype(),
+            )
+        }
+    }
 }
 
 impl Deref for BufMut<'_> {

@@ -65,6 +65,12 @@ def _check_environment() -> None:
     debug = os.environ.get("JAXMPI_DEBUG", "").strip()
     if debug not in ("", "0", "1"):
         raise ValueError(f"JAXMPI_DEBUG={debug!r}: expected 1 (log every MPI call) or 0")
+    check = os.environ.get("JAXMPI_CHECK", "").strip()
+    if check not in ("", "0", "1"):
+        raise ValueError(
+            f"JAXMPI_CHECK={check!r}: expected 1 (ranks check that they make the same calls "
+            "before each one) or 0"
+        )
     dispatch = os.environ.get("JAXMPI_DISPATCH", "").strip()
     if dispatch not in ("", "fast", "ordered"):
         raise ValueError(

@@ -9,7 +9,7 @@ use jaxmpi_backends::device::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY,
+    checked, pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY,
     USER_OP,
 };
 use jaxmpi_core::{library, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -61,6 +61,18 @@ fn on_python_thread() -> bool {
     // SAFETY: reads this thread's state pointer; needs neither the GIL nor initialization
     // beyond the interpreter that loaded this module.
     !unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null()
+}
+
+/// Whether checked mode (`JAXMPI_CHECK=1`) is on.
+#[pyfunction]
+fn checked_mode() -> bool {
+    checked::enabled()
+}
+
+/// Turns checked mode on or off from now on; every rank must do it at the same point.
+#[pyfunction]
+fn set_checked_mode(on: bool) {
+    checked::set_enabled(on);
 }
 
 /// The kept failure's message ("jaxmpi.<op> failed: ..."), now the caller's to raise.
@@ -321,6 +333,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
+    m.add_function(wrap_pyfunction!(checked_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(set_checked_mode, m)?)?;
     m.add_function(wrap_pyfunction!(discard_failure, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(reduce_ops, m)?)?;

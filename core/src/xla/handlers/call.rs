@@ -167,6 +167,11 @@ impl<'a> Call<'a> {
         self.buffer(&self.frame.args, index, "operand")
     }
 
+    /// The `index`-th operand where the lowering passed one (a template never read is not).
+    pub fn optional_arg(&self, index: usize) -> Option<Operand<'a>> {
+        self.find_buffer(&self.frame.args, index)
+    }
+
     pub fn ret(&self, index: usize) -> Result<Operand<'a>> {
         self.buffer(&self.frame.rets, index, "result")
     }

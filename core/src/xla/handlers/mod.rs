@@ -4,6 +4,7 @@
 //! body, `call.rs` the XLA call frame and `signature.rs` how attributes are encoded.
 
 mod call;
+pub mod checked;
 mod device;
 mod entry;
 mod lifecycle;

@@ -7,10 +7,10 @@
 use super::attrs;
 use super::call::Operand;
 use super::signature::Address;
-use super::Call;
+use super::{checked, Call};
 use crate::{
-    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Library, Partition,
-    PartitionMut, Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
+    PartitionMut, Peer, Result, Status,
 };
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
@@ -227,14 +227,35 @@ pub fn alltoallv(
     backend.alltoallv(a.comm, send, recv)
 }
 
-pub fn send(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Send) -> Result<()> {
+pub fn send(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Send,
+) -> Result<()> {
     let x = call.arg(0)?.buf()?;
+    if checked::enabled() {
+        checked::send_header(library, a.comm, a.dest, a.tag, (x.dtype(), x.count()))?;
+    }
     backend.send(a.comm, x, a.dest, a.tag)
 }
 
-pub fn recv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Recv) -> Result<()> {
-    let y = call.ret(0)?.buf_mut()?;
-    let status = backend.recv(a.comm, y, a.source, a.tag)?;
+pub fn recv(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Recv,
+) -> Result<()> {
+    let y = call.ret(0)?;
+    let (mut source, mut tag, mut mismatch) = (a.source, a.tag, None);
+    if checked::enabled() {
+        let expected = (y.dtype()?, y.count());
+        let announced = checked::receive_header(library, a.comm, (source, tag), expected)?;
+        (source, tag, mismatch) = (announced.source, announced.tag, announced.mismatch);
+    }
+    let received = backend.recv(a.comm, y.buf_mut()?, source, tag);
+    let status = mismatch.map_or(received, Err)?;
+    whole_message(&y, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
 }
@@ -243,26 +264,67 @@ pub fn recv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Recv
 /// receives the same array (`a = sendrecv(a, a)`): then the message is received in place.
 pub fn sendrecv(
     call: &Call,
-    _: &dyn Library,
+    library: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Sendrecv,
 ) -> Result<()> {
     let (x, y) = (call.arg(0)?, call.ret(0)?);
-    let envelope = Envelope {
+    let mut envelope = Envelope {
         comm: a.comm,
         dest: a.dest,
         sendtag: a.sendtag,
         source: a.source,
         recvtag: a.recvtag,
     };
+    let mut mismatch = None;
+    if checked::enabled() {
+        let (sent, expected) = ((x.dtype()?, x.count()), (y.dtype()?, y.count()));
+        let announced = checked::exchange_headers(library, envelope, sent, expected)?;
+        (envelope.source, envelope.recvtag) = (announced.source, announced.tag);
+        mismatch = announced.mismatch;
+    }
     let sendbuf = if x.data() == y.data() && y.count() > 0 {
         Input::InPlace
     } else {
         Input::Data(x.buf()?)
     };
-    let status = backend.sendrecv(sendbuf, y.buf_mut()?, envelope)?;
+    let received = backend.sendrecv(sendbuf, y.buf_mut()?, envelope);
+    // A mismatch the headers showed is the error to report, whatever the transfer did.
+    let status = mismatch.map_or(received, Err)?;
+    whole_message(&y, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
+}
+
+/// MPI allows a message shorter than the receive buffer, and leaves the rest of it
+/// unwritten: never handed on as data. With a `status` the caller reads the count there
+/// and the rest of the result is zeros; without one the short message is an error.
+fn whole_message(
+    y: &Operand,
+    status: &Status,
+    address: Address,
+    backend: &dyn Backend,
+) -> Result<()> {
+    let expected = y.count();
+    if status.source == Peer::Null || status.count >= expected {
+        return Ok(());
+    }
+    if address.0 != 0 {
+        return backend.fill_zeros(y.buf_mut()?.tail(status.count));
+    }
+    let tag = status.tag.map_or("none".to_string(), |t| t.to_string());
+    Err(Error::invalid_argument(
+        "short message",
+        format!(
+            "received {} of {expected} {} elements from rank {} (tag {tag}): the message is \
+             shorter than the receive buffer. Receive with the sender's shape, or pass \
+             status= to accept shorter messages (the count is then in the status and the \
+             rest of the result is zeros)",
+            status.count,
+            y.dtype()?,
+            status.source,
+        ),
+    ))
 }
 
 pub fn barrier(
