@@ -10,7 +10,7 @@ import sys
 
 import jax
 
-from . import _jax_shim, _native
+from . import _agree, _jax_shim, _native
 from ._errors import MPIError, raise_kept_failure
 
 _native.set_error_type(MPIError)
@@ -111,13 +111,29 @@ def _setup_cuda(mpi: dict) -> dict:
     return cuda
 
 
+def _agree_across_ranks(mpi: dict) -> None:
+    """Every rank compares its settings with the others' (_agree.py): one allgather of a
+    digest, collective over COMM_WORLD, before anything else can make the ranks differ."""
+    world = _native.world()
+    if _native.comm_size(world) == 1:
+        return
+    version = (mpi["version_string"].splitlines() or [""])[0]
+    _agree.check(
+        _native.comm_rank(world),
+        mpi["family"],
+        f"{mpi['family']} ({' '.join(version.split())})",
+        lambda data: _native.allgather_bytes(world, data),
+    )
+
+
 def _initialize() -> tuple[dict, dict]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
+    mpi = _native.info()
+    _agree_across_ranks(mpi)
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
-    mpi = _native.info()
     _jax_shim.configure_dispatch(
         os.environ.get("JAXMPI_DISPATCH", "").strip(),
         on_fast=lambda: _native.keep_failures(True),
