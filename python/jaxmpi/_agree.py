@@ -12,8 +12,10 @@ only when the digests differ.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -45,7 +47,7 @@ SETTINGS = (
         # The library actually loaded is compared above; a different request that still
         # ends in the same library does no harm in this job, but is the sign of an
         # environment that is not forwarded.
-        why="the library each rank loaded is the same, but the next machine may differ",
+        why="a different request, which may load a different library elsewhere",
     ),
     Setting(
         "JAXMPI_DISPATCH",
@@ -171,6 +173,8 @@ def check(rank: int, family: str, library: str, allgather) -> None:
     texts = allgather(mine.ljust(length, b"\0"))
     found = differences([_decode(t.rstrip(b"\0")) for t in texts])
     refused = any(setting.refuse for setting, _ in found)
+    if refused:
+        atexit.register(_exit_without_finalize)
     if rank != 0:
         if refused:  # rank 0 says which and why; the others only stop
             raise ValueError("jaxmpi: the ranks disagree on their settings (rank 0 says how)")
@@ -183,4 +187,15 @@ def check(rank: int, family: str, library: str, allgather) -> None:
     )
     if refused:
         raise ValueError(message)
-    warnings.warn(message, stacklevel=2)
+    # Shown as coming from jaxmpi itself (no source line of ours), filterable as usual.
+    warnings.warn_explicit(message, UserWarning, "jaxmpi", 0, module="jaxmpi")
+
+
+def _exit_without_finalize() -> None:
+    """Ranks on different libraries cannot finalize together: across hosts, MPI_Finalize
+    (mpi4py's, at exit) waited forever for the other library's ranks. Python's atexit
+    handlers run after the traceback is printed and before MPI_Finalize: end the process
+    there, which makes every launcher end the job."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
