@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _dispatch, _jax_shim, _native
+from . import _agree, _dispatch, _jax_shim, _native
 from ._errors import MPIError, raise_kept_failure
 
 if TYPE_CHECKING:
@@ -143,13 +143,29 @@ def _setup_cuda(mpi: _LibraryInfo) -> dict[str, Any]:
     return cuda
 
 
+def _agree_across_ranks(mpi: _LibraryInfo) -> None:
+    """Every rank compares its settings with the others' (_agree.py): one allgather of a
+    digest, collective over COMM_WORLD, before anything else can make the ranks differ."""
+    world = _native.world()
+    if _native.comm_size(world) == 1:
+        return
+    version = (mpi["version_string"].splitlines() or [""])[0]
+    _agree.check(
+        _native.comm_rank(world),
+        mpi["family"],
+        f"{mpi['family']} ({' '.join(version.split())})",
+        lambda data: _native.allgather_bytes(world, data),
+    )
+
+
 def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
+    mpi = _native.info()
+    _agree_across_ranks(mpi)
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
-    mpi = _native.info()
     _dispatch.configure(
         os.environ.get("JAXMPI_DISPATCH", "").strip(),
         on_fast=lambda: _native.keep_failures(True),

@@ -9,14 +9,14 @@ use jaxmpi_backends::device::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY,
-    USER_OP,
+    checked, pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
+    TAG_ANY, USER_OP,
 };
-use jaxmpi_core::{library, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
+use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyDict, PyType};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyType};
 
 pyo3::create_exception!(
     _native,
@@ -235,6 +235,28 @@ fn node_local_rank(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
     on_library(py, "node_local_rank", |l| l.node_local_rank(Comm(handle)))
 }
 
+/// Every rank's `data`, in rank order: one MPI_Allgather of `data.len()` bytes per rank,
+/// which must be the same on every rank (jaxmpi's start-up agreement on settings).
+/// Collective over the communicator.
+#[pyfunction]
+fn allgather_bytes<'py>(
+    py: Python<'py>,
+    handle: usize,
+    data: &[u8],
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let size = on_library(py, "allgather_bytes", |l| l.comm_size(Comm(handle)))? as usize;
+    let mut gathered = vec![0u8; data.len() * size];
+    on_library(py, "allgather_bytes", |l| {
+        let send = Buf::from_bytes(data, Dtype::U8)?;
+        let recv = BufMut::from_bytes(&mut gathered, Dtype::U8)?;
+        l.backend().allgather(Comm(handle), send, recv)
+    })?;
+    let n = data.len();
+    Ok((0..size)
+        .map(|rank| PyBytes::new(py, &gathered[rank * n..(rank + 1) * n]))
+        .collect())
+}
+
 #[pyfunction]
 fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
     on_library(py, "barrier", |l| l.backend().barrier(Comm(handle)))
@@ -329,6 +351,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(comm_split, m)?)?;
     m.add_function(wrap_pyfunction!(comm_free, m)?)?;
     m.add_function(wrap_pyfunction!(node_local_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(allgather_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
