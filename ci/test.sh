@@ -223,6 +223,14 @@ RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not b
 rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
 matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"
 
+# Across 2 simulated hosts (ci/hosts.sh; needs root): the ops on both PyPI wheels, node-local
+# ranks at 2 x 2, then settings the ranks disagree on, a lost host and a cut link.
+GROUP=multihost
+# shellcheck source=multihost.sh source-path=SCRIPTDIR
+source "$ROOT/ci/multihost.sh"
+multihost_cells
+step "across hosts: settings, lost host, cut link" multihost-faults "$ROOT/tests/multihost_faults.sh"
+
 # Messages over 2^31-1 elements, once through MPI-4 large counts (MPICH 5) and once
 # through derived datatypes and segmented reductions (Open MPI 4.1 has no _c functions).
 # About 6 GiB per rank, so one cell at a time, on 2 ranks.
