@@ -23,7 +23,7 @@ CACHE=$ROOT/.gpu-cache
 LIMIT_MIB=56 # of the 64 MiB carried: room left for the tree growing
 
 # The pins live in ci/setup.sh (sourcing it defines them and does nothing else).
-# shellcheck source=setup.sh
+# shellcheck source=setup.sh source-path=SCRIPTDIR
 source "$ROOT/ci/setup.sh"
 MPI4PY=${JAXMPI_PY_TEST[0]}
 # The same mpi4jax and build tools as benches/setup_mpi4jax.sh.
@@ -49,7 +49,7 @@ mkdir -p "$PACK" "$CACHE/dry-run"
 # --- jaxmpi: the wheel of this checkout ------------------------------------------------
 wheel=$(ls "$ROOT"/dist/jaxmpi-*x86_64*.whl 2>/dev/null | head -n 1) || true
 if [[ -z $wheel ]]; then
-    JAXMPI_SETUP_ROOT=$ROOT
+    export JAXMPI_SETUP_ROOT=$ROOT # where _setup_build_wheel builds
     _setup_build_wheel # sets $wheel; rebuilds only if the sources changed since
 fi
 rm -f "$PACK"/jaxmpi-*.whl
@@ -105,8 +105,9 @@ fi
 # --- What was packed, and whether it fits ------------------------------------------------
 # Only one version of each: gpu_run.sh installs by name from this folder.
 for name in mpich mpi4py mpi4jax setuptools wheel nanobind; do
-    n=$(ls "$PACK" | grep -c "^${name}-[0-9]") || true
-    [[ $n == 1 ]] || { log "expected one $name file in $PACK, found $n: delete the old ones"; exit 1; }
+    files=("$PACK/$name"-[0-9]*)
+    n=${#files[@]}
+    [[ $n == 1 ]] || { log "$n $name files in $PACK, want one: delete the old" && exit 1; }
 done
 (cd "$PACK" && sha256sum -- *.whl *.tar.gz *.tar.xz >MANIFEST)
 tree=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |

@@ -41,7 +41,7 @@ def junit(folder: Path, ranks: int, allow_skips: bool) -> list[str]:
         if total["failures"] or total["errors"]:
             problems.append(f"rank {rank}: {total['failures']} failed, {total['errors']} errors")
         if total["skipped"] and not allow_skips:
-            problems.append(f"rank {rank}: {total['skipped']} skipped ({first_skip})")
+            problems.append(f"rank {rank}: {total['skipped']} skipped ({str(first_skip)[:60]}...)")
     if problems:
         return problems
     print(f"PASS: {folder.name}: passed/collected per rank {', '.join(counts)}")
