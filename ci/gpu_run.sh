@@ -138,13 +138,19 @@ run_tests() {
     local said rc
     said=$(python "$ROOT/ci/gpu_verdict.py" junit "$OUT/junit-$name" 2 "${allow[@]}")
     rc=$?
-    verdict "$name" "$rc" "$(sed 's/^[A-Z]*: //' <<<"$said" | paste -sd';')"
+    said=${said//PASS: /}
+    said=${said//FAIL: /}
+    verdict "$name" "$rc" "${said//$'\n'/; }"
 }
 
 # What the GPU and driver are, and whether the driver has every symbol jaxmpi calls (cudarc
 # looks each up by name at its first call: a missing one fails that op, not the import).
 record_machine() {
-    nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+    else
+        echo "nvidia-smi: not found" >"$OUT/nvidia-smi.txt" && false
+    fi
     verdict nvidia-smi $? "$(head -n 4 "$OUT/nvidia-smi.txt" | tr -s ' \n' ' ')"
     local names libcuda wanted missing=()
     names=$(strings -a "$(find "$SITE/jaxmpi" -name '_native*.so' | head -n 1)")
