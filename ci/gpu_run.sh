@@ -47,9 +47,10 @@ verdict() { # NAME STATUS DETAIL: one line of verdicts-$command.txt
         tee -a "$OUT/verdicts-$command.txt"
 }
 
-time_left() { # seconds a leg may take, at most $1
+time_left() { # seconds a leg may take, at most $1, at least 1 (`timeout 0` is no limit)
     local left=$((DEADLINE - SECONDS))
-    ((left < $1)) && echo "$left" || echo "$1"
+    ((left > $1)) && left=$1
+    echo $((left < 1 ? 1 : left))
 }
 
 # --- Install the packed files (once per pack: a stamp holds its manifest) ---------------
@@ -72,7 +73,8 @@ prepare() {
         # --ignore-installed: a jaxmpi or mpi4py already in the image must not count.
         "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
             --ignore-installed --prefix "$WORK/py" "${links[@]}" mpich mpi4py jaxmpi || return 1
-        tar -C "$WORK/impi" -xJf "$PACK/impi-min.tar.xz" || return 1
+        # Python's own tar: the image may lack xz.
+        "$PY" -m tarfile -e "$PACK/impi-min.tar.xz" "$WORK/impi" || return 1
         printf '%s' "$stamp" >"$WORK/.stamp"
     fi
     # Where pip put them depends on the interpreter's install scheme: look.
@@ -153,6 +155,10 @@ record_machine() {
     fi
     verdict nvidia-smi $? "$(head -n 4 "$OUT/nvidia-smi.txt" | tr -s ' \n' ' ')"
     local names libcuda wanted missing=()
+    if ! command -v nm >/dev/null || ! command -v strings >/dev/null; then
+        verdict cuda-symbols 1 "binutils (nm, strings) not installed: not counted"
+        return
+    fi
     names=$(strings -a "$(find "$SITE/jaxmpi" -name '_native*.so' | head -n 1)")
     libcuda=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}')
     mapfile -t wanted < <(grep -rhoE 'sys::cu[A-Za-z0-9_]+' "$ROOT/backends/src" |
@@ -215,6 +221,10 @@ bench() {
     local mode rc
     for mode in staged direct; do
         mpi_env "$mode"
+        if (($(time_left 60) < 60)); then
+            verdict "bench-$mode" 1 "not run: the 560 s budget is spent"
+            continue
+        fi
         echo "===== bench $mode: ${ENV[*]} ====="
         # mpi4jax's CUDA bridge links libcudart without an rpath: nvcc's lib64 (never stubs/).
         env "${ENV[@]}" PYTHONPATH="$SITE${MPI4JAX_SITE:+:$MPI4JAX_SITE}" \
