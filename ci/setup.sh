@@ -204,16 +204,10 @@ _setup_cargo() {
     [[ -z $key ]] || printf '%s' "$key" >"$stamp"
 }
 
-# Builds the one jaxmpi wheel (abi3, manylinux) and installs that same file into
-# every test venv, so each MPI of the matrix is tested with identical bits. Skips the
-# build when the stamp next to the wheel says it was made from the same inputs, and the
-# install into a venv that already holds exactly the wheel's files.
-_setup_wheel() {
-    if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
-        _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
-        return 0
-    fi
-    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" wheel venv key
+# _setup_build_wheel: builds target/wheels/jaxmpi-*.whl unless the one there is current;
+# sets `wheel` to its path. Also used by ci/gpu_pack.sh, which needs the wheel and no venv.
+_setup_build_wheel() {
+    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" key
     local stamp="$JAXMPI_SETUP_ROOT/target/wheels/.jaxmpi-setup"
     local maturin="$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/maturin"
     key=$(_setup_key "${_SETUP_WHEEL_INPUTS[@]}" && "$maturin" --version) || key=
@@ -228,6 +222,19 @@ _setup_wheel() {
         [[ -z $key ]] || printf '%s' "$key" >"$stamp"
         _setup_log "wheel: $(basename "$wheel")"
     fi
+}
+
+# Builds the one jaxmpi wheel (abi3, manylinux) and installs that same file into
+# every test venv, so each MPI of the matrix is tested with identical bits. Skips the
+# build when the stamp next to the wheel says it was made from the same inputs, and the
+# install into a venv that already holds exactly the wheel's files.
+_setup_wheel() {
+    if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
+        _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
+        return 0
+    fi
+    local wheel venv
+    _setup_build_wheel || return 1
     for venv in mpich openmpi system jax-oldest impi; do
         [[ -x $JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python ]] || continue
         _setup_install_wheel "$venv" "$wheel" "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" || return 1

@@ -56,6 +56,25 @@ def needs_ranks(n: int):
 
 needs_mpi4py = pytest.mark.skipif(MPI is None, reason="needs mpi4py")
 
+
+def _gpu_ready() -> bool:
+    # has_cuda_support() first: asking a jaxlib without CUDA for "gpu" devices would raise.
+    if not jaxmpi.has_cuda_support():
+        return False
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+#: The CUDA tests: skipped, with a reason, where jaxmpi has no GPU to use. ci/gpu_run.sh
+#: fails the GPU run on any such skip, so a GPU run cannot pass without running them.
+needs_gpu = pytest.mark.skipif(
+    not _gpu_ready(),
+    reason="no CUDA GPU here: jaxlib without CUDA, JAX_PLATFORMS without cuda, or the CUDA "
+    "driver cannot be loaded (see `python -m jaxmpi info`)",
+)
+
 # ---------------------------------------------------------------------------------------
 # Dtypes and reduction ops
 # ---------------------------------------------------------------------------------------
