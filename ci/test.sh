@@ -134,6 +134,9 @@ step "cargo test" cargo-test cargo_test
 step "ruff" ruff "$ROOT/.venvs/mpich/bin/ruff" check "$ROOT/python" "$ROOT/tests" "$ROOT/examples" "$ROOT/benches"
 # py.typed ships: the public API's annotations are checked (config: python/pyproject.toml).
 step "mypy" mypy bash -c 'cd "$1/python" && "$1/.venvs/mpich/bin/mypy" --python-executable "$1/.venvs/mpich/bin/python"' _ "$ROOT"
+# The GPU run's scripts (ci/gpu_run.sh runs only on a GPU machine): syntax, offline
+# installs, and the verdict logic on canned reports.
+step "GPU scripts (no GPU: syntax, offline, verdict logic)" gpu-check bash "$ROOT/ci/gpu_check.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA" readelf check_needed
 # One wheel for every Python >= 3.10 and every manylinux system.
 step "wheel is abi3 and manylinux" wheel-tag bash -c 'ls "$1"/target/wheels/ | tee /dev/stderr | grep -qE "^jaxmpi-.*-cp310-abi3-manylinux_[0-9_]+_x86_64\.whl$"' _ "$ROOT"
