@@ -2,7 +2,7 @@
 check of every receive costs: µs per call inside a jitted fori_loop, checked mode off and
 on in the same process (rounds alternate), at 1, 4 Ki and 4 Mi float32 elements.
 
-    mpiexec -n 2 python benches/bench_check.py [--rounds 5] [--calls N]
+    mpiexec -n 2 python benches/bench_check.py [--rounds 5] [--calls N] [--ops ...] [--sizes ...]
 
 The short-message check has no switch: run this script under two builds (PYTHONPATH) and
 compare the "off" columns of sendrecv/recv at 1 element (benches/RESULTS.md did so).
@@ -63,12 +63,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000, help="calls per loop at 1 element")
+    parser.add_argument("--ops", nargs="+", choices=list(OPS), default=list(OPS))
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     args = parser.parse_args()
     can_check = hasattr(_native, "set_checked_mode")  # builds before checked mode: off only
     modes = [False, True] if can_check else [False]
     rows = []
-    for op, step in OPS.items():
-        for label, n in SIZES.items():
+    for op in args.ops:
+        step = OPS[op]
+        for label in args.sizes:
+            n = SIZES[label]
             calls = max(4, args.calls * 16 // max(16, n // 256))
             best = dict.fromkeys(modes, float("inf"))
             for r in range(args.rounds):
