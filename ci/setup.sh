@@ -43,7 +43,16 @@ JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
 JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
-JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0")
+JAXMPI_PIN_MATURIN="maturin==1.16.0"
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN")
+# What ci/wheels.sh builds the release wheels with (.venvs/wheels): zig links them
+# against glibc 2.17's symbols (manylinux2014, as jaxlib 0.6.2's wheels), auditwheel
+# checks the tag they claim.
+JAXMPI_WHEEL_TOOLS=("$JAXMPI_PIN_MATURIN" "ziglang==0.17.0" "auditwheel==6.8.2")
+# The aarch64 wheel's compiler and Rust standard library, installed into the trixie
+# chroot (rustup's targets cannot be downloaded here). rustc-web is Debian's newer
+# rustc (1.96; the plain rustc package, 1.85, is older than libloading 0.9 needs).
+JAXMPI_WHEEL_TRIXIE_PACKAGES=(rustc-web cargo-web libstd-rust-web-dev:arm64)
 # Debian packages: Open MPI 4.1 and MPICH 4.0 side by side (mpiexec.openmpi,
 # mpiexec.mpich; Debian MPICH's library is libmpich.so.12, Open MPI's
 # libmpi.so.40), their compilers mpicc.openmpi/mpicc.mpich (handy to debug a
@@ -74,23 +83,28 @@ _setup_as_root() {
     fi
 }
 
+# The command prefix _setup_apt and _setup_venv run their tools through: empty on this
+# machine, (bash ci/trixie.sh run) to act inside the trixie chroot.
+_SETUP_IN=()
+
+# _setup_apt PACKAGE...: installs those of PACKAGE... that are not installed yet.
 _setup_apt() {
     local pkg missing=()
-    for pkg in "${JAXMPI_APT_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         # `dpkg -s` alone also succeeds for removed-but-configured packages.
-        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
+        if ! "${_SETUP_IN[@]}" dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
             missing+=("$pkg")
         fi
     done
     if ((${#missing[@]} == 0)); then
-        _setup_log "apt: all ${#JAXMPI_APT_PACKAGES[@]} packages present"
+        _setup_log "apt: all $# packages present"
         return 0
     fi
     _setup_log "apt: installing ${missing[*]}"
     # Only refresh the package lists when something is missing (the update is
     # the slow, network-bound part).
-    _setup_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
-    _setup_as_root env DEBIAN_FRONTEND=noninteractive \
+    _setup_as_root "${_SETUP_IN[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+    _setup_as_root "${_SETUP_IN[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
 }
 
@@ -101,8 +115,7 @@ _setup_apt() {
 # matrix runs) is still there -- a restored cache or a stray `pip uninstall`
 # can leave a marker without its files.
 #
-# Python runs through "${_SETUP_IN[@]}" (empty: here; _setup_trixie_venv: in the chroot).
-_SETUP_IN=()
+# Python runs through "${_SETUP_IN[@]}" (empty: here; _setup_trixie: in the chroot).
 _setup_venv() {
     local name=$1 keyfile=$2
     shift 2
@@ -290,7 +303,7 @@ jaxmpi_setup() (
     elif ! "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
         JAXMPI_APT_PACKAGES+=(python3-venv)
     fi
-    _setup_apt || return 1
+    _setup_apt "${JAXMPI_APT_PACKAGES[@]}" || return 1
     _setup_log "apt done ($((SECONDS - t))s)"
 
     t=$SECONDS
