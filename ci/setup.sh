@@ -171,7 +171,7 @@ _setup_trixie() {
 # What the Rust build reads: its sources (tracked and untracked files git sees), the
 # toolchain and the environment cargo and backends/build.rs look at.
 _SETUP_RUST_INPUTS=(Cargo.toml Cargo.lock .cargo rust-toolchain rust-toolchain.toml core backends python/src python/Cargo.toml)
-# The wheel also packs the Python package, as pyproject.toml says, with maturin.
+# The wheels (ci/wheels.sh) also pack the Python package, as pyproject.toml says.
 _SETUP_WHEEL_INPUTS=("${_SETUP_RUST_INPUTS[@]}" python/jaxmpi python/pyproject.toml)
 
 # _setup_key PATH...: one hash of the names and contents of the files under PATH...
@@ -201,9 +201,7 @@ _setup_cargo() {
         echo "setup: cargo not found (looked in PATH and ~/.cargo/bin); install Rust with rustup" >&2
         return 1
     fi
-    # Inside target/release, so `cargo clean` takes the stamp with the build. Needed as
-    # well as cargo's own checks: maturin builds the extension with another
-    # environment, after which cargo would rebuild pyo3 and the crates above it. (A build
+    # Inside target/release, so `cargo clean` takes the stamp with the build. (A build
     # by hand with other features into target/release goes unnoticed: delete the stamp.)
     local stamp="$JAXMPI_SETUP_ROOT/target/release/.jaxmpi-setup" key
     key=$(_setup_key "${_SETUP_RUST_INPUTS[@]}") || key=
@@ -217,30 +215,25 @@ _setup_cargo() {
     [[ -z $key ]] || printf '%s' "$key" >"$stamp"
 }
 
-# Builds the one jaxmpi wheel (abi3, manylinux) and installs that same file into
-# every test venv, so each MPI of the matrix is tested with identical bits. Skips the
-# build when the stamp next to the wheel says it was made from the same inputs, and the
-# install into a venv that already holds exactly the wheel's files.
+# Builds the one jaxmpi wheel for x86_64 with ci/wheels.sh (the release wheel: abi3,
+# manylinux2014, stripped; it skips the build when its stamp says nothing changed) and
+# installs that same file into every test venv, so each MPI of the matrix is tested with
+# the bits users get. The install is skipped in a venv that already holds exactly the
+# wheel's files.
 _setup_wheel() {
     if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
         _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
         return 0
     fi
-    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" wheel venv key
-    local stamp="$JAXMPI_SETUP_ROOT/target/wheels/.jaxmpi-setup"
-    local maturin="$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/maturin"
-    key=$(_setup_key "${_SETUP_WHEEL_INPUTS[@]}" && "$maturin" --version) || key=
-    wheel=$(ls "$wheels"/jaxmpi-*.whl 2>/dev/null)
-    if [[ $(wc -l <<<"$wheel") == 1 && -f $wheel ]] && _setup_current "$stamp" "$key"; then
-        _setup_log "wheel: up to date ($(basename "$wheel"))"
-    else
-        rm -rf "$wheels"
-        "$maturin" build --quiet --release \
-            --manifest-path "$JAXMPI_SETUP_ROOT/python/Cargo.toml" -o "$wheels" || return 1
-        wheel=$(ls "$wheels"/jaxmpi-*.whl)
-        [[ -z $key ]] || printf '%s' "$key" >"$stamp"
-        _setup_log "wheel: $(basename "$wheel")"
+    local wheel venv
+    local -a found
+    bash "$JAXMPI_SETUP_ROOT/ci/wheels.sh" x86_64 || return 1
+    mapfile -t found < <(compgen -G "$JAXMPI_SETUP_ROOT/dist/jaxmpi-*_x86_64.whl")
+    if ((${#found[@]} != 1)); then
+        echo "setup: expected one x86_64 wheel in dist/, found ${#found[@]}" >&2
+        return 1
     fi
+    wheel=${found[0]}
     for venv in mpich openmpi system jax-oldest impi; do
         [[ -x $JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python ]] || continue
         _setup_install_wheel "$venv" "$wheel" "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" || return 1

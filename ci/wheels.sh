@@ -42,10 +42,14 @@ _wheels_log() { printf 'wheels: %s\n' "$*"; }
 _wheels_make() {
     local name=$1 glob=$2 toolchain=$3 key t=$SECONDS
     shift 3
-    local stamp="$DIST/.$name-stamp"
-    local -a found
+    local stamp="$DIST/.$name-stamp" arg
+    local -a found command=()
+    # The command without PATH=...: that says where the tools are, not what they are (the
+    # key has their versions), and differs between callers.
+    for arg; do [[ $arg == PATH=* ]] || command+=("$arg"); done
     key=$(_setup_key "${_SETUP_WHEEL_INPUTS[@]}") &&
-        key=$(printf '%s\n' "$key" "$toolchain" "${JAXMPI_WHEEL_TOOLS[*]}" "$*" | sha256sum | cut -d' ' -f1) ||
+        key=$(printf '%s\n' "$key" "$toolchain" "${JAXMPI_WHEEL_TOOLS[*]}" "${command[*]}" |
+            sha256sum | cut -d' ' -f1) ||
         key=
     mapfile -t found < <(compgen -G "$DIST/$glob")
     if ((${#found[@]} == 1)) && _setup_current "$stamp" "$key"; then
