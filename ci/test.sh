@@ -3,8 +3,9 @@
 #
 # Works on a fresh clone on a fresh machine: it runs ci/setup.sh first
 # (apt packages, one venv per MPI wheel, the trixie chroot for Python 3.13 and its
-# venvs for JAX 0.11/0.12, cargo build), then
-#   fmt, clippy, cargo test, ruff, the readelf check of the artifacts,
+# venvs for JAX 0.11/0.12, cargo build, the x86_64 release wheel every venv installs), then
+#   fmt, clippy, cargo test, ruff, the aarch64 wheel and the sdist (ci/wheels.sh), the
+#   readelf check of the artifacts, the wheels' tags (auditwheel) and sizes,
 #   the probe on every MPI build of ci/matrix.sh at 1, 2 and 3 ranks,
 #   the selection-error cases, the linked backend's ABI oracle (Debian Open MPI
 #   and MPICH), the Python suite (tests/python) on the default MPI at 1 rank, on
