@@ -30,8 +30,9 @@ MODES = ("fast", "ordered")
 def worker(rounds: int) -> None:
     import jax
     import jax.numpy as jnp
+
     import jaxmpi
-    from jaxmpi import _jax_shim
+    from jaxmpi import _dispatch
 
     sys.path.insert(0, str(ROOT / "examples"))
     from shallow_water import Model
@@ -62,7 +63,7 @@ def worker(rounds: int) -> None:
     if mpi4jax is not None:
         cases["mpi4jax"] = jax.jit(lambda v: mpi4jax.allreduce(v, MPI.SUM) + 1)
     best = {name: float("inf") for name in cases}
-    for name, f in cases.items():
+    for f in cases.values():
         jax.block_until_ready(f(x))
     for r in range(rounds):
         names = list(cases)
@@ -87,7 +88,7 @@ def worker(rounds: int) -> None:
         jax.block_until_ready(state)
         fused = min(fused, slowest(time.perf_counter() - t0) / steps)
     if jaxmpi.COMM_WORLD.Get_rank() == 0:
-        mode, why = _jax_shim.dispatch_mode()
+        mode, why = _dispatch.dispatch_mode()
         result = {"mode": mode, "why": why, "tiny_us": {k: v * 1e6 for k, v in best.items()}}
         result["shallow_water_us_per_step"] = {
             "python-stepped": stepped * 1e6,

@@ -24,9 +24,10 @@ import time
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 from mpi4py import MPI  # first: it initializes MPI (MPI_THREAD_MULTIPLE) for everyone
+
+import jaxmpi
 
 try:
     import mpi4jax
@@ -266,7 +267,7 @@ def measure_ops(raw: Raw, rounds: int, ops, sizes) -> list[dict]:
             group.append((op, n, iters, timers, copies))
         best = [{name: float("inf") for name in timers} for _, _, _, timers, _ in group]
         for r in range(rounds):
-            for (op, n, iters, timers, _), b in zip(group, best):
+            for (_, _, iters, timers, _), b in zip(group, best):
                 names = list(timers)
                 for name in names[r % len(names) :] + names[: r % len(names)]:
                     b[name] = min(b[name], raw.slowest(timers[name]()) / iters)

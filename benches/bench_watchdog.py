@@ -27,8 +27,9 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 def measure(calls: int, repeats: int, clock: str) -> None:
     import jax
-    import jaxmpi
     import numpy as np
+
+    import jaxmpi
 
     @jax.jit
     def loop(x):

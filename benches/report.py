@@ -161,7 +161,10 @@ def sw_table(sw: dict) -> list[str]:
         b = run["best_s"]
         ours, theirs = b.get("ours (jaxmpi)"), b.get("mpi4jax example (mpi4jax)")
         drop = b.get("mpi4jax example (jaxmpi drop-in)")
-        f = lambda v: "failed" if v is None else f"{v:.2f}"
+
+        def f(v):
+            return "failed" if v is None else f"{v:.2f}"
+
         out.append(
             f"| {run['ranks']} | {f(ours)} | {f(theirs)} | {f(drop)} | "
             f"{ratio(ours, theirs)} | {ratio(drop, theirs)} |"

@@ -28,8 +28,9 @@ import time
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
+
+import jaxmpi
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1 << 20

@@ -44,7 +44,7 @@ JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_PIN_MATURIN="maturin==1.16.0"
-JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN")
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1")
 # What ci/wheels.sh builds the release wheels with (.venvs/wheels): zig links them
 # against glibc 2.17's symbols (manylinux2014, as jaxlib 0.6.2's wheels), auditwheel
 # checks the tag they claim.
@@ -215,17 +215,11 @@ _setup_cargo() {
     [[ -z $key ]] || printf '%s' "$key" >"$stamp"
 }
 
-# Builds the one jaxmpi wheel for x86_64 with ci/wheels.sh (the release wheel: abi3,
+# _setup_build_wheel: builds the x86_64 release wheel with ci/wheels.sh (abi3,
 # manylinux2014, stripped; it skips the build when its stamp says nothing changed) and
-# installs that same file into every test venv, so each MPI of the matrix is tested with
-# the bits users get. The install is skipped in a venv that already holds exactly the
-# wheel's files.
-_setup_wheel() {
-    if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
-        _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
-        return 0
-    fi
-    local wheel venv
+# sets `wheel` to its path in dist/. Also used by ci/gpu_pack.sh, which needs the wheel
+# and no venv.
+_setup_build_wheel() {
     local -a found
     bash "$JAXMPI_SETUP_ROOT/ci/wheels.sh" x86_64 || return 1
     mapfile -t found < <(compgen -G "$JAXMPI_SETUP_ROOT/dist/jaxmpi-*_x86_64.whl")
@@ -234,6 +228,18 @@ _setup_wheel() {
         return 1
     fi
     wheel=${found[0]}
+}
+
+# Builds the one jaxmpi wheel (the release wheel for x86_64) and installs that same file
+# into every test venv, so each MPI of the matrix is tested with the bits users get. The
+# install is skipped in a venv that already holds exactly the wheel's files.
+_setup_wheel() {
+    if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
+        _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
+        return 0
+    fi
+    local wheel venv
+    _setup_build_wheel || return 1
     for venv in mpich openmpi system jax-oldest impi; do
         [[ -x $JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python ]] || continue
         _setup_install_wheel "$venv" "$wheel" "$JAXMPI_SETUP_ROOT/.venvs/$venv/bin/python" || return 1

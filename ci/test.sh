@@ -185,7 +185,12 @@ GROUP=checks
 step "cargo fmt" fmt cargo fmt --all -- --check
 step "cargo clippy" clippy cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test" cargo-test cargo_test
-step "ruff" ruff "$ROOT/.venvs/mpich/bin/ruff" check --line-length 100 "$ROOT/python" "$ROOT/tests" "$ROOT/examples"
+step "ruff" ruff "$ROOT/.venvs/mpich/bin/ruff" check "$ROOT/python" "$ROOT/tests" "$ROOT/examples" "$ROOT/benches"
+# py.typed ships: the public API's annotations are checked (config: python/pyproject.toml).
+step "mypy" mypy bash -c 'cd "$1/python" && "$1/.venvs/mpich/bin/mypy" --python-executable "$1/.venvs/mpich/bin/python"' _ "$ROOT"
+# The GPU run's scripts (ci/gpu_run.sh runs only on a GPU machine): syntax, offline
+# installs, and the verdict logic on canned reports.
+step "GPU scripts (no GPU: syntax, offline, verdict logic)" gpu-check bash "$ROOT/ci/gpu_check.sh"
 # setup built the x86_64 wheel (the tests install it); the aarch64 one and the sdist.
 step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf check_needed
@@ -272,10 +277,19 @@ matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
 RANK_DEPENDENT_FILES="tests/python/test_collectives.py tests/python/test_varcount.py
     tests/python/test_p2p.py tests/python/test_comms.py tests/python/test_randomized.py
     tests/python/test_shallow_water.py tests/python/test_control_flow.py
-    tests/python/test_autodiff.py tests/python/test_vmap.py tests/python/test_node_local.py"
+    tests/python/test_autodiff.py tests/python/test_vmap.py tests/python/test_node_local.py
+    tests/python/test_checked.py"
 RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not bfloat16 and not float32 and not complex64"
 rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
 matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"
+
+# Across 2 simulated hosts (ci/hosts.sh; needs root): the ops on both PyPI wheels, node-local
+# ranks at 2 x 2, then settings the ranks disagree on, a lost host and a cut link.
+GROUP=multihost
+# shellcheck source=multihost.sh source-path=SCRIPTDIR
+source "$ROOT/ci/multihost.sh"
+multihost_cells
+step "across hosts: settings, lost host, cut link" multihost-faults "$ROOT/tests/multihost_faults.sh"
 
 # Messages over 2^31-1 elements, once through MPI-4 large counts (MPICH 5) and once
 # through derived datatypes and segmented reductions (Open MPI 4.1 has no _c functions).

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
+
+import jaxmpi
 
 DAY = 86_400.0
 

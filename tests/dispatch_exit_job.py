@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
 import jaxmpi
-from jaxmpi import _jax_shim
+from jaxmpi import _dispatch
 
 ROUNDS = 8
 rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
@@ -44,7 +45,7 @@ for _ in range(ROUNDS):
     else:
         recv(x)
         send(x)
-mode, why = _jax_shim.dispatch_mode()
+mode, why = _dispatch.dispatch_mode()
 print(
     f"rank {rank}/{size}: exiting with {2 * ROUNDS} calls dispatched ({mode}: {why})",
     flush=True,

@@ -21,6 +21,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+
 import jaxmpi
 
 parser = argparse.ArgumentParser()

@@ -15,6 +15,7 @@ def never_sent() -> None:
     """Rank 0 receives a message rank 1 never sends; rank 1 waits outside jaxmpi. Only
     JAXMPI_TIMEOUT can end this job."""
     import jax
+
     import jaxmpi
 
     rank = jaxmpi.COMM_WORLD.Get_rank()
@@ -33,8 +34,9 @@ def serialized_threads() -> None:
 
     mpi4py.rc.thread_level = "serialized"
     import jax
-    import jaxmpi
     from mpi4py import MPI
+
+    import jaxmpi
 
     rank = MPI.COMM_WORLD.Get_rank()
     if rank == 0:
@@ -60,6 +62,7 @@ def serialized_threads() -> None:
 def debug_lines() -> None:
     """One line per call from inside jit under JAXMPI_DEBUG=1."""
     import jax
+
     import jaxmpi
 
     rank = jaxmpi.COMM_WORLD.Get_rank()

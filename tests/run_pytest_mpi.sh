@@ -7,8 +7,8 @@
 #        tests/run_pytest_mpi.sh -- tests/python          (one rank, no launcher)
 #
 # Runs `LAUNCHER python -m pytest -p no:cacheprovider PYTEST ARGS` with `python` from
-# PATH, on the CPU, one JAX device per rank. Every rank runs the whole suite (the tests
-# keep the ranks in step; see tests/python/helpers.py).
+# PATH, on the CPU unless JAX_PLATFORMS says otherwise, one JAX device per rank. Every
+# rank runs the whole suite (the tests keep the ranks in step; see tests/python/helpers.py).
 #
 # Output: rank 0's output as it comes; every other rank writes to a log file, which is
 # printed (each line prefixed with "[rank N]") only if that rank failed.
@@ -20,6 +20,8 @@
 #   JAXMPI_TEST_TIMEOUT  seconds for the whole job (default 600; 0: no limit)
 #   JAXMPI_TEST_LOGDIR   keep the per-rank logs there (default: a temporary folder,
 #                        removed afterwards)
+#   JAXMPI_TEST_JUNITDIR write each rank's pytest junit report there (rankN.xml)
+#   JAX_PLATFORMS        kept if set (ci/gpu_run.sh sets cuda,cpu); default cpu
 set -u -o pipefail
 
 # --- Per-rank wrapper (the script runs itself under the launcher) ---------------------
@@ -28,6 +30,10 @@ if [[ ${1-} == --as-rank ]]; then
     shift 2
     rank=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${SLURM_PROCID:-0}}}}
     : >"$logdir/rank$rank.started"
+    # One report per rank: a test can pass on one rank and be skipped on another.
+    if [[ -n ${JAXMPI_TEST_JUNITDIR-} ]]; then
+        set -- "$@" "--junitxml=$JAXMPI_TEST_JUNITDIR/rank$rank.xml"
+    fi
     if [[ $rank == 0 ]]; then
         "$@" 2>&1 | tee "$logdir/rank$rank.log"
         (exit "${PIPESTATUS[0]}")
@@ -71,7 +77,8 @@ else
     trap 'rm -rf "$logdir"' EXIT
 fi
 
-export JAX_PLATFORMS=cpu
+# A caller may ask for the GPU; the default stays the CPU, one device per rank.
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=1"
 export PYTHONDONTWRITEBYTECODE=1 # ranks would race writing the same .pyc files
 export PYTHONUNBUFFERED=1

@@ -25,7 +25,6 @@ pub trait Library: Send + Sync {
     fn thread_level(&self) -> ThreadLevel;
     /// Whether this library called `MPI_Init_thread` (and so owns finalization).
     fn initialized_here(&self) -> bool;
-    fn is_finalized(&self) -> bool;
     /// Finalizes MPI if this library initialized it and nobody finalized it yet.
     fn finalize(&self) -> Result<()>;
     /// Whether the library can take device (CUDA) pointers directly.
@@ -36,10 +35,9 @@ pub trait Library: Send + Sync {
     /// finish: the launcher then tears down every rank.
     fn abort(&self, code: i32) -> !;
 
-    // --- error handling ---
+    // --- error handling (used through `ErrorsReturned`) ---
     /// Makes MPI errors on `comm` come back as codes if its error handler would do
-    /// anything else, without changing the user's handler beyond one call: returns the
-    /// handler to put back with `restore_errhandler` once the call is over.
+    /// anything else: returns the handler to put back with `restore_errhandler`.
     fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>>;
     fn restore_errhandler(&self, comm: Comm, handler: usize);
 
@@ -60,6 +58,34 @@ pub trait Library: Send + Sync {
 
     /// The ops on host memory.
     fn backend(&self) -> &dyn Backend;
+}
+
+/// MPI errors on a communicator come back as codes while this lives, whatever error handler
+/// the user gave it; dropping it, also when the op body panics, puts that handler back. So
+/// a user's handler changes for the duration of one jaxmpi call only.
+pub struct ErrorsReturned<'a> {
+    library: &'a dyn Library,
+    comm: Comm,
+    previous: Option<usize>,
+}
+
+impl<'a> ErrorsReturned<'a> {
+    pub fn on(library: &'a dyn Library, comm: Comm) -> Result<Self> {
+        let previous = library.return_errors_on(comm)?;
+        Ok(ErrorsReturned {
+            library,
+            comm,
+            previous,
+        })
+    }
+}
+
+impl Drop for ErrorsReturned<'_> {
+    fn drop(&mut self) {
+        if let Some(handler) = self.previous.take() {
+            self.library.restore_errhandler(self.comm, handler);
+        }
+    }
 }
 
 /// A sendrecv's envelopes, as MPI calls them: the communicator, where its message goes

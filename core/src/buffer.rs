@@ -123,18 +123,26 @@ impl<'a> BufMut<'a> {
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
+
+    /// The elements from `start` on (none if `start` is past the end).
+    pub fn tail(self, start: usize) -> BufMut<'a> {
+        let start = start.min(self.count());
+        let offset = start * self.dtype().size();
+        // SAFETY: the part of this buffer (which is consumed) from `start` on.
+        unsafe {
+            BufMut::from_raw(
+                self.ptr.wrapping_add(offset),
+                self.count() - start,
+                self.dtype(),
+            )
+        }
+    }
 }
 
 impl Deref for BufMut<'_> {
     type Target = Extent;
     fn deref(&self) -> &Extent {
         &self.extent
-    }
-}
-
-impl Input<'_> {
-    pub fn is_in_place(&self) -> bool {
-        matches!(self, Input::InPlace)
     }
 }
 
@@ -172,8 +180,9 @@ pub struct Blocks<'a> {
 
 impl Blocks<'_> {
     /// Checks that there is one block per rank of a communicator of `size` ranks and that
-    /// every block lies inside a buffer of `buffer` elements.
-    pub fn check(&self, name: &'static str, size: usize, buffer: usize) -> Result<()> {
+    /// every block lies inside a buffer of `buffer` elements (errors name the "counts").
+    pub fn check(&self, size: usize, buffer: usize) -> Result<()> {
+        let name = "counts";
         for (what, got) in [
             ("counts", self.counts.len()),
             ("displacements", self.displs.len()),
@@ -222,8 +231,8 @@ impl<'a> Partition<'a> {
         }
     }
     /// `Blocks::check` against this buffer.
-    pub fn check(&self, name: &'static str, size: usize) -> Result<()> {
-        self.blocks.check(name, size, self.buf.count())
+    pub fn check(&self, size: usize) -> Result<()> {
+        self.blocks.check(size, self.buf.count())
     }
 }
 
@@ -235,8 +244,8 @@ impl<'a> PartitionMut<'a> {
         }
     }
     /// `Blocks::check` against this buffer.
-    pub fn check(&self, name: &'static str, size: usize) -> Result<()> {
-        self.blocks.check(name, size, self.buf.count())
+    pub fn check(&self, size: usize) -> Result<()> {
+        self.blocks.check(size, self.buf.count())
     }
 }
 
@@ -264,18 +273,12 @@ mod tests {
     fn blocks_need_one_entry_per_rank_inside_the_buffer() {
         let data = [0u8; 16];
         let buf = Buf::from_bytes(&data, Dtype::F32).unwrap();
-        assert!(Partition::new(buf, &[1, 3], &[0, 1])
-            .check("gatherv", 2)
-            .is_ok());
-        let short = Partition::new(buf, &[1], &[0])
-            .check("gatherv", 2)
-            .unwrap_err();
+        assert!(Partition::new(buf, &[1, 3], &[0, 1]).check(2).is_ok());
+        let short = Partition::new(buf, &[1], &[0]).check(2).unwrap_err();
         assert!(short
             .to_string()
             .contains("counts has 1 elements but must have 2"));
-        let past = Partition::new(buf, &[1, 3], &[0, 2])
-            .check("gatherv", 2)
-            .unwrap_err();
+        let past = Partition::new(buf, &[1, 3], &[0, 2]).check(2).unwrap_err();
         assert!(past
             .to_string()
             .contains("rank 1's block (displacement 2, count 3) ends past"));

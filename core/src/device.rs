@@ -24,23 +24,18 @@ pub trait DeviceRuntime: Send + Sync {
     ) -> Result<()>;
 }
 
-static DEVICE_RUNTIME: OnceLock<Result<Box<dyn DeviceRuntime>, Error>> = OnceLock::new();
+static DEVICE_RUNTIME: OnceLock<&'static dyn DeviceRuntime> = OnceLock::new();
 
-/// Installs the process-wide device runtime the first time only (as `install_library`).
-pub fn install_device_runtime(
-    make: impl FnOnce() -> Result<Box<dyn DeviceRuntime>>,
-) -> Result<&'static dyn DeviceRuntime> {
-    match DEVICE_RUNTIME.get_or_init(make) {
-        Ok(runtime) => Ok(runtime.as_ref()),
-        Err(err) => Err(err.clone()),
-    }
+/// Installs the process-wide device runtime; the first one installed stays (as the library
+/// does), so installing again is harmless.
+pub fn install_device_runtime(runtime: &'static dyn DeviceRuntime) {
+    DEVICE_RUNTIME.get_or_init(|| runtime);
 }
 
 /// The installed device runtime, for device handlers.
 pub fn device_runtime() -> Result<&'static dyn DeviceRuntime> {
     match DEVICE_RUNTIME.get() {
-        Some(Ok(runtime)) => Ok(runtime.as_ref()),
-        Some(Err(err)) => Err(err.clone()),
+        Some(runtime) => Ok(*runtime),
         None => Err(Error::library(
             "device",
             "a jaxmpi op ran on a GPU, but no device runtime was installed \

@@ -316,6 +316,4 @@ pub struct LibraryInfo {
     pub any_source: i32,
     pub proc_null: i32,
     pub any_tag: i32,
-    /// `sizeof(MPI_Status)` in this library.
-    pub status_size: usize,
 }

@@ -6,7 +6,7 @@ from . import _support  # noqa: F401  # isort: skip  (first: refuses an unsuppor
 from . import _rules  # noqa: F401  (registers differentiation and batching rules)
 from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS
-from ._errors import raise_mpi_errors
+from ._errors import MPIError, raise_mpi_errors
 from ._native import __version__ as __version__  # the crate's version: the wheel's
 from ._ops import (
     allgather,
@@ -24,7 +24,6 @@ from ._ops import (
     send,
     sendrecv,
 )
-from ._runtime import MPIError
 from ._varcount import allgatherv, alltoallv, gatherv, scatterv
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]

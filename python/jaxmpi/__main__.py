@@ -12,7 +12,7 @@ def info_lines() -> list[str]:
     import jaxlib
 
     from jaxmpi import _support
-    from jaxmpi._jax_shim import dispatch_mode
+    from jaxmpi._dispatch import dispatch_mode
     from jaxmpi._runtime import cuda, info
 
     mpi4py = sys.modules.get("mpi4py")
@@ -29,11 +29,20 @@ def info_lines() -> list[str]:
         f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}: {info['cuda_aware_reason']}",
         f"CUDA            {_cuda_line(cuda)}",
         "dispatch        {}: {}".format(*dispatch_mode()),
+        f"checked mode    {_checked_line()}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",
         f"jaxlib          {jaxlib.__version__}",
         f"python          {sys.version.split()[0]} ({sys.executable})",
     ]
+
+
+def _checked_line() -> str:
+    from jaxmpi import _native
+
+    if _native.checked_mode():
+        return "on (JAXMPI_CHECK=1): ranks compare every call before making it"
+    return "off (JAXMPI_CHECK=1 makes ranks compare every call before making it)"
 
 
 def _cuda_line(cuda: dict) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import operator
 import sys
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeAlias
 
 import jax
 
@@ -13,7 +15,7 @@ from . import _native
 from ._errors import raise_mpi_errors
 from ._runtime import info
 
-# The handlers' portable encodings (core/src/handlers/signature.rs), as the extension
+# The handlers' portable encodings (core/src/xla/handlers/signature.rs), as the extension
 # gives them: the same in every MPI library, unlike MPI's own values below.
 _ENCODINGS = _native.constants()
 PEER_ANY: int = _ENCODINGS["PEER_ANY"]
@@ -27,7 +29,14 @@ PROC_NULL: int = info["proc_null"]
 ANY_TAG: int = info["any_tag"]
 
 
-def _mpi4py():
+#: What the public API accepts as `comm`: a `jaxmpi.Comm`, an `mpi4py.MPI.Intracomm`, or
+#: None (the default communicator). Any: mpi4py is optional.
+CommArg: TypeAlias = Any
+#: What it accepts as a reduction: `jaxmpi.SUM` etc. or an `mpi4py.MPI.Op`.
+OpArg: TypeAlias = Any
+
+
+def _mpi4py() -> ModuleType | None:
     """mpi4py's MPI module if it is loaded (jaxmpi never needs it)."""
     return sys.modules.get("mpi4py.MPI")
 
@@ -78,7 +87,7 @@ class Comm:
     def Barrier(self) -> None:
         _native.barrier(self.handle)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Comm) and other._handle == self._handle
 
     def __hash__(self) -> int:
@@ -105,7 +114,7 @@ PREDEFINED_OPS: list[str] = _native.reduce_ops()
 OPS = {name: Op(name) for name in PREDEFINED_OPS}
 
 
-def _clone_world():
+def _clone_world() -> CommArg:
     mpi = _mpi4py()
     return mpi.COMM_WORLD.Clone() if mpi is not None else COMM_WORLD.Clone()
 
@@ -117,7 +126,7 @@ def _clone_world():
 _default_comm = _clone_world()
 
 
-def default_comm():
+def default_comm() -> CommArg:
     return _default_comm
 
 
@@ -130,7 +139,7 @@ class CommInfo:
     size: int
 
 
-def resolve_comm(comm, op: str) -> CommInfo:
+def resolve_comm(comm: CommArg, op: str) -> CommInfo:
     if comm is None:
         comm = default_comm()
     mpi = _mpi4py()
@@ -161,13 +170,13 @@ def resolve_comm(comm, op: str) -> CommInfo:
         )
     handle &= (1 << 64) - 1  # mpi4py may give MPICH's negative handles as negative ints
     try:
-        _native.check_comm(handle)
+        rank, size = _native.comm_info(handle)
     except ValueError as err:
         raise ValueError(f"jaxmpi.{op}: {err}") from None
-    return CommInfo(handle, _native.comm_rank(handle), _native.comm_size(handle))
+    return CommInfo(handle, rank, size)
 
 
-def resolve_op(op, dtype, opname: str) -> tuple[int, int]:
+def resolve_op(op: OpArg, dtype: Any, opname: str) -> tuple[int, int]:
     """(op code, raw user-op handle) for the handlers; refuses ops undefined on dtype."""
     name = None
     if isinstance(op, Op):
@@ -192,10 +201,10 @@ def resolve_op(op, dtype, opname: str) -> tuple[int, int]:
     return PREDEFINED_OPS.index(name), 0
 
 
-def static_int(value, what: str, op: str) -> int:
+def static_int(value: Any, what: str, op: str) -> int:
     """`value` as a Python int known at trace time, or a clear error: ranks and tags decide
     which MPI call is compiled, so they cannot be traced values."""
-    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+    if isinstance(value, bool) or (not isinstance(value, int) and not hasattr(value, "__index__")):
         raise TypeError(f"jaxmpi.{op}: {what} must be an int, got {type(value).__name__}")
     try:
         return operator.index(value)
@@ -207,7 +216,7 @@ def static_int(value, what: str, op: str) -> int:
         ) from None
 
 
-def check_rank(value, size: int, what: str, op: str) -> int:
+def check_rank(value: Any, size: int, what: str, op: str) -> int:
     value = static_int(value, what, op)
     if not 0 <= value < size:
         raise ValueError(
@@ -216,7 +225,7 @@ def check_rank(value, size: int, what: str, op: str) -> int:
     return value
 
 
-def encode_source(source, size: int, op: str) -> int:
+def encode_source(source: Any, size: int, op: str) -> int:
     source = static_int(source, "source", op)
     if source == ANY_SOURCE:
         return PEER_ANY
@@ -225,7 +234,7 @@ def encode_source(source, size: int, op: str) -> int:
     return check_rank(source, size, "source", op)
 
 
-def encode_dest(dest, size: int, op: str) -> int:
+def encode_dest(dest: Any, size: int, op: str) -> int:
     dest = static_int(dest, "dest", op)
     if dest == PROC_NULL:
         return PEER_NULL
@@ -234,7 +243,7 @@ def encode_dest(dest, size: int, op: str) -> int:
     return check_rank(dest, size, "dest", op)
 
 
-def encode_tag(tag, op: str, allow_any: bool) -> int:
+def encode_tag(tag: Any, op: str, allow_any: bool) -> int:
     """Tags are C ints; MPI refuses those above MPI_TAG_UB (at least 32767) at run time."""
     if isinstance(tag, jax.Array):  # a jnp scalar works if concrete; a tracer says why not
         tag = static_int(tag, "tag", op)
@@ -245,7 +254,7 @@ def encode_tag(tag, op: str, allow_any: bool) -> int:
     return tag
 
 
-def status_address(status, op: str) -> int:
+def status_address(status: Any, op: str) -> int:
     """Where the handler writes the MPI_Status of a receive: inside an mpi4py Status."""
     if status is None:
         return 0

@@ -22,7 +22,7 @@ function through its C++ fast path. `raise_mpi_errors` (decorator or context man
 
 Under fast dispatch a failed call without a result (a send, say) may leave nothing for the
 user to read its error from; the core keeps it and jaxmpi raises it later
-(core/src/handlers/pending.rs has the rule). Creating an `MPIError` for it, here or by
+(core/src/xla/handlers/pending.rs has the rule). Creating an `MPIError` for it, here or by
 conversion, tells the core it was reported, so it is not raised a second time.
 """
 
@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import re
+from typing import Literal
 
 from jax.errors import JaxRuntimeError
 
-from . import _jax_shim
+from . import _jax_shim, _native
 
 # A handler's failure as XLA passes it on: its status code, then jaxmpi's message.
 _FROM_XLA = re.compile(r"\b[A-Z][A-Z_]*: (?=jaxmpi\.)")
@@ -46,10 +47,10 @@ _MESSAGE = re.compile(
 )
 
 
-def _call_fields(call: str) -> dict:
+def _call_fields(call: str) -> dict[str, int | str]:
     """'comm 0x44000000, source 0, tag 9, 16 bytes' as {'comm': 0x44000000, 'source': 0,
     'tag': 9, 'bytes': 16}; ANY_SOURCE, ANY_TAG and PROC_NULL stay names."""
-    fields = {}
+    fields: dict[str, int | str] = {}
     for item in call.split(", "):
         first, _, second = item.partition(" ")
         key, value = ("bytes", first) if second == "bytes" else (first, second)
@@ -60,12 +61,15 @@ def _call_fields(call: str) -> dict:
     return fields
 
 
+def _number(call: dict[str, int | str], key: str) -> int | None:
+    value = call.get(key)
+    return value if isinstance(value, int) else None
+
+
 def raise_kept_failure() -> None:
     """Raises the failure the core kept since an op nobody could read (fast dispatch).
     Called only once the caller's own MPI work is done: a rank raising before its part of
-    a collective would leave the other ranks waiting (core/src/handlers/pending.rs)."""
-    from . import _native
-
+    a collective would leave the other ranks waiting (core/src/xla/handlers/pending.rs)."""
     message = _native.take_failure()
     if message is not None:
         raise MPIError(message)
@@ -73,9 +77,7 @@ def raise_kept_failure() -> None:
 
 def _forget_kept_failure(message: str) -> None:
     """The user now holds this failure: the core need not raise it again later (see
-    core/src/handlers/pending.rs)."""
-    from . import _native
-
+    core/src/xla/handlers/pending.rs)."""
     _native.discard_failure(message)
 
 
@@ -106,11 +108,11 @@ class MPIError(JaxRuntimeError):
         )
         self.error_string: str = (groups.get("text") or message).strip()
         self.call: dict = call
-        self.comm: int | None = call.get("comm")
+        self.comm = _number(call, "comm")
         self.root = call.get("root")
         self.tag = call.get("tag", call.get("recvtag"))
         self.peer = call.get("source", call.get("dest"))
-        self.nbytes: int | None = call.get("bytes")
+        self.nbytes = _number(call, "bytes")
         _forget_kept_failure(message)
 
     @classmethod
@@ -146,10 +148,12 @@ class raise_mpi_errors(contextlib.ContextDecorator):
     every jaxmpi op and `Comm` method is wrapped in it, so the next one reports it.
     """
 
-    def __enter__(self):
+    def __enter__(self) -> raise_mpi_errors:
         return self
 
-    def __exit__(self, exc_type, exc, traceback):
+    def __exit__(
+        self, exc_type: object, exc: BaseException | None, traceback: object
+    ) -> Literal[False]:
         if exc is None and not _jax_shim.is_tracing():
             raise_kept_failure()
         if exc is None or isinstance(exc, MPIError):

@@ -1,34 +1,27 @@
-"""Every use of JAX's private internals, in one place.
+"""Every use of JAX's private internals, in one place, and nothing else.
 
-jaxmpi needs three things JAX has no public API for: an ordered effect (so MPI calls keep
-program order on every rank without user-visible tokens), the default eager
-implementation of a primitive, and a lowering that threads the effect's token through an
-XLA FFI call. Each is written here once, for every supported JAX (0.6.2 to the newest).
+jaxmpi needs what JAX has no public API for: an ordered effect (so MPI calls keep program
+order on every rank without user-visible tokens), the default eager implementation of a
+primitive, a lowering that threads the effect's token through an XLA FFI call, JAX's rule
+registries, and, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
+lowers, compiles and drains a program. Each is written here once, for every supported JAX
+(0.6.2 to the newest).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import warnings
 from functools import partial
 
 import jax
-import numpy as np
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
-from jax._src import pjit as _pjit
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
+from jax.extend.core import Primitive  # public since JAX 0.4.32
 from jax.interpreters import ad as _ad
 from jax.interpreters import batching as _batching
 from jax.interpreters import mlir
-
-try:  # public since JAX 0.4.32
-    from jax.extend.core import Primitive
-except ImportError:  # pragma: no cover - older JAX is not supported anyway
-    from jax.core import Primitive
 
 ShapedArray = _core.ShapedArray
 abstract_token = _core.abstract_token
@@ -90,6 +83,17 @@ def lower_ordered_ffi_call(ctx, target: str, operands, kept, attributes: dict, a
     return results
 
 
+def new_identity_primitive(name: str) -> Primitive:
+    """A multiple-results primitive that returns its operands, with no effect: a rule's
+    identity that must stay a primitive so that rules of its own can be attached."""
+    primitive = Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_impl(lambda *operands, **_: operands)
+    primitive.def_abstract_eval(lambda *avals, **_: avals)
+    mlir.register_lowering(primitive, lambda ctx, *operands, **_: operands)
+    return primitive
+
+
 def register_lowering(primitive: Primitive, rule, platform: str) -> None:
     mlir.register_lowering(primitive, rule, platform=platform)
 
@@ -138,229 +142,76 @@ def def_batching(primitive: Primitive, rule) -> None:
     _batching.primitive_batchers[primitive] = rule
 
 
-def pass_tokens_through(ctx) -> None:
-    """For a lowering that makes no MPI call: the program order token flows on."""
-    ctx.set_tokens_out(ctx.tokens_in)
-
-
-def has_cuda_plugin() -> bool:
-    """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
-    import importlib.util
-
-    names = (
-        "jax_cuda12_plugin",
-        "jax_cuda13_plugin",
-        "jax_plugins.xla_cuda12",
-        "jax_plugins.xla_cuda13",
-    )
-    for name in names:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return True
-        except ModuleNotFoundError:
-            continue
-    return False
-
-
 def is_tracing() -> bool:
     """Whether JAX is tracing (under jit, grad, vmap, ...) rather than executing."""
     return not _core.trace_state_clean()
 
 
-def use_only_gpu(ordinal: int) -> None:
-    """Makes JAX use GPU `ordinal` alone (effective before JAX starts its GPU client)."""
-    jax.config.update("jax_cuda_visible_devices", str(ordinal))
+# --- Dispatch hooks (the policy is `_dispatch.py`) ------------------------------------------
+# Each install_* wraps one JAX internal: `wrapper(original, *args, **kwargs)` is called in
+# its place with the original function first.
 
 
-# --- Dispatch: fast (default on CPU) or ordered ----------------------------------------
+def install_lowering_hook(wrapper) -> None:
+    """Around lowering a jaxpr to the HLO module of an executable (its top level)."""
+    # A private function replaced on purpose: its type is what the wrapper keeps.
+    _pxla._cached_lowering_to_hlo = partial(wrapper, _pxla._cached_lowering_to_hlo)  # type: ignore[assignment]
 
 
-class _FastDispatch:
-    """Why a jitted function holding MPI ops costs no more to call than one without.
-
-    Any effect in a program's top-level jaxpr turns JAX's C++ dispatch path off, and an
-    ordered one also makes JAX pass a runtime token from each call to the next: ~40x the
-    cost of a plain call. Inside one program the token is indispensable (XLA would reorder
-    or overlap custom calls without it); between programs it is redundant on the CPU,
-    where the PJRT client starts an execution only after the previous one launched from
-    the same thread on the same device has finished. So the MPI effect stays on every
-    equation (DCE, partial eval, AD, remat and control flow keep treating MPI calls as
-    today) and is taken off only the top-level jaxpr handed to lowering; the token that
-    chains the program's calls is then created inside `main` instead of passed in.
-
-    What the runtime token gave for free is paid here and in _runtime: `effects_barrier`
-    (and exit) drains the thread's stream with a small program of its own, and a failure
-    of an op whose result nobody reads is kept by the core and raised later.
-
-    Used only on the CPU with one device per process: on CUDA order between programs is
-    not yet shown on a GPU, and several devices each have their own queue. Every program
-    lowered this way is checked (the first one thoroughly); if this JAX lowers
-    differently, dispatch falls back to ordered, with one warning.
-    """
-
-    def __init__(self) -> None:
-        self.requested = ""  # JAXMPI_DISPATCH: "", "fast" or "ordered"
-        self.decision: tuple[str, str] | None = None  # (mode, why), once known
-        self.checked = False
-        self.used = False  # a program was lowered the fast way in this process
-        self.draining = True
-        self.lowering = threading.local()
-        self.on_fast: list = []  # called once, when the first program is lowered fast
-        self.on_barrier: list = []  # called after every effects_barrier
-
-    def mode(self) -> tuple[str, str]:
-        if self.decision is None:
-            self.decision = self._decide()
-        return self.decision
-
-    def lowered_fast(self) -> None:
-        if not self.used:
-            self.used = True
-            for callback in self.on_fast:
-                callback()
-
-    def _decide(self) -> tuple[str, str]:
-        if self.requested == "ordered":
-            return "ordered", "JAXMPI_DISPATCH=ordered"
-        platform = jax.default_backend()
-        devices = max(jax.local_device_count(), jax.device_count())
-        if devices != 1:
-            return "ordered", (
-                f"{devices} {platform} devices: each runs its own queue of programs, "
-                "so only a token keeps MPI calls across programs in order"
-            )
-        if self.requested == "fast":
-            return "fast", "JAXMPI_DISPATCH=fast"
-        if platform != "cpu":
-            return "ordered", (
-                f"default on {platform}: order between programs is verified on the CPU only"
-            )
-        return "fast", "default on the CPU with one device"
-
-    def fallback(self, why: str) -> None:
-        warnings.warn(
-            f"jaxmpi: this JAX ({jax.__version__}) does not lower programs the way fast "
-            f"dispatch assumes ({why}); using ordered dispatch (each call threads a "
-            "runtime token, slower). Set JAXMPI_DISPATCH=ordered to silence this.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        self.decision = ("ordered", f"fast dispatch failed its self-check: {why}")
+def install_subcomputation_hook(wrapper) -> None:
+    """Around lowering one jaxpr (the top level and every nested body) given its tokens."""
+    _mlir.jaxpr_subcomp = partial(wrapper, _mlir.jaxpr_subcomp)
 
 
-_fast = _FastDispatch()
-_lower_to_hlo = _pxla._cached_lowering_to_hlo
-_subcomp = _mlir.jaxpr_subcomp
-_block_until_ready = _dispatch.RuntimeTokenSet.block_until_ready
+def install_effects_barrier_hook(wrapper) -> None:
+    """Around `jax.effects_barrier()`'s wait for the runtime tokens of ordered effects."""
+    original = _dispatch.RuntimeTokenSet.block_until_ready
+
+    def block_until_ready(self):
+        return wrapper(original, self)
+
+    _dispatch.RuntimeTokenSet.block_until_ready = block_until_ready  # type: ignore[method-assign]
 
 
-def _has_mpi_effect(effects) -> bool:
+def has_mpi_effect(effects) -> bool:
     return any(isinstance(e, MpiEffect) for e in effects)
 
 
-def _lowering_without_effect(closed_jaxpr, *args, **kwargs):
-    if not _has_mpi_effect(closed_jaxpr.effects) or _fast.mode()[0] != "fast":
-        return _lower_to_hlo(closed_jaxpr, *args, **kwargs)
+def without_mpi_effect(closed_jaxpr):
+    """The closed jaxpr with the MPI effect taken off its top level only."""
     kept = [e for e in closed_jaxpr.effects if not isinstance(e, MpiEffect)]
-    stripped = _core.replace_jaxpr_effects(closed_jaxpr, kept)
-    state = _fast.lowering
-    state.active, state.created = True, 0
-    try:
-        result = _lower_to_hlo(stripped, *args, **kwargs)
-    finally:
-        state.active = False
-    why = _self_check(result, state.created, thorough=not _fast.checked)
-    _fast.checked = True
-    if why:
-        _fast.fallback(why)
-        return _lower_to_hlo(closed_jaxpr, *args, **kwargs)
-    _fast.lowered_fast()
-    return result
+    return _core.replace_jaxpr_effects(closed_jaxpr, kept)
 
 
-def _self_check(result, created: int, thorough: bool) -> str:
-    """What differs from what fast dispatch assumes of this lowering, or ''."""
-    if created != 1:
-        return f"the program's MPI token was created {created} times, expected once"
-    if not thorough:
-        return ""
-    for part in result:
-        if isinstance(part, (list, tuple)) and _has_mpi_effect(
-            e for e in part if isinstance(e, _effects.Effect)
-        ):
-            return "the executable still carries the MPI effect"
-    module = result[0]
-    for op in module.body.operations:
+def calls_mpi(jaxpr) -> bool:
+    """Whether an equation of `jaxpr` (not nested ones) carries the MPI effect."""
+    return any(effect in eqn.effects for eqn in jaxpr.eqns)
+
+
+def with_new_mpi_token(tokens):
+    """`tokens` (a TokenSet) plus a fresh token for the MPI effect, made in the program."""
+    if effect in tokens.effects():
+        return None
+    return _mlir.TokenSet({**dict(tokens.items()), effect: _mlir.create_token()})
+
+
+def without_mpi_token(tokens):
+    return _mlir.TokenSet({e: t for e, t in tokens.items() if e is not effect})
+
+
+def lowering_still_carries_effect(result) -> bool:
+    """Whether a lowering result (what `install_lowering_hook` wraps) still lists the MPI
+    effect among the executable's effects."""
+    return any(
+        isinstance(part, (list, tuple))
+        and has_mpi_effect(e for e in part if isinstance(e, _effects.Effect))
+        for part in result
+    )
+
+
+def main_signature(result) -> str | None:
+    """The type of the lowered module's `main` function, or None if it has none."""
+    for op in result[0].body.operations:
         if op.operation.name == "func.func" and str(op.attributes["sym_name"]) == '"main"':
-            if "token" in str(op.type):
-                return "main still takes or returns a token"
-            return ""
-    return "no main function in the lowered module"
-
-
-def _subcomp_creating_token(ctx, jaxpr, name_stack, tokens, *args, **kwargs):
-    state = _fast.lowering
-    if (
-        not getattr(state, "active", False)
-        or effect in tokens.effects()
-        or not any(effect in eqn.effects for eqn in jaxpr.eqns)
-    ):
-        return _subcomp(ctx, jaxpr, name_stack, tokens, *args, **kwargs)
-    # The top level of a program lowered without the effect: its first MPI call starts
-    # the chain; no token leaves the program.
-    state.created += 1
-    tokens = _mlir.TokenSet({**dict(tokens.items()), effect: _mlir.create_token()})
-    outs, tokens_out = _subcomp(ctx, jaxpr, name_stack, tokens, *args, **kwargs)
-    return outs, _mlir.TokenSet({e: t for e, t in tokens_out.items() if e is not effect})
-
-
-def _effects_barrier(self) -> None:
-    _block_until_ready(self)
-    if _fast.used and _fast.draining:
-        # Executions launched from one thread on the CPU run one after the other: once a
-        # new one has finished, every MPI call this thread dispatched before it has too.
-        _drain(np.zeros((), np.int32)).block_until_ready()
-    for callback in _fast.on_barrier:
-        callback()
-
-
-_drain = jax.jit(lambda x: x + 1)
-
-
-def configure_dispatch(requested: str, on_fast, on_barrier) -> None:
-    """Installs fast dispatch unless `requested` is "ordered". `on_fast()` runs when the
-    first program is lowered the fast way, `on_barrier()` after every effects_barrier."""
-    _fast.requested = requested
-    _fast.on_fast.append(on_fast)
-    _fast.on_barrier.append(on_barrier)
-    _dispatch.RuntimeTokenSet.block_until_ready = _effects_barrier
-    if requested != "ordered":
-        _pxla._cached_lowering_to_hlo = _lowering_without_effect
-        _mlir.jaxpr_subcomp = _subcomp_creating_token
-
-
-def dispatch_mode() -> tuple[str, str]:
-    """("fast" or "ordered", why). Decides now if no program was lowered yet."""
-    return _fast.mode()
-
-
-def stop_draining() -> None:
-    """After MPI_Finalize: effects_barrier has nothing left to wait for."""
-    _fast.draining = False
-
-
-@contextlib.contextmanager
-def count_python_dispatches():
-    """Counts the jitted calls that JAX dispatches from Python (its slow path) instead of
-    from C++, in a list of one int."""
-    original, count = _pjit._pjit_call_impl_python, [0]
-
-    def counting(*args, **kwargs):
-        count[0] += 1
-        return original(*args, **kwargs)
-
-    _pjit._pjit_call_impl_python = counting
-    try:
-        yield count
-    finally:
-        _pjit._pjit_call_impl_python = original
+            return str(op.type)
+    return None

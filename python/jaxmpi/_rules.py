@@ -15,27 +15,14 @@ that split or stack along it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax.numpy as jnp
 
 from . import _jax_shim, _native
+from . import _primitive as prim
 from ._comm import PEER_ANY, PREDEFINED_OPS, TAG_ANY
-from ._ops import (
-    _allgather_p,
-    _allreduce_p,
-    _alltoall_p,
-    _barrier_p,
-    _bcast_p,
-    _exscan_p,
-    _gather_p,
-    _recv_p,
-    _reduce_p,
-    _reduce_scatter_p,
-    _scan_p,
-    _scatter_p,
-    _send_p,
-    _sendrecv_p,
-)
-from ._varcount import _allgatherv_p, _alltoallv_p, _gatherv_p, _scatterv_p
 
 SUM, PROD, MIN, MAX = (PREDEFINED_OPS.index(n) for n in ("SUM", "PROD", "MIN", "MAX"))
 
@@ -86,7 +73,11 @@ def _linear_jvp(primitive, name: str, sum_only: bool = False):
         quiet = dict(params, status=0) if "status" in params else params
         return outs, primitive.bind(*tangents, **quiet)
 
-    _jax_shim.def_jvp(primitive, jvp)
+    return jvp
+
+
+def _sum_only_jvp(primitive, name: str):
+    return _linear_jvp(primitive, name, sum_only=True)
 
 
 def _selection_tangent(x, t, result, primitive, params):
@@ -98,7 +89,7 @@ def _selection_tangent(x, t, result, primitive, params):
 
 def _product_tangent(x, t, primitive, params):
     """PROD: d(prod_r x_r) = sum_r t_r * prod_{s != r} x_s, exact also where some x is 0."""
-    everyone = _one(_allgather_p, x, comm=params["comm"], size=_size(params))
+    everyone = _one(prim.allgather, x, comm=params["comm"], size=_size(params))
     own = (jnp.arange(everyone.shape[0]) == _rank(params)).reshape((-1,) + (1,) * x.ndim)
     others = jnp.prod(jnp.where(own, jnp.ones_like(everyone), everyone), axis=0)
     return primitive.bind(t * others, **dict(params, op=SUM, user_op=0))
@@ -115,13 +106,13 @@ def _reduction_jvp(primitive, name: str):
             return _linear(primitive, primals, tangents, params)
         outs = primitive.bind(x, **params)
         if op in (MIN, MAX):
-            full = outs[0] if primitive is _allreduce_p else _allreduce(x, params, op)
+            full = outs[0] if primitive is prim.allreduce else _allreduce(x, params, op)
             return outs, _selection_tangent(x, t, full, primitive, params)
         if op == PROD:
             return outs, _product_tangent(x, t, primitive, params)
         raise NotImplementedError(f"jaxmpi.{name}: {_op_name(op)} has no derivative")
 
-    _jax_shim.def_jvp(primitive, jvp)
+    return jvp
 
 
 def _linear(primitive, primals, tangents, params):
@@ -129,20 +120,7 @@ def _linear(primitive, primals, tangents, params):
 
 
 def _allreduce(t, params, op=SUM):
-    return _one(_allreduce_p, t, comm=params["comm"], op=op, user_op=0, identity=False)
-
-
-_reduction_jvp(_allreduce_p, "allreduce")
-_reduction_jvp(_reduce_p, "reduce")
-for _p, _name in [(_scan_p, "scan"), (_exscan_p, "exscan"), (_reduce_scatter_p, "reduce_scatter")]:
-    _linear_jvp(_p, _name, sum_only=True)
-for _p, _name in [
-    (_bcast_p, "bcast"), (_gather_p, "gather"), (_allgather_p, "allgather"),
-    (_scatter_p, "scatter"), (_alltoall_p, "alltoall"), (_send_p, "send"),
-    (_gatherv_p, "gatherv"), (_allgatherv_p, "allgatherv"), (_scatterv_p, "scatterv"),
-    (_alltoallv_p, "alltoallv"),
-]:  # fmt: skip
-    _linear_jvp(_p, _name)
+    return _one(prim.allreduce, t, comm=params["comm"], op=op, user_op=0)
 
 
 def _named_source_jvp(primitive, name: str):
@@ -160,11 +138,7 @@ def _named_source_jvp(primitive, name: str):
             return outs, [jnp.zeros_like(o) for o in outs]
         return outs, primitive.bind(*tangents, source=source, **dict(params, status=0))
 
-    _jax_shim.def_jvp(primitive, jvp)
-
-
-_named_source_jvp(_recv_p, "recv")
-_named_source_jvp(_sendrecv_p, "sendrecv")
+    return jvp
 
 
 # --- Transposes -----------------------------------------------------------------------------
@@ -176,8 +150,12 @@ def _for(arg, value):
     return value if _jax_shim.is_linear(arg) else None
 
 
-def _allreduce_transpose(cts, x, *, identity, **params):
-    return _allreduce_p.bind(*cts, identity=not identity, **params)
+def _allreduce_transpose(cts, x, **params):
+    return prim.allreduce_transposed.bind(*cts, **params)
+
+
+def _allreduce_transposed_transpose(cts, x, **params):
+    return prim.allreduce.bind(*cts, **params)
 
 
 # A rooted op's primal returns its input on the ranks where it binds no result; JAX adds
@@ -195,61 +173,61 @@ def _value_or(outs, fallback):
 
 def _reduce_transpose(cts, x, *, comm, root, at_root, **params):
     ct = _cotangent_or_zeros(cts, x)
-    spread = _value_or(_bcast_p.bind(ct, comm=comm, root=root, at_root=at_root), ct)
+    spread = _value_or(prim.bcast.bind(ct, comm=comm, root=root, at_root=at_root), ct)
     return [_for(x, spread)]
 
 
 def _scan_transpose(cts, x, **params):
     """Rank s's input reaches every rank r >= s: sum over r >= s = total - exclusive sum."""
     (ct,) = cts
-    before = _one(_exscan_p, ct, **params)
+    before = _one(prim.exscan, ct, **params)
     return [_for(x, _allreduce(ct, params) - before)]
 
 
 def _exscan_transpose(cts, x, **params):
     (ct,) = cts
-    upto = _one(_scan_p, ct, **params)
+    upto = _one(prim.scan, ct, **params)
     return [_for(x, _allreduce(ct, params) - upto)]
 
 
 def _reduce_scatter_transpose(cts, x, *, comm, **params):
-    return [_for(x, _one(_allgather_p, *cts, comm=comm, size=_native.comm_size(comm)))]
+    return [_for(x, _one(prim.allgather, *cts, comm=comm, size=_native.comm_size(comm)))]
 
 
 def _bcast_transpose(cts, x, *, comm, root, at_root):
     """The root's own cotangent arrives through the identity; the others' are summed."""
     ct = _cotangent_or_zeros(cts, x)
-    outs = _reduce_p.bind(ct, comm=comm, op=SUM, user_op=0, root=root, at_root=at_root)
+    outs = prim.reduce.bind(ct, comm=comm, op=SUM, user_op=0, root=root, at_root=at_root)
     return [_for(x, _value_or(outs, jnp.zeros_like(ct)))]
 
 
 def _gather_transpose(cts, x, *, comm, root, size, at_root):
     ct = _cotangent_or_zeros(cts, x)  # away from the root: a template
-    return [_for(x, _one(_scatter_p, ct, comm=comm, root=root, at_root=at_root))]
+    return [_for(x, _one(prim.scatter, ct, comm=comm, root=root, at_root=at_root))]
 
 
 def _allgather_transpose(cts, x, *, comm, size):
-    return [_for(x, _one(_reduce_scatter_p, *cts, comm=comm, op=SUM, user_op=0))]
+    return [_for(x, _one(prim.reduce_scatter, *cts, comm=comm, op=SUM, user_op=0))]
 
 
 def _scatter_transpose(cts, x, *, comm, root, at_root):
     size = _native.comm_size(comm)
-    outs = _gather_p.bind(*cts, comm=comm, root=root, size=size, at_root=at_root)
+    outs = prim.gather.bind(*cts, comm=comm, root=root, size=size, at_root=at_root)
     return [_for(x, _value_or(outs, _zeros_like_arg(x)))]
 
 
 def _alltoall_transpose(cts, x, *, comm):
-    return [_for(x, _one(_alltoall_p, *cts, comm=comm))]
+    return [_for(x, _one(prim.alltoall, *cts, comm=comm))]
 
 
 def _send_transpose(cts, x, *, comm, dest, tag):
     """What was sent comes back: the cotangent from the destination."""
-    back = _one(_recv_p, _zeros_like_arg(x), comm=comm, source=dest, tag=TAG_ANY, status=0)
+    back = _one(prim.recv, _zeros_like_arg(x), comm=comm, source=dest, tag=TAG_ANY, status=0)
     return [_for(x, back)]
 
 
 def _recv_transpose(cts, x, *, comm, source, tag, status):
-    _send_p.bind(*cts, comm=comm, dest=source, tag=0 if tag == TAG_ANY else tag)
+    prim.send.bind(*cts, comm=comm, dest=source, tag=0 if tag == TAG_ANY else tag)
     return [_for(x, _zeros_like_arg(x))]
 
 
@@ -259,7 +237,7 @@ def _sendrecv_transpose(cts, sendbuf, recvbuf, *, source, dest, sendtag, **param
     # The cotangents are two arrays even where the primal sent and received one.
     params = dict(params, recvtag=TAG_ANY, status=0, replace=False)
     back = _one(
-        _sendrecv_p,
+        prim.sendrecv,
         *cts,
         _zeros_like_arg(sendbuf),
         source=dest,
@@ -273,7 +251,7 @@ def _sendrecv_transpose(cts, sendbuf, recvbuf, *, source, dest, sendtag, **param
 def _gatherv_transpose(cts, x, *, comm, root, counts, at_root):
     ct = _cotangent_or_zeros(cts, x)  # away from the root: a template
     rank = _native.comm_rank(comm)
-    mine = _one(_scatterv_p, ct, comm=comm, root=root, counts=counts, rank=rank, at_root=at_root)
+    mine = _one(prim.scatterv, ct, comm=comm, root=root, counts=counts, rank=rank, at_root=at_root)
     return [_for(x, mine)]
 
 
@@ -283,32 +261,18 @@ def _allgatherv_transpose(cts, x, *, comm, counts):
     (ct,) = cts
     rank, size = _native.comm_rank(comm), _native.comm_size(comm)
     mine = counts[rank]
-    blocks = _one(_alltoallv_p, ct, comm=comm, send_counts=counts, recv_counts=(mine,) * size)
+    blocks = _one(prim.alltoallv, ct, comm=comm, send_counts=counts, recv_counts=(mine,) * size)
     return [_for(x, blocks.reshape((size, mine) + blocks.shape[1:]).sum(axis=0))]
 
 
 def _scatterv_transpose(cts, x, *, comm, root, counts, rank, at_root):
-    outs = _gatherv_p.bind(*cts, comm=comm, root=root, counts=counts, at_root=at_root)
+    outs = prim.gatherv.bind(*cts, comm=comm, root=root, counts=counts, at_root=at_root)
     return [_for(x, _value_or(outs, _zeros_like_arg(x)))]
 
 
 def _alltoallv_transpose(cts, x, *, comm, send_counts, recv_counts):
-    back = _one(_alltoallv_p, *cts, comm=comm, send_counts=recv_counts, recv_counts=send_counts)
+    back = _one(prim.alltoallv, *cts, comm=comm, send_counts=recv_counts, recv_counts=send_counts)
     return [_for(x, back)]
-
-
-for _p, _rule in [
-    (_allreduce_p, _allreduce_transpose), (_reduce_p, _reduce_transpose),
-    (_scan_p, _scan_transpose), (_exscan_p, _exscan_transpose),
-    (_reduce_scatter_p, _reduce_scatter_transpose), (_bcast_p, _bcast_transpose),
-    (_gather_p, _gather_transpose), (_allgather_p, _allgather_transpose),
-    (_scatter_p, _scatter_transpose), (_alltoall_p, _alltoall_transpose),
-    (_send_p, _send_transpose), (_recv_p, _recv_transpose),
-    (_sendrecv_p, _sendrecv_transpose), (_gatherv_p, _gatherv_transpose),
-    (_allgatherv_p, _allgatherv_transpose), (_scatterv_p, _scatterv_transpose),
-    (_alltoallv_p, _alltoallv_transpose),
-]:  # fmt: skip
-    _jax_shim.def_transpose(_p, _rule)
 
 
 # --- Batching -------------------------------------------------------------------------------
@@ -332,7 +296,7 @@ def _batcher(primitive, arg_axis, out_axis):
         outs = primitive.bind(*moved, **params)
         return outs, [out_axis(**params)] * len(outs)
 
-    _jax_shim.def_batching(primitive, rule)
+    return rule
 
 
 def _front(**_):
@@ -343,13 +307,56 @@ def _behind_rank_axis(**_):
     return 1
 
 
-for _p in [_allreduce_p, _reduce_p, _scan_p, _exscan_p, _bcast_p, _send_p, _recv_p, _sendrecv_p]:
-    _batcher(_p, _front, _front)
-_batcher(_gather_p, _front, lambda *, at_root, **_: 1 if at_root else 0)
-_batcher(_allgather_p, _front, _behind_rank_axis)
-_batcher(_scatter_p, lambda *, at_root, **_: 1 if at_root else 0, _front)
-_batcher(_alltoall_p, _behind_rank_axis, _behind_rank_axis)
-_batcher(_reduce_scatter_p, _behind_rank_axis, _front)
-for _p in [_gatherv_p, _allgatherv_p, _scatterv_p, _alltoallv_p]:
-    _batcher(_p, _behind_rank_axis, _behind_rank_axis)
-_jax_shim.def_batching(_barrier_p, lambda args, dims, **params: (_barrier_p.bind(**params), []))
+def _root_axis(*, at_root, **_):
+    """Gather's result and scatter's operand have the rank axis in front at the root only."""
+    return 1 if at_root else 0
+
+
+def _barrier_batching(args, dims, **params):
+    return prim.barrier.bind(**params), []
+
+
+# --- The table: every primitive's rules, one row each ------------------------------------
+
+
+class Rules(NamedTuple):
+    """How JAX differentiates and batches one primitive: `jvp(primitive, name)` makes its
+    JVP rule (None: no derivative, no operands), `transpose` is its transpose rule (None:
+    not linear), `batch` is (operand axis, result axis) for `_batcher`, each a function of
+    the op's parameters, or a whole batching rule."""
+
+    jvp: Callable | None
+    transpose: Callable | None
+    batch: tuple[Callable, Callable] | Callable
+
+
+RULES: dict[str, Rules] = {
+    "allreduce": Rules(_reduction_jvp, _allreduce_transpose, (_front, _front)),
+    "reduce": Rules(_reduction_jvp, _reduce_transpose, (_front, _front)),
+    "scan": Rules(_sum_only_jvp, _scan_transpose, (_front, _front)),
+    "exscan": Rules(_sum_only_jvp, _exscan_transpose, (_front, _front)),
+    "reduce_scatter": Rules(_sum_only_jvp, _reduce_scatter_transpose, (_behind_rank_axis, _front)),
+    "bcast": Rules(_linear_jvp, _bcast_transpose, (_front, _front)),
+    "gather": Rules(_linear_jvp, _gather_transpose, (_front, _root_axis)),
+    "allgather": Rules(_linear_jvp, _allgather_transpose, (_front, _behind_rank_axis)),
+    "scatter": Rules(_linear_jvp, _scatter_transpose, (_root_axis, _front)),
+    "alltoall": Rules(_linear_jvp, _alltoall_transpose, (_behind_rank_axis, _behind_rank_axis)),
+    "gatherv": Rules(_linear_jvp, _gatherv_transpose, (_behind_rank_axis, _behind_rank_axis)),
+    "allgatherv": Rules(_linear_jvp, _allgatherv_transpose, (_behind_rank_axis, _behind_rank_axis)),
+    "scatterv": Rules(_linear_jvp, _scatterv_transpose, (_behind_rank_axis, _behind_rank_axis)),
+    "alltoallv": Rules(_linear_jvp, _alltoallv_transpose, (_behind_rank_axis, _behind_rank_axis)),
+    "send": Rules(_linear_jvp, _send_transpose, (_front, _front)),
+    "recv": Rules(_named_source_jvp, _recv_transpose, (_front, _front)),
+    "sendrecv": Rules(_named_source_jvp, _sendrecv_transpose, (_front, _front)),
+    "barrier": Rules(None, None, _barrier_batching),
+    "allreduce_transposed": Rules(_linear_jvp, _allreduce_transposed_transpose, (_front, _front)),
+}  # fmt: skip
+
+for _name, _rules in RULES.items():
+    _primitive = prim.PRIMITIVES[_name]
+    if _rules.jvp is not None:
+        _jax_shim.def_jvp(_primitive, _rules.jvp(_primitive, _name))
+    if _rules.transpose is not None:
+        _jax_shim.def_transpose(_primitive, _rules.transpose)
+    _batch = _rules.batch if callable(_rules.batch) else _batcher(_primitive, *_rules.batch)
+    _jax_shim.def_batching(_primitive, _batch)

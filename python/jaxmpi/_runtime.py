@@ -4,14 +4,19 @@ register the FFI handlers with XLA, and drain pending work before MPI is finaliz
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import site
 import sys
+from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _jax_shim, _native
+from . import _agree, _dispatch, _jax_shim, _native
 from ._errors import MPIError, raise_kept_failure
+
+if TYPE_CHECKING:
+    from ._native import _LibraryInfo
 
 _native.set_error_type(MPIError)
 
@@ -39,7 +44,10 @@ def _agree_with_mpi4py() -> None:
     except RuntimeError as err:  # mpi4py cannot load this MPI (e.g. no mpiabi module)
         import warnings
 
-        warnings.warn(f"jaxmpi: mpi4py could not be imported ({err}); continuing without it")
+        warnings.warn(
+            f"jaxmpi: mpi4py could not be imported ({err}); continuing without it",
+            stacklevel=3,  # the user's `import jaxmpi`
+        )
 
 
 def _check_environment() -> None:
@@ -57,6 +65,12 @@ def _check_environment() -> None:
     debug = os.environ.get("JAXMPI_DEBUG", "").strip()
     if debug not in ("", "0", "1"):
         raise ValueError(f"JAXMPI_DEBUG={debug!r}: expected 1 (log every MPI call) or 0")
+    check = os.environ.get("JAXMPI_CHECK", "").strip()
+    if check not in ("", "0", "1"):
+        raise ValueError(
+            f"JAXMPI_CHECK={check!r}: expected 1 (ranks check that they make the same calls "
+            "before each one) or 0"
+        )
     dispatch = os.environ.get("JAXMPI_DISPATCH", "").strip()
     if dispatch not in ("", "fast", "ordered"):
         raise ValueError(
@@ -83,10 +97,27 @@ def _rank_gpu(devices: int, node_rank: int) -> int | None:
     return node_rank % devices
 
 
-def _setup_cuda(mpi: dict) -> dict:
+def _has_cuda_plugin() -> bool:
+    """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
+    names = (
+        "jax_cuda12_plugin",
+        "jax_cuda13_plugin",
+        "jax_plugins.xla_cuda12",
+        "jax_plugins.xla_cuda13",
+    )
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ModuleNotFoundError:
+            continue
+    return False
+
+
+def _setup_cuda(mpi: _LibraryInfo) -> dict[str, Any]:
     """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
-    cuda = {
-        "plugin": _jax_shim.has_cuda_plugin(),
+    cuda: dict[str, Any] = {
+        "plugin": _has_cuda_plugin(),
         "driver": False,
         "devices": 0,
         "rank_gpu": None,
@@ -106,19 +137,36 @@ def _setup_cuda(mpi: dict) -> dict:
     cuda["mode"] = "direct (CUDA-aware MPI)" if mpi["cuda_aware"] else "staged (pinned host copies)"
     cuda["rank_gpu"] = _rank_gpu(cuda["devices"], cuda["node_rank"])
     if cuda["rank_gpu"] is not None:
-        _jax_shim.use_only_gpu(cuda["rank_gpu"])
+        # Effective before JAX starts its GPU client, which no jaxmpi import does.
+        jax.config.update("jax_cuda_visible_devices", str(cuda["rank_gpu"]))
         _native.set_rank_device(cuda["rank_gpu"])
     return cuda
 
 
-def _initialize() -> tuple[dict, dict]:
+def _agree_across_ranks(mpi: _LibraryInfo) -> None:
+    """Every rank compares its settings with the others' (_agree.py): one allgather of a
+    digest, collective over COMM_WORLD, before anything else can make the ranks differ."""
+    world = _native.world()
+    if _native.comm_size(world) == 1:
+        return
+    version = (mpi["version_string"].splitlines() or [""])[0]
+    _agree.check(
+        _native.comm_rank(world),
+        mpi["family"],
+        f"{mpi['family']} ({' '.join(version.split())})",
+        lambda data: _native.allgather_bytes(world, data),
+    )
+
+
+def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
+    mpi = _native.info()
+    _agree_across_ranks(mpi)
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
-    mpi = _native.info()
-    _jax_shim.configure_dispatch(
+    _dispatch.configure(
         os.environ.get("JAXMPI_DISPATCH", "").strip(),
         on_fast=lambda: _native.keep_failures(True),
         on_barrier=raise_kept_failure,
@@ -137,5 +185,5 @@ def _shutdown() -> None:
     try:
         jax.effects_barrier()
     finally:
-        _jax_shim.stop_draining()
+        _dispatch.stop_draining()
         _native.finalize()

@@ -5,16 +5,18 @@
 use std::ffi::c_void;
 use std::path::PathBuf;
 
-use jaxmpi_backends::detect::SearchPath;
-use jaxmpi_core::handlers::{
-    pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY,
-    USER_OP,
+use jaxmpi_backends::device::cuda;
+use jaxmpi_backends::select::detect::SearchPath;
+use jaxmpi_core::xla::ffi::Handler;
+use jaxmpi_core::xla::handlers::{
+    checked, pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
+    TAG_ANY, USER_OP,
 };
-use jaxmpi_core::{library, xla_ffi::Handler, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
+use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyDict, PyType};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyType};
 
 pyo3::create_exception!(
     _native,
@@ -61,6 +63,18 @@ fn on_python_thread() -> bool {
     !unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null()
 }
 
+/// Whether checked mode (`JAXMPI_CHECK=1`) is on.
+#[pyfunction]
+fn checked_mode() -> bool {
+    checked::enabled()
+}
+
+/// Turns checked mode on or off from now on; every rank must do it at the same point.
+#[pyfunction]
+fn set_checked_mode(on: bool) {
+    checked::set_enabled(on);
+}
+
 /// The kept failure's message ("jaxmpi.<op> failed: ..."), now the caller's to raise.
 #[pyfunction]
 fn take_failure() -> Option<String> {
@@ -99,7 +113,6 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
-    dict.set_item("status_size", info.status_size)?;
     Ok(dict)
 }
 
@@ -114,7 +127,7 @@ fn handlers<'py>(
     let table: &[(&str, Handler)] = match platform {
         "cpu" => HANDLERS,
         "CUDA" => {
-            jaxmpi_backends::cuda::install().map_err(to_py)?;
+            cuda::install();
             DEVICE_HANDLERS
         }
         other => return Err(PyValueError::new_err(format!("unknown platform {other:?}"))),
@@ -138,19 +151,15 @@ fn handlers<'py>(
         .collect()
 }
 
-/// What the CUDA side found: whether the driver loads, how many GPUs it sees, and the
-/// pinned staging memory held. Loads libcuda: call it only where CUDA is wanted.
+/// What the CUDA side found: whether the driver loads and how many GPUs it sees. Loads
+/// libcuda: call it only where CUDA is wanted.
 #[pyfunction]
 fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
-    let driver = jaxmpi_backends::cuda::load_driver();
+    let driver = cuda::load_driver();
     dict.set_item("driver", driver.is_ok())?;
     dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
-    dict.set_item(
-        "devices",
-        jaxmpi_backends::cuda::device_count().unwrap_or(0),
-    )?;
-    dict.set_item("staging_bytes", jaxmpi_backends::cuda::staging_bytes())?;
+    dict.set_item("devices", cuda::device_count().unwrap_or(0))?;
     Ok(dict)
 }
 
@@ -158,7 +167,7 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pyfunction]
 #[pyo3(signature = (ordinal=None))]
 fn set_rank_device(ordinal: Option<i32>) {
-    jaxmpi_backends::cuda::set_rank_device(ordinal);
+    cuda::set_rank_device(ordinal);
 }
 
 /// Runs `f` on the installed library without holding the GIL (a collective waits for the
@@ -178,9 +187,15 @@ fn world() -> PyResult<usize> {
     Ok(installed()?.world().0)
 }
 
+/// A communicator as an op needs it at trace time, in one crossing: checked to be a live
+/// intracommunicator of the loaded library, then (rank, size).
 #[pyfunction]
-fn check_comm(py: Python<'_>, handle: usize) -> PyResult<()> {
-    on_library(py, "check_comm", |l| l.check_comm(Comm(handle)))
+fn comm_info(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
+    on_library(py, "comm_info", |l| {
+        let comm = Comm(handle);
+        l.check_comm(comm)?;
+        Ok((l.comm_rank(comm)?, l.comm_size(comm)?))
+    })
 }
 
 #[pyfunction]
@@ -220,6 +235,28 @@ fn node_local_rank(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
     on_library(py, "node_local_rank", |l| l.node_local_rank(Comm(handle)))
 }
 
+/// Every rank's `data`, in rank order: one MPI_Allgather of `data.len()` bytes per rank,
+/// which must be the same on every rank (jaxmpi's start-up agreement on settings).
+/// Collective over the communicator.
+#[pyfunction]
+fn allgather_bytes<'py>(
+    py: Python<'py>,
+    handle: usize,
+    data: &[u8],
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let size = on_library(py, "allgather_bytes", |l| l.comm_size(Comm(handle)))? as usize;
+    let mut gathered = vec![0u8; data.len() * size];
+    on_library(py, "allgather_bytes", |l| {
+        let send = Buf::from_bytes(data, Dtype::U8)?;
+        let recv = BufMut::from_bytes(&mut gathered, Dtype::U8)?;
+        l.backend().allgather(Comm(handle), send, recv)
+    })?;
+    let n = data.len();
+    Ok((0..size)
+        .map(|rank| PyBytes::new(py, &gathered[rank * n..(rank + 1) * n]))
+        .collect())
+}
+
 #[pyfunction]
 fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
     on_library(py, "barrier", |l| l.backend().barrier(Comm(handle)))
@@ -248,7 +285,7 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
     Ok(op.supports(dtype))
 }
 
-/// Every op's declaration (core/src/handlers/mod.rs), from which the Python lowerings
+/// Every op's declaration (core/src/xla/handlers/mod.rs), from which the Python lowerings
 /// derive their attributes: {name: {"operands": [...], "results": [...], "attrs": [(name,
 /// kind), ...]}}. A `reduce_op` attribute is followed by its `user_op` address.
 #[pyfunction]
@@ -288,7 +325,7 @@ fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 fn finalize(py: Python<'_>) -> PyResult<()> {
     match library() {
         Ok(library) => {
-            jaxmpi_backends::cuda::release();
+            cuda::release();
             py.detach(|| library.finalize()).map_err(to_py)
         }
         Err(_) => Ok(()),
@@ -307,17 +344,20 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_rank_device, m)?)?;
     m.add_function(wrap_pyfunction!(world, m)?)?;
-    m.add_function(wrap_pyfunction!(check_comm, m)?)?;
+    m.add_function(wrap_pyfunction!(comm_info, m)?)?;
     m.add_function(wrap_pyfunction!(comm_rank, m)?)?;
     m.add_function(wrap_pyfunction!(comm_size, m)?)?;
     m.add_function(wrap_pyfunction!(comm_dup, m)?)?;
     m.add_function(wrap_pyfunction!(comm_split, m)?)?;
     m.add_function(wrap_pyfunction!(comm_free, m)?)?;
     m.add_function(wrap_pyfunction!(node_local_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(allgather_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
+    m.add_function(wrap_pyfunction!(checked_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(set_checked_mode, m)?)?;
     m.add_function(wrap_pyfunction!(discard_failure, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(reduce_ops, m)?)?;

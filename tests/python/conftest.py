@@ -17,7 +17,7 @@ import pytest
 # complex128).
 jax.config.update("jax_enable_x64", True)
 
-from helpers import MPI, RANK, SIZE  # after the x64 switch
+from helpers import MPI, RANK, SIZE  # noqa: E402  (after the x64 switch)
 
 # ---------------------------------------------------------------------------------------
 # Fixtures

@@ -15,17 +15,26 @@ the same list of tests, in the same order; see tests/run_pytest_mpi.sh):
 
 Import them in a test module with `from helpers import ...` (pytest puts this folder on
 sys.path); conftest.py holds only the fixtures and hooks.
+
+The files go by concern, as the implementation does: values of every op (test_collectives,
+test_varcount, test_p2p, test_dtypes), transforms (test_autodiff, test_vmap,
+test_control_flow), errors at trace time (test_errors) and from MPI (test_mpi_errors),
+copies (test_zero_copy), dispatch and threads (test_dispatch, test_threads), communicators
+(test_comms), the drop-in API (test_mpi4jax_api), the declarations (test_signatures,
+test_native). Test ids carry the op names: `pytest -k sendrecv` selects one op's tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 
 try:
     from mpi4py import MPI
@@ -46,6 +55,25 @@ def needs_ranks(n: int):
 
 
 needs_mpi4py = pytest.mark.skipif(MPI is None, reason="needs mpi4py")
+
+
+def _gpu_ready() -> bool:
+    # has_cuda_support() first: asking a jaxlib without CUDA for "gpu" devices would raise.
+    if not jaxmpi.has_cuda_support():
+        return False
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+#: The CUDA tests: skipped, with a reason, where jaxmpi has no GPU to use. ci/gpu_run.sh
+#: fails the GPU run on any such skip, so a GPU run cannot pass without running them.
+needs_gpu = pytest.mark.skipif(
+    not _gpu_ready(),
+    reason="no CUDA GPU here: jaxlib without CUDA, JAX_PLATFORMS without cuda, or the CUDA "
+    "driver cannot be loaded (see `python -m jaxmpi info`)",
+)
 
 # ---------------------------------------------------------------------------------------
 # Dtypes and reduction ops
@@ -227,6 +255,15 @@ def p2p_partner(rank: int = RANK) -> int | None:
     return partner if partner < SIZE else None
 
 
+def partner_or_skip() -> int:
+    """This rank's partner (see `p2p_partner`); the rank without one skips the test (the
+    others run it: conftest.py keeps their outcomes in step)."""
+    partner = p2p_partner()
+    if partner is None:
+        pytest.skip("no partner: the last rank of an odd number of ranks")
+    return partner
+
+
 # ---------------------------------------------------------------------------------------
 # Running and comparing
 # ---------------------------------------------------------------------------------------
@@ -260,6 +297,26 @@ def allreduce_still_works() -> None:
     """The library is still usable: a fresh allreduce gives the right sum on every rank."""
     got = jax.device_get(jaxmpi.allreduce(np.int32(RANK + 1), jaxmpi.SUM))
     assert int(got) == SIZE * (SIZE + 1) // 2, f"allreduce after the error gave {got}"
+
+
+@contextlib.contextmanager
+def count_python_dispatches():
+    """Counts the jitted calls that JAX dispatches from Python (its slow path) instead of
+    from C++, in a list of one int. JAX has no public counter: this patches its private
+    Python dispatch function for the duration (tests and benches only)."""
+    from jax._src import pjit
+
+    original, count = pjit._pjit_call_impl_python, [0]
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    pjit._pjit_call_impl_python = counting
+    try:
+        yield count
+    finally:
+        pjit._pjit_call_impl_python = original
 
 
 def check_raises(exc_type, phrases, fn, *args, **kwargs):

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import MPI, RANK, SIZE, assert_array, needs_ranks
 
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 
 import jax
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     ALL_DTYPES,
     MODES,
@@ -29,7 +30,7 @@ from helpers import (
     expected_scan,
     jaxmpi_op,
     needs_ranks,
-    p2p_partner,
+    partner_or_skip,
     rank_data,
 )
 
@@ -44,36 +45,26 @@ def matrix(test):
     return pytest.mark.parametrize("mode", MODES)(test)
 
 
-@matrix
-def test_allreduce(mode, shape, dtype):
-    op = default_op_name(dtype)
-    inputs = all_inputs(op, dtype, shape)
-    got = call(mode, lambda x: jaxmpi.allreduce(x, jaxmpi_op(op)), inputs[RANK])
-    assert_array(got, expected_allreduce(op, inputs))
+# The elementwise reductions: (op, expected value from every rank's input).
+REDUCTIONS = {
+    "allreduce": (lambda x, op: jaxmpi.allreduce(x, op), expected_allreduce),
+    "reduce": (
+        lambda x, op: jaxmpi.reduce(x, op, ROOT),
+        lambda name, inputs: expected_reduce(name, inputs, ROOT),
+    ),
+    "scan": (lambda x, op: jaxmpi.scan(x, op), expected_scan),
+    "exscan": (lambda x, op: jaxmpi.exscan(x, op), expected_exscan),
+}
 
 
 @matrix
-def test_reduce(mode, shape, dtype):
+@pytest.mark.parametrize("reduction", list(REDUCTIONS))
+def test_reduction(reduction, mode, shape, dtype):
+    run, expected = REDUCTIONS[reduction]
     op = default_op_name(dtype)
     inputs = all_inputs(op, dtype, shape)
-    got = call(mode, lambda x: jaxmpi.reduce(x, jaxmpi_op(op), ROOT), inputs[RANK])
-    assert_array(got, expected_reduce(op, inputs, ROOT))
-
-
-@matrix
-def test_scan(mode, shape, dtype):
-    op = default_op_name(dtype)
-    inputs = all_inputs(op, dtype, shape)
-    got = call(mode, lambda x: jaxmpi.scan(x, jaxmpi_op(op)), inputs[RANK])
-    assert_array(got, expected_scan(op, inputs))
-
-
-@matrix
-def test_exscan(mode, shape, dtype):
-    op = default_op_name(dtype)
-    inputs = all_inputs(op, dtype, shape)
-    got = call(mode, lambda x: jaxmpi.exscan(x, jaxmpi_op(op)), inputs[RANK])
-    assert_array(got, expected_exscan(op, inputs))
+    got = call(mode, lambda x: run(x, jaxmpi_op(op)), inputs[RANK])
+    assert_array(got, expected(op, inputs))
 
 
 @matrix
@@ -137,9 +128,7 @@ def test_sendrecv(mode, shape, dtype):
 @matrix
 def test_send_recv(mode, shape, dtype):
     """Pairs of ranks swap data: the even rank sends first, the odd one receives first."""
-    partner = p2p_partner()
-    if partner is None:  # the odd rank out of an odd-sized job
-        return
+    partner = partner_or_skip()
     mine = rank_data(RANK, dtype, shape)
     template = np.zeros_like(mine)
 

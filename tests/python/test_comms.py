@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     MODES,
     MPI,
@@ -24,7 +25,7 @@ from helpers import (
     expected_scan,
     needs_mpi4py,
     needs_ranks,
-    p2p_partner,
+    partner_or_skip,
     rank_data,
 )
 from jaxmpi import Comm
@@ -257,9 +258,7 @@ def test_messages_do_not_mix_with_mpi4py_traffic(first):
     the receiver takes them in the other order, with wildcards. Messages only reach the
     right receiver because jaxmpi's default communicator is a clone of COMM_WORLD, not
     COMM_WORLD itself (mpi4jax's convention)."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
     payload = np.arange(4, dtype=np.float64) + 10 * RANK
     if RANK % 2 == 0:
         requests = []

@@ -1,28 +1,16 @@
 """Every op on CUDA device arrays under jit, compared with the same op on CPU arrays.
-Runs at 2 ranks sharing one GPU (ci/gpu.sh); skipped where jaxmpi has no GPU to use."""
+Runs at 2 ranks sharing one GPU (ci/gpu_run.sh); skipped where jaxmpi has no GPU to use."""
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
+from helpers import needs_gpu
 from jaxmpi import COMM_WORLD as comm
 
-
-def _gpu_ready() -> bool:
-    if not jaxmpi.has_cuda_support():
-        return False
-    try:
-        return bool(jax.devices("gpu"))
-    except RuntimeError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _gpu_ready(),
-    reason="no CUDA GPU here: jaxlib without CUDA, or the CUDA driver cannot be loaded "
-    "(see `python -m jaxmpi info`)",
-)
+pytestmark = needs_gpu
 
 rank, size = comm.Get_rank(), comm.Get_size()
 

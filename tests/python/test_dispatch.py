@@ -17,16 +17,17 @@ import time
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
-from helpers import RANK, SIZE, needs_ranks, p2p_partner
 from jax import lax
-from jaxmpi import _jax_shim
+
+import jaxmpi
+from helpers import RANK, SIZE, count_python_dispatches, needs_ranks, p2p_partner
+from jaxmpi import _dispatch
 from jaxmpi._runtime import info
 
 BIG = 1 << 19  # float32 elements: 2 MiB
-MODE, WHY = _jax_shim.dispatch_mode()
+MODE, WHY = _dispatch.dispatch_mode()
 PARTNER = p2p_partner()
 SENDS_FIRST = RANK % 2 == 0
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
@@ -58,7 +59,7 @@ def test_jitted_mpi_calls_take_the_dispatch_path_of_the_mode():
     x = jnp.ones(4, jnp.float32)
     f(x).block_until_ready()
     f(x).block_until_ready()
-    with _jax_shim.count_python_dispatches() as count:
+    with count_python_dispatches() as count:
         for _ in range(5):
             y = f(x)
         y.block_until_ready()
@@ -225,7 +226,7 @@ def test_a_send_failing_in_the_background_is_raised_later_with_its_op(reporter):
     try:
         program(x)
         raised_at_call = None
-    except Exception as err:  # noqa: BLE001 - inline execution reports it here instead
+    except Exception as err:
         raised_at_call = err
 
     def report():
@@ -243,7 +244,7 @@ def test_a_send_failing_in_the_background_is_raised_later_with_its_op(reporter):
     for _ in range(3):
         try:
             report()
-        except Exception as err:  # noqa: BLE001 - checked below
+        except Exception as err:
             raised.append(err)
         time.sleep(0.2)
     jax.effects_barrier()  # nothing left to raise
@@ -256,21 +257,23 @@ def test_a_send_failing_in_the_background_is_raised_later_with_its_op(reporter):
 
 
 _FALLBACK = """
-import warnings
+import sys, warnings
 import jax, jax.numpy as jnp, jaxmpi
-from jaxmpi import _jax_shim
+from jaxmpi import _dispatch
+sys.path.insert(0, {helpers!r})
+from helpers import count_python_dispatches
 # A JAX whose lowering differs from what fast dispatch assumes, as the self-check sees it.
-_jax_shim._self_check = lambda result, created, thorough: "simulated difference"
+_dispatch.policy.check = lambda result, created, thorough: "simulated difference"
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     f = jax.jit(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM) + 1)
     g = jax.jit(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM) * 3)
     values = [float(f(jnp.float32(1))), float(g(jnp.float32(1)))]
-with _jax_shim.count_python_dispatches() as count:
+with count_python_dispatches() as count:
     for _ in range(3):
         f(jnp.float32(1))
 jax.effects_barrier()
-mode, why = _jax_shim.dispatch_mode()
+mode, why = _dispatch.dispatch_mode()
 print("RESULT", values, len(caught), mode, count[0], why, sep="|")
 """
 
@@ -283,7 +286,7 @@ def test_a_jax_that_lowers_differently_falls_back_to_ordered_with_one_warning():
     )
     clean.pop("JAXMPI_DISPATCH", None)
     done = subprocess.run(
-        [sys.executable, "-c", _FALLBACK],
+        [sys.executable, "-c", _FALLBACK.format(helpers=os.path.dirname(__file__))],
         env=clean,
         capture_output=True,
         text=True,

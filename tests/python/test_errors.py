@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     ALL_DTYPES,
     MODES,

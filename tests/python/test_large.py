@@ -9,9 +9,10 @@ import os
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import RANK, SIZE
 
 N = 2**31 + 13

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import pytest
+
+import jaxmpi
 from helpers import RANK, SIZE
 
 # mpi4jax 0.9.1's public functions and their parameters, as (name, kind) in order

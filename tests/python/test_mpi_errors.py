@@ -7,9 +7,10 @@ Argument mistakes, found while tracing, are tested in test_errors.py."""
 from __future__ import annotations
 
 import jax
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     MODES,
     MPI,
@@ -21,6 +22,7 @@ from helpers import (
     needs_mpi4py,
     needs_ranks,
     p2p_partner,
+    partner_or_skip,
 )
 
 
@@ -39,9 +41,7 @@ def _library_still_usable():
 @pytest.mark.parametrize("mode", MODES)
 def test_receive_smaller_than_the_message(mode):
     """MPI_ERR_TRUNCATE on the receiving rank becomes a Python exception, not an abort."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
     if RANK % 2 == 0:
         call(mode, lambda x: jaxmpi.send(x, partner, tag=9), np.arange(8, dtype=np.float32))
     else:
@@ -105,6 +105,7 @@ def assert_truncation_error(err, partner: int) -> None:
     assert isinstance(err, jaxmpi.MPIError), type(err)
     assert isinstance(err, RuntimeError) and isinstance(err, jax.errors.JaxRuntimeError)
     assert err.op == "recv"
+    assert err.step == "MPI_Recv", err.step  # the MPI function that failed
     assert err.rank == MPI_WORLD_RANK
     assert (err.peer, err.tag, err.nbytes) == (partner, 9, 16)
     assert isinstance(err.error_class, int) and err.error_class > 0
@@ -128,9 +129,7 @@ def test_eager_mpi_failure_raises_mpi_error_with_its_attributes():
 @pytest.mark.parametrize("how", ["decorator", "context manager", "from_exception"])
 def test_mpi_error_from_a_users_own_jit(how):
     """Inside a user's jit JAX raises its JaxRuntimeError; jaxmpi turns it into MPIError."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
     program = jax.jit(lambda t: jaxmpi.recv(t, partner, tag=9) * 2)
 
     def receive(t, p):

@@ -10,8 +10,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import jaxmpi._native
 import pytest
+
+import jaxmpi._native
 from helpers import RANK
 
 PACKAGE = Path(jaxmpi.__file__).parent
@@ -39,7 +40,8 @@ def test_extension_module_links_no_mpi_or_cuda():
 
 
 def _stub() -> dict[str, ast.stmt]:
-    """The declarations of the installed package's _native.pyi, by name."""
+    """The declarations of the installed package's _native.pyi, by name, without the
+    stub-only types (`_LibraryInfo`, ...: private names the extension does not export)."""
     tree = ast.parse((PACKAGE / "_native.pyi").read_text())
     names = {}
     for node in tree.body:
@@ -47,7 +49,20 @@ def _stub() -> dict[str, ast.stmt]:
             names[node.name] = node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names[node.target.id] = node
-    return names
+    return {n: v for n, v in names.items() if not n.startswith("_") or n == "__version__"}
+
+
+def test_the_info_dicts_have_exactly_the_keys_the_stub_types():
+    tree = ast.parse((PACKAGE / "_native.pyi").read_text())
+    typed = {
+        node.name: {s.target.id for s in node.body if isinstance(s, ast.AnnAssign)}
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name.startswith("_")
+    }
+    assert set(jaxmpi._native.info()) == typed["_LibraryInfo"]
+    assert set(jaxmpi._native.constants()) == typed["_Constants"]
+    assert set(jaxmpi._native.cuda_info()) == typed["_CudaInfo"]  # no GPU needed to ask
+    assert all(set(s) == typed["_Signature"] for s in jaxmpi._native.signatures().values())
 
 
 def test_typing_files_are_shipped():

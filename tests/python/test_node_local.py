@@ -1,30 +1,52 @@
 """Each rank's default GPU comes from its node-local rank, which MPI computes
-(MPI_COMM_TYPE_SHARED) whatever the launcher; on this one-node job it is the world rank."""
+(MPI_COMM_TYPE_SHARED) whatever the launcher: a rank's place among the ranks on its host.
+
+JAXMPI_TEST_HOSTS=N (ci/multihost.sh) says the job was placed on N hosts: then the ranks
+must see that many hostnames, so that the node-local ranks are really checked across hosts
+(2 hosts x 2 ranks: 0, 1, 0, 1)."""
 
 from __future__ import annotations
 
-import jaxmpi
+import os
+import socket
+
 import pytest
+
+import jaxmpi
 from helpers import RANK, SIZE, needs_ranks
 from jaxmpi import _native, _runtime
 
 
-def test_node_local_rank_of_world_is_the_rank_on_one_node():
-    assert _native.node_local_rank(_native.world()) == (RANK, SIZE)
+def _hostnames() -> list[str]:
+    """Every rank's hostname, in rank order."""
+    mine = socket.gethostname().encode()
+    width = max(int(n) for n in _native.allgather_bytes(_native.world(), b"%8d" % len(mine)))
+    return [h.decode().strip() for h in _native.allgather_bytes(_native.world(), mine.ljust(width))]
+
+
+def test_node_local_rank_of_world_is_the_place_among_the_ranks_of_the_host():
+    got = _native.node_local_rank(_native.world())
+    hosts = _hostnames()
+    mine = hosts[RANK]
+    expected = (hosts[:RANK].count(mine), hosts.count(mine))
+    assert got == expected, f"hosts of the ranks: {hosts}"
+    if "JAXMPI_TEST_HOSTS" in os.environ:
+        assert len(set(hosts)) == int(os.environ["JAXMPI_TEST_HOSTS"]), hosts
 
 
 @needs_ranks(2)
 def test_node_local_rank_follows_the_communicator():
     # Odd and even ranks in two communicators: each rank's node-local rank there is its
-    # rank in the split, since all its members share this node.
+    # place among the members of its half on its host.
+    hosts = _hostnames()
     half = jaxmpi.COMM_WORLD.Split(color=RANK % 2, key=RANK)
     try:
         got = _native.node_local_rank(half.handle)
-        expected = (half.Get_rank(), half.Get_size())
     finally:
         half.Free()
-    assert got == expected
-    assert expected == (RANK // 2, (SIZE - RANK % 2 + 1) // 2)
+    members = [hosts[r] for r in range(RANK % 2, SIZE, 2)]
+    mine = members[RANK // 2]
+    assert got == (members[: RANK // 2].count(mine), members.count(mine)), hosts
 
 
 def test_node_local_rank_refuses_a_handle_that_is_no_communicator():

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     MODES,
     MPI,
@@ -20,7 +21,7 @@ from helpers import (
     call,
     needs_mpi4py,
     needs_ranks,
-    p2p_partner,
+    partner_or_skip,
     rank_data,
 )
 
@@ -37,9 +38,7 @@ def test_exchange_that_deadlocks_if_reordered(mode):
     and receives do not depend on each other's data, so only jaxmpi's ordering keeps them
     in program order; any reordering (e.g. two receives first on both ranks, or a send
     with tag 2 before the one with tag 0) deadlocks or swaps the payloads."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
     rounds = 6
     template = jnp.zeros(BIG, jnp.float32)
 
@@ -66,9 +65,7 @@ def test_exchange_that_deadlocks_if_reordered(mode):
 def test_messages_arrive_in_program_order(mode):
     """Eight small messages with the same tag, received in the order they were sent
     (MPI's non-overtaking rule holds only if the sends are issued in program order)."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
     count = 8
 
     def talk(template):
@@ -88,9 +85,7 @@ def test_messages_arrive_in_program_order(mode):
 def test_receive_by_tag_out_of_send_order(mode):
     """The receiver asks for tag 2 before tag 1; small messages are buffered, so MPI
     matches them by tag regardless of arrival order."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
 
     def talk(x):
         if RANK % 2 == 0:
@@ -218,9 +213,7 @@ def test_sendrecv_with_different_send_and_receive_shapes():
 @needs_ranks(2)
 def test_eager_send_recv_in_a_loop():
     """Many eager calls in a row (each a separate dispatch) keep their order."""
-    partner = p2p_partner()
-    if partner is None:
-        return
+    partner = partner_or_skip()
     received = []
     for k in range(20):
         if (RANK + k) % 2 == 0:

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     ALL_DTYPES,
     MPI,
@@ -366,7 +367,7 @@ def test_random_sequence_matches_mpi4py(seed):
     try:
         got = run_jaxmpi(sequence, inputs)
         error = None
-    except Exception as err:  # noqa: BLE001 - reported below with the sequence
+    except Exception as err:
         got, error = None, err
     expected = [reference_step(_REFERENCE_COMM, s, x) for s, x in zip(sequence.steps, inputs)]
 

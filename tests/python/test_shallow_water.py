@@ -14,9 +14,10 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import RANK, SIZE
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shallow_water.py"

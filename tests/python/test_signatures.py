@@ -1,24 +1,20 @@
 """Each op is declared once, in the Rust handler table (`_native.signatures()`): the Python
-primitives are checked against it at trace time, and a handler given attributes that do
-not match its declaration returns an error naming the op and the attribute."""
+primitives (`_primitive.PRIMITIVES`) are checked against it at trace time, every one has
+its row of rules (`_rules.RULES`), and a handler given attributes that do not match its
+declaration returns an error naming the op and the attribute."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import pytest
+
 from helpers import allreduce_still_works
-from jaxmpi import _comm, _native, _ops, _varcount
-from jaxmpi._jax_shim import Primitive
+from jaxmpi import _comm, _native, _primitive, _rules
+from jaxmpi._primitive import PRIMITIVES
 
-
-def _primitives() -> dict:
-    return {
-        value.name.removeprefix("jaxmpi_"): value
-        for module in (_ops, _varcount)
-        for value in vars(module).values()
-        if isinstance(value, Primitive)
-    }
+# The one primitive without a handler: allreduce-SUM's transpose, which calls no MPI.
+WITHOUT_HANDLER = {"allreduce_transposed"}
 
 
 def _handle() -> int:
@@ -27,8 +23,17 @@ def _handle() -> int:
 
 def test_every_declared_op_has_a_primitive_and_handler_and_no_other_exists():
     declared = set(_native.signatures())
-    assert declared == set(_primitives())
+    assert declared == set(PRIMITIVES) - WITHOUT_HANDLER
     assert {f"jaxmpi_{name}" for name in declared} == {n for n, _ in _native.handlers()}
+    assert all(PRIMITIVES[name].name == f"jaxmpi_{name}" for name in PRIMITIVES)
+
+
+def test_every_primitive_has_its_row_of_rules_and_no_row_is_left_over():
+    assert set(_rules.RULES) == set(PRIMITIVES)
+    for name, rules in _rules.RULES.items():
+        differentiable = name != "barrier"  # the only op with no operand
+        assert (rules.jvp is not None) == differentiable, name
+        assert (rules.transpose is not None) == differentiable, name
 
 
 def test_the_portable_encodings_come_from_the_extension():
@@ -52,18 +57,16 @@ def test_same_names_at_every_layer():
 def test_an_undeclared_parameter_is_refused_at_trace_time_naming_op_and_parameter():
     x, comm = jnp.zeros(3), _handle()
     with pytest.raises(TypeError, match=r"jaxmpi\.allreduce: parameter 'tag' is neither"):
-        jax.jit(
-            lambda x: _ops._allreduce_p.bind(x, comm=comm, op=0, user_op=0, identity=False, tag=1)
-        )(x)
+        jax.jit(lambda x: _primitive.allreduce.bind(x, comm=comm, op=0, user_op=0, tag=1))(x)
     allreduce_still_works()
 
 
 def test_a_missing_attribute_is_refused_at_trace_time_naming_op_and_attribute():
     x, comm = jnp.zeros(3), _handle()
     with pytest.raises(TypeError, match=r"jaxmpi\.bcast: attribute 'root' was not bound"):
-        jax.jit(lambda x: _ops._bcast_p.bind(x, comm=comm, at_root=True))(x)
+        jax.jit(lambda x: _primitive.bcast.bind(x, comm=comm, at_root=True))(x)
     with pytest.raises(TypeError, match=r"jaxmpi\.sendrecv: bound with 1 operands"):
-        jax.jit(lambda x: _ops._sendrecv_p.bind(x, comm=comm))(x)
+        jax.jit(lambda x: _primitive.sendrecv.bind(x, comm=comm))(x)
     allreduce_still_works()
 
 
@@ -73,6 +76,8 @@ def test_a_handler_missing_a_declared_attribute_names_op_and_attribute():
     call = jax.ffi.ffi_call("jaxmpi_allreduce", jax.ShapeDtypeStruct((3,), jnp.float32))
     with pytest.raises(Exception, match=r"allreduce.*attribute \"op\" is missing"):
         jax.block_until_ready(
-            jax.jit(lambda x: call(x, comm=_ops._address(_handle())))(jnp.zeros(3, jnp.float32))
+            jax.jit(lambda x: call(x, comm=_primitive.address(_handle())))(
+                jnp.zeros(3, jnp.float32)
+            )
         )
     allreduce_still_works()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from helpers import MPI, RANK
 
 # Variables through which a launcher makes a process a rank of its job; the child must

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import jax
 import pytest
-from jaxmpi import _support
 from test_startup import rank_0_only, run_alone
+
+from jaxmpi import _support
 
 
 def test_release_numbers():

@@ -14,9 +14,10 @@ import threading
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import MPI, RANK, SIZE
 from jaxmpi._runtime import info
 
@@ -59,7 +60,7 @@ def thread_work(thread: int, comm, elements: int, problems: list) -> None:
             ):
                 if not np.all(got == want):
                     problems.append(f"thread {thread} round {k} {name}: got {got[:3]}, want {want}")
-    except Exception as err:  # noqa: BLE001 - reported by the test, with the thread
+    except Exception as err:
         problems.append(f"thread {thread}: {type(err).__name__}: {err}")
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import (
     MODES,
     RANK,
@@ -270,7 +271,7 @@ def outcome(exc_type, phrases, mode, fn, *args) -> str | None:
         message = str(e).lower()
         missing = [p for p in phrases if p.lower() not in message]
         return f"message {str(e)!r} lacks {missing}" if missing else None
-    except Exception as e:  # noqa: BLE001 - reported below
+    except Exception as e:
         return f"raised {type(e).__name__}: {e}, expected {exc_type.__name__}"
     return f"no exception, expected {exc_type.__name__}"
 
@@ -370,7 +371,10 @@ def test_counts_that_are_not_static(op, how):
 )
 def test_counts_that_are_not_ints(counts):
     x = gather_block(RANK, "float32")
-    fn = lambda x: jaxmpi.allgatherv(x, counts)
+
+    def fn(x):
+        return jaxmpi.allgatherv(x, counts)
+
     check_after_allreduce(outcome(TypeError, ["counts", "static"], "eager", fn, x))
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 
 import jax
-import jaxmpi
 import numpy as np
 import pytest
+
+import jaxmpi
 from helpers import RANK, SIZE, assert_array, p2p_partner, rank_data
 
 ROOT = SIZE - 1

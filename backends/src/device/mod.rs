@@ -2,6 +2,7 @@
 //! of pinned host buffers staging reuses, and the two backend decorators that take device
 //! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware MPI).
 
+pub mod cuda;
 mod direct;
 #[cfg(test)]
 mod fake;

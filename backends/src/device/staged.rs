@@ -175,9 +175,9 @@ impl Backend for Staged<'_> {
         let mut arrived = Vec::with_capacity(pieces.len());
         for &(start, n) in &pieces {
             if n > 0 {
-                // SAFETY (offsets): every chunk lies inside both buffers of `len` bytes.
-                let (host, device) =
-                    unsafe { (staging.add(start * size), source.add(start * size)) };
+                let at = start * size;
+                // SAFETY: every chunk lies inside both buffers of `len` bytes.
+                let (host, device) = unsafe { (staging.add(at), source.add(at)) };
                 self.device.copy_to_host_async(host, device, n * size)?;
             }
             arrived.push(self.device.mark()?);

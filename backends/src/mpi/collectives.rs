@@ -3,7 +3,7 @@
 use jaxmpi_core::{Broadcast, Buf, BufMut, Comm, Error, Result};
 
 use super::abi::Abi;
-use super::calls::Direction;
+use super::count_agnostic::Direction;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
 
@@ -13,18 +13,17 @@ pub(super) fn bcast<A: Abi>(
     buf: Broadcast,
     root: i32,
 ) -> Result<()> {
-    let name = "bcast";
-    let handle = lib.comm(name, comm)?;
-    lib.check_root(name, root, lib.size_of(name, handle)?)?;
+    let handle = lib.comm(comm)?;
+    lib.check_root(root, lib.size_of(handle)?)?;
     // The root's buffer may be read-only memory: it must be the root's to pass.
     if buf.is_root() != (lib.comm_rank_raw(handle)? == root) {
         return Err(Error::invalid_argument(
-            name,
+            "root",
             format!("internal error: the root's buffer passed on a rank that is not root {root}, or the reverse"),
         ));
     }
-    let t = lib.typed(name, buf.count(), buf.dtype())?;
-    lib.mpi_bcast(name, &buf, &t, root, handle)
+    let t = lib.typed(buf.count(), buf.dtype())?;
+    lib.mpi_bcast(&buf, &t, root, handle)
 }
 
 /// gather and scatter: the root holds one block per rank (receives them for a gather,
@@ -37,27 +36,23 @@ pub(super) fn rooted<A: Abi>(
     recv: BufMut,
     root: i32,
 ) -> Result<()> {
-    let name = match direction {
-        Direction::Gather => "gather",
-        Direction::Scatter => "scatter",
-    };
-    let handle = lib.comm(name, comm)?;
-    let size = lib.size_of(name, handle)?;
-    lib.check_root(name, root, size)?;
+    let handle = lib.comm(comm)?;
+    let size = lib.size_of(handle)?;
+    lib.check_root(root, size)?;
     let (own, own_dtype) = match direction {
         Direction::Gather => (send.count(), send.dtype()),
         Direction::Scatter => (recv.count(), recv.dtype()),
     };
     if lib.comm_rank_raw(handle)? == root {
-        same_dtype(name, &send, &recv)?;
+        same_dtype(&send, &recv)?;
         match direction {
-            Direction::Gather => expect_len(name, "the receive buffer", recv.count(), size * own),
-            Direction::Scatter => expect_len(name, "the send buffer", send.count(), size * own),
+            Direction::Gather => expect_len("the receive buffer", recv.count(), size * own),
+            Direction::Scatter => expect_len("the send buffer", send.count(), size * own),
         }?;
     }
-    let t = lib.typed(name, own, own_dtype)?;
+    let t = lib.typed(own, own_dtype)?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.mpi_equal_blocks(name, direction, s, r, &t, Some(root), handle)
+    lib.mpi_equal_blocks(direction, s, r, &t, Some(root), handle)
 }
 
 pub(super) fn allgather<A: Abi>(
@@ -66,14 +61,13 @@ pub(super) fn allgather<A: Abi>(
     send: Buf,
     recv: BufMut,
 ) -> Result<()> {
-    let name = "allgather";
-    let handle = lib.comm(name, comm)?;
-    same_dtype(name, &send, &recv)?;
-    let want = lib.size_of(name, handle)? * send.count();
-    expect_len(name, "the receive buffer", recv.count(), want)?;
-    let t = lib.typed(name, send.count(), send.dtype())?;
+    let handle = lib.comm(comm)?;
+    same_dtype(&send, &recv)?;
+    let want = lib.size_of(handle)? * send.count();
+    expect_len("the receive buffer", recv.count(), want)?;
+    let t = lib.typed(send.count(), send.dtype())?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.mpi_equal_blocks(name, Direction::Gather, s, r, &t, None, handle)
+    lib.mpi_equal_blocks(Direction::Gather, s, r, &t, None, handle)
 }
 
 pub(super) fn alltoall<A: Abi>(
@@ -82,21 +76,20 @@ pub(super) fn alltoall<A: Abi>(
     send: Buf,
     recv: BufMut,
 ) -> Result<()> {
-    let name = "alltoall";
-    let handle = lib.comm(name, comm)?;
-    same_dtype(name, &send, &recv)?;
-    let size = lib.size_of(name, handle)?;
-    expect_len(name, "the receive buffer", recv.count(), send.count())?;
+    let handle = lib.comm(comm)?;
+    same_dtype(&send, &recv)?;
+    let size = lib.size_of(handle)?;
+    expect_len("the receive buffer", recv.count(), send.count())?;
     if send.count() % size != 0 {
         return Err(Error::invalid_argument(
-            name,
+            "buffers",
             format!(
                 "{} elements do not split into {size} equal blocks",
                 send.count()
             ),
         ));
     }
-    let t = lib.typed(name, send.count() / size, send.dtype())?;
+    let t = lib.typed(send.count() / size, send.dtype())?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
-    lib.mpi_equal_blocks(name, Direction::Scatter, s, r, &t, None, handle)
+    lib.mpi_equal_blocks(Direction::Scatter, s, r, &t, None, handle)
 }

@@ -2,7 +2,7 @@
 //! count-agnostic, the library's capability picks how).
 //!
 //! The ops describe each buffer as a `Typed` (count and datatype) and call the
-//! count-agnostic MPI functions of `calls.rs` (`mpi_send`, ...), which take 64-bit counts.
+//! count-agnostic MPI functions of `count_agnostic.rs` (`mpi_send`, ...), which take 64-bit counts.
 //! Each uses the classic MPI function when every count fits an `int` and the MPI-4 `_c`
 //! function otherwise (`width`). A library
 //! without `_c` functions still moves one buffer of any size: `typed` then describes it as
@@ -50,18 +50,14 @@ impl<A: Abi> Drop for Typed<'_, A> {
 impl<A: Abi> MpiLibrary<A> {
     /// Classic functions when every count of the call fits an `int`, else the `_c` ones;
     /// refused when the library has none.
-    pub(super) fn width(
-        &self,
-        name: &'static str,
-        counts: &[usize],
-    ) -> Result<Width<'_, A::Handle>> {
+    pub(super) fn width(&self, counts: &[usize]) -> Result<Width<'_, A::Handle>> {
         if counts.iter().all(|&c| c <= INT_MAX) {
             return Ok(Width::Int);
         }
         match &self.large {
             Some(large) => Ok(Width::Large(large)),
             None => Err(Error::unsupported(
-                name,
+                "large counts",
                 format!(
                     "counts or displacements above 2^31-1 need MPI-4 large-count functions, which {} does not have",
                     self.info.path.display()
@@ -72,17 +68,12 @@ impl<A: Abi> MpiLibrary<A> {
 
     /// `count` elements of `dtype` as MPI arguments: the count itself unless it takes a
     /// `_c` function the library lacks, then one element of a derived datatype.
-    pub(super) fn typed(
-        &self,
-        name: &'static str,
-        count: usize,
-        dtype: Dtype,
-    ) -> Result<Typed<'_, A>> {
+    pub(super) fn typed(&self, count: usize, dtype: Dtype) -> Result<Typed<'_, A>> {
         let basic = self.pre.datatype(dtype);
         let (count, datatype, derived) = if count <= INT_MAX || self.large.is_some() {
             (count, basic, false)
         } else {
-            (1, self.big_datatype(name, count, basic)?, true)
+            (1, self.big_datatype(count, basic)?, true)
         };
         Ok(Typed {
             count: count as Count,
@@ -94,25 +85,20 @@ impl<A: Abi> MpiLibrary<A> {
 
     /// One derived datatype spanning `count` contiguous elements (count > INT_MAX), for
     /// libraries without large-count functions: `SEGMENT`-sized blocks plus a remainder.
-    fn big_datatype(
-        &self,
-        name: &'static str,
-        count: usize,
-        basic: A::Handle,
-    ) -> Result<A::Handle> {
+    fn big_datatype(&self, count: usize, basic: A::Handle) -> Result<A::Handle> {
         let size = self.element_size(basic)?;
         let (blocks, rest) = (count / SEGMENT, count % SEGMENT);
-        let mut block = self.pre.op_null;
-        let mut all_blocks = self.pre.op_null;
+        let mut block = self.pre.datatype_null;
+        let mut all_blocks = self.pre.datatype_null;
         // SAFETY: creating types from committed predefined/derived types; out-pointers valid.
         unsafe {
             self.check(
-                name,
+                "MPI_Type_contiguous",
                 (self.fns.MPI_Type_contiguous)(SEGMENT as c_int, basic, &mut block),
             )?;
             let rc = (self.fns.MPI_Type_contiguous)(blocks as c_int, block, &mut all_blocks);
             (self.fns.MPI_Type_free)(&mut block);
-            self.check(name, rc)?;
+            self.check("MPI_Type_contiguous", rc)?;
         }
         let mut whole = all_blocks;
         if rest > 0 {
@@ -129,20 +115,23 @@ impl<A: Abi> MpiLibrary<A> {
                     &mut whole,
                 );
                 (self.fns.MPI_Type_free)(&mut all_blocks);
-                self.check(name, rc)?;
+                self.check("MPI_Type_create_struct", rc)?;
             }
         }
         // SAFETY: `whole` is a valid, uncommitted derived type.
-        self.check(name, unsafe { (self.fns.MPI_Type_commit)(&mut whole) })?;
+        self.check("MPI_Type_commit", unsafe {
+            (self.fns.MPI_Type_commit)(&mut whole)
+        })?;
         Ok(whole)
     }
 
-    /// Splits an elementwise reduction of `count` elements into calls of at most `SEGMENT`
-    /// elements (always at least one call, so every rank enters the collective). Exact for
-    /// any op, user ops included, and needs no large-count functions.
+    /// Splits an elementwise reduction of `count` elements into calls of `function` (its
+    /// name, for errors) of at most `SEGMENT` elements (always at least one call, so every
+    /// rank enters the collective). Exact for any op, user ops included, and needs no
+    /// large-count functions.
     pub(super) fn in_segments(
         &self,
-        name: &'static str,
+        function: &'static str,
         count: usize,
         dtype: Dtype,
         send: *const c_void,
@@ -160,7 +149,7 @@ impl<A: Abi> MpiLibrary<A> {
                 send.cast::<u8>().wrapping_add(offset).cast()
             };
             let recv_at = recv.cast::<u8>().wrapping_add(offset).cast();
-            self.check(name, call(send_at, recv_at, n as c_int))?;
+            self.check(function, call(send_at, recv_at, n as c_int))?;
             start += n;
             if start >= count {
                 return Ok(());

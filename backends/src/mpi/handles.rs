@@ -1,5 +1,6 @@
 //! Conversions between jaxmpi's values and the library's handles and integers, and the
-//! argument checks the ops share.
+//! argument checks the ops share. Each check names itself in its error ("communicator",
+//! "root", "buffers", ...), as each MPI call names its function: the handler adds the op.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -28,10 +29,10 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// The library's handle for `comm`, after the checks that cost nothing.
-    pub(super) fn comm(&self, op: &'static str, comm: Comm) -> Result<A::Handle> {
+    pub(super) fn comm(&self, comm: Comm) -> Result<A::Handle> {
         let handle = A::handle_from_raw(comm.0).map_err(|why| {
             Error::invalid_argument(
-                op,
+                "communicator",
                 format!(
                     "communicator {why}. The loaded MPI is {} ({}): pass a communicator of that library",
                     A::FAMILY,
@@ -41,7 +42,7 @@ impl<A: Abi> MpiLibrary<A> {
         })?;
         if handle == self.pre.comm_null {
             return Err(Error::invalid_argument(
-                op,
+                "communicator",
                 "the communicator is MPI_COMM_NULL",
             ));
         }
@@ -53,7 +54,8 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// The op handle for `op` on `dtype`, refusing pairs MPI does not define.
-    pub(super) fn op(&self, name: &'static str, op: ReduceOp, dtype: Dtype) -> Result<A::Handle> {
+    pub(super) fn op(&self, op: ReduceOp, dtype: Dtype) -> Result<A::Handle> {
+        let name = "reduction op";
         if !op.supports(dtype) {
             return Err(Error::invalid_argument(
                 name,
@@ -65,7 +67,7 @@ impl<A: Abi> MpiLibrary<A> {
                 .map_err(|why| Error::invalid_argument(name, format!("op {why}")));
         }
         let own = self
-            .own_ops
+            .own_reductions
             .iter()
             .find(|&&(d, o, _)| d == dtype && o == op);
         match (own, self.pre.op(op)) {
@@ -79,13 +81,13 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// MPI's integer for a peer rank.
-    pub(super) fn peer(&self, op: &'static str, peer: Peer, is_source: bool) -> Result<c_int> {
+    pub(super) fn peer(&self, peer: Peer, is_source: bool) -> Result<c_int> {
         match peer {
             Peer::Rank(rank) => Ok(rank),
             Peer::Null => Ok(A::PROC_NULL),
             Peer::Any if is_source => Ok(A::ANY_SOURCE),
             Peer::Any => Err(Error::invalid_argument(
-                op,
+                "peer",
                 "ANY_SOURCE is not a valid destination",
             )),
         }
@@ -105,21 +107,16 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// Elements of `dtype` a completed receive delivered.
-    pub(super) fn received(
-        &self,
-        op: &'static str,
-        status: &mut RawStatus,
-        dtype: Dtype,
-    ) -> Result<usize> {
+    pub(super) fn received(&self, status: &mut RawStatus, dtype: Dtype) -> Result<usize> {
         let mut count = 0;
         // SAFETY: a status filled by the receive that just completed.
         let rc = unsafe {
             (self.fns.MPI_Get_elements_x)(status.as_mut_ptr(), self.pre.datatype(dtype), &mut count)
         };
-        self.check(op, rc)?;
+        self.check("MPI_Get_elements_x", rc)?;
         if count == MPI_UNDEFINED as i64 {
             return Err(Error::mpi(
-                op,
+                "MPI_Get_elements_x",
                 0,
                 "the received message is not a whole number of elements",
             ));
@@ -143,17 +140,15 @@ impl<A: Abi> MpiLibrary<A> {
         c_string(&buffer, len)
     }
 
-    pub(super) fn size_of(&self, op: &'static str, comm: A::Handle) -> Result<usize> {
-        let size = self
-            .comm_size_raw(comm)
-            .map_err(|e| Error { op: op.into(), ..e })?;
-        Ok(size as usize)
+    /// The number of ranks of `comm`, as a count.
+    pub(super) fn size_of(&self, comm: A::Handle) -> Result<usize> {
+        Ok(self.comm_size_raw(comm)? as usize)
     }
 
-    pub(super) fn check_root(&self, op: &'static str, root: i32, size: usize) -> Result<()> {
+    pub(super) fn check_root(&self, root: i32, size: usize) -> Result<()> {
         if root < 0 || root as usize >= size {
             return Err(Error::invalid_argument(
-                op,
+                "root",
                 format!("root {root} is out of range for a communicator of {size} ranks"),
             ));
         }
@@ -161,12 +156,7 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// A completed receive's status as jaxmpi reports it.
-    pub(super) fn status(
-        &self,
-        op: &'static str,
-        status: &mut RawStatus,
-        recv: &BufMut,
-    ) -> Result<Status> {
+    pub(super) fn status(&self, status: &mut RawStatus, recv: &BufMut) -> Result<Status> {
         let source = status.field(A::STATUS_SOURCE);
         let source = if source == A::PROC_NULL {
             Peer::Null
@@ -177,7 +167,7 @@ impl<A: Abi> MpiLibrary<A> {
             source,
             tag: (source != Peer::Null).then(|| status.field(A::STATUS_TAG)),
             error: status.field(A::STATUS_ERROR),
-            count: self.received(op, status, recv.dtype())?,
+            count: self.received(status, recv.dtype())?,
             native: NativeStatus {
                 bytes: status.bytes(),
                 len: A::STATUS_SIZE,
@@ -186,11 +176,14 @@ impl<A: Abi> MpiLibrary<A> {
     }
 }
 
+/// What the buffer checks name themselves in errors.
+const BUFFERS: &str = "buffers";
+
 /// Checks that two buffers of one op agree on dtype.
-pub(super) fn same_dtype(op: &'static str, send: &Buf, recv: &BufMut) -> Result<()> {
+pub(super) fn same_dtype(send: &Buf, recv: &BufMut) -> Result<()> {
     if send.dtype() != recv.dtype() {
         return Err(Error::invalid_argument(
-            op,
+            BUFFERS,
             format!(
                 "send buffer is {} but receive buffer is {}",
                 send.dtype(),
@@ -201,10 +194,10 @@ pub(super) fn same_dtype(op: &'static str, send: &Buf, recv: &BufMut) -> Result<
     Ok(())
 }
 
-pub(super) fn expect_len(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
+pub(super) fn expect_len(what: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
         return Err(Error::invalid_argument(
-            op,
+            BUFFERS,
             format!("{what} has {got} elements but must have {want}"),
         ));
     }

@@ -68,11 +68,10 @@ impl<A: Abi> Inspect for MpiLibrary<A> {
     }
 
     fn comm_ident(&self, a: Comm, b: Comm) -> Result<bool> {
-        let op = "MPI_Comm_compare";
-        let (a, b) = (self.comm(op, a)?, self.comm(op, b)?);
+        let (a, b) = (self.comm(a)?, self.comm(b)?);
         let mut result: c_int = -1;
         // SAFETY: two communicator handles of this library; writes one int.
-        self.check(op, unsafe {
+        self.check("MPI_Comm_compare", unsafe {
             (self.fns.MPI_Comm_compare)(a, b, &mut result)
         })?;
         Ok(result == mpi_sys::MPI_IDENT as c_int)

@@ -13,7 +13,7 @@ use libloading::Library;
 use super::abi::{Abi, Predefined};
 use super::cuda_aware::{self, CudaAware, LibraryAnswer};
 use super::functions::{self, Functions, LargeCountFunctions};
-use super::own_ops;
+use super::own_reductions;
 use super::quirks::Quirks;
 
 /// Large enough for every family's MPI_MAX_LIBRARY_VERSION_STRING and MPI_MAX_ERROR_STRING.
@@ -24,8 +24,8 @@ pub struct MpiLibrary<A: Abi> {
     pub(super) fns: Functions<A::Handle>,
     pub(super) large: Option<LargeCountFunctions<A::Handle>>,
     pub(super) pre: Predefined<A::Handle>,
-    /// jaxmpi's own reductions (see `own_ops`), created once at load.
-    pub(super) own_ops: Vec<(Dtype, ReduceOp, A::Handle)>,
+    /// jaxmpi's own reductions (see `own_reductions`), created once at load.
+    pub(super) own_reductions: Vec<(Dtype, ReduceOp, A::Handle)>,
     /// Bugs of this library version that the ops work around.
     pub(super) quirks: Quirks,
     pub(super) info: LibraryInfo,
@@ -95,7 +95,7 @@ impl<A: Abi> MpiLibrary<A> {
             fns,
             large,
             pre,
-            own_ops: Vec::new(),
+            own_reductions: Vec::new(),
             quirks: Quirks::default(),
             info: LibraryInfo {
                 family: A::FAMILY,
@@ -106,7 +106,6 @@ impl<A: Abi> MpiLibrary<A> {
                 any_source: A::ANY_SOURCE,
                 proc_null: A::PROC_NULL,
                 any_tag: A::ANY_TAG,
-                status_size: A::STATUS_SIZE,
             },
             thread_level: ThreadLevel::Single,
             initialized_here: false,
@@ -192,15 +191,15 @@ impl<A: Abi> MpiLibrary<A> {
         self.world_rank = self.comm_rank_raw(self.pre.comm_world)?;
         self.check_datatype_table()?;
         self.quirks = Quirks::of(&self.info);
-        for (dtype, op) in own_ops::needed(self.quirks.unsigned_min_max_as_signed) {
-            let Some(callback) = own_ops::callback(dtype, op) else {
+        for (dtype, op) in own_reductions::needed(self.quirks.unsigned_min_max_as_signed) {
+            let Some(callback) = own_reductions::callback(dtype, op) else {
                 continue;
             };
             let mut handle = self.pre.op_null;
             // SAFETY: a valid callback and an out-pointer to one handle.
             let rc = unsafe { (self.fns.MPI_Op_create)(callback, 1, &mut handle) };
             self.check(step, rc)?;
-            self.own_ops.push((dtype, op, handle));
+            self.own_reductions.push((dtype, op, handle));
         }
         let setting = std::env::var(cuda_aware::SETTING).ok();
         let hints: Vec<(&str, String)> = A::CUDA_HINTS
@@ -249,7 +248,7 @@ impl<A: Abi> MpiLibrary<A> {
         if finalized != 0 {
             return Ok(());
         }
-        for &(_, _, mut op) in &self.own_ops {
+        for &(_, _, mut op) in &self.own_reductions {
             // SAFETY: ops this library created and nothing uses any more.
             unsafe { (self.fns.MPI_Op_free)(&mut op) };
         }

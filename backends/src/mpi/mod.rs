@@ -1,18 +1,24 @@
 //! The dlopen backend: one generic `MpiLibrary<A>` over the three ABI families.
+//!
+//! `library.rs` loads and initializes it; `impl_library.rs` and `impl_backend.rs` implement
+//! core's two traits, the ops living in the file of their kind (`reductions`,
+//! `collectives`, `vector`, `p2p`); those call the MPI functions of `count_agnostic.rs`,
+//! which pick classic or large-count functions (`counts.rs`). `handles.rs` converts values,
+//! `abi/` holds each family's constants.
 
 pub mod abi;
-mod calls;
 mod collectives;
-mod comms;
+mod count_agnostic;
 mod counts;
 pub mod cuda_aware;
 pub(crate) mod functions;
 mod handles;
+mod impl_backend;
+mod impl_library;
 #[cfg(feature = "linked")]
 pub mod inspect;
 mod library;
-mod ops;
-mod own_ops;
+mod own_reductions;
 mod p2p;
 mod quirks;
 mod reductions;

@@ -62,7 +62,6 @@ mod tests {
             any_source: -2,
             proc_null: -1,
             any_tag: -1,
-            status_size: 20,
         }
     }
 

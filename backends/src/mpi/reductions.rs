@@ -10,23 +10,27 @@ use super::counts::INT_MAX;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
 
-/// A reduction function with the root (if any) bound: (send, recv, count, datatype, op, comm).
-type Call<'f, H> = &'f dyn Fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
+/// A reduction's MPI function, with its root (if any) bound, as called on one segment:
+/// (send, recv, count, datatype, op, comm) -> MPI return code.
+type ReduceFn<'f, H> = &'f dyn Fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
 
-/// Validates an elementwise reduction and runs it in segments.
+/// MPI_Allreduce, MPI_Scan and MPI_Exscan, which share one prototype.
+pub(super) type Elementwise<H> =
+    unsafe extern "C" fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
+
+/// Validates an elementwise reduction and runs `function` (named for errors) in segments.
 fn reduction<A: Abi>(
     lib: &MpiLibrary<A>,
-    name: &'static str,
+    (function, call): (&'static str, ReduceFn<A::Handle>),
     comm: Comm,
     send: Input,
     recv: &BufMut,
     op: ReduceOp,
-    call: Call<A::Handle>,
 ) -> Result<()> {
-    let comm = lib.comm(name, comm)?;
+    let comm = lib.comm(comm)?;
     if let Input::Data(buf) = &send {
-        same_dtype(name, buf, recv)?;
-        expect_len(name, "the receive buffer", recv.count(), buf.count())?;
+        same_dtype(buf, recv)?;
+        expect_len("the receive buffer", recv.count(), buf.count())?;
     }
     let on = Operands {
         send: lib.input_ptr(&send),
@@ -34,7 +38,7 @@ fn reduction<A: Abi>(
         count: recv.count(),
         dtype: recv.dtype(),
     };
-    reduce_raw(lib, name, comm, on, op, call)
+    reduce_raw(lib, (function, call), comm, on, op)
 }
 
 /// `count` elements of `dtype` reduced from `send` (or MPI_IN_PLACE) into `recv` (null
@@ -48,15 +52,14 @@ struct Operands {
 
 fn reduce_raw<A: Abi>(
     lib: &MpiLibrary<A>,
-    name: &'static str,
+    (function, call): (&'static str, ReduceFn<A::Handle>),
     comm: A::Handle,
     on: Operands,
     op: ReduceOp,
-    call: Call<A::Handle>,
 ) -> Result<()> {
     let datatype = lib.pre.datatype(on.dtype);
-    let op = lib.op(name, op, on.dtype)?;
-    lib.in_segments(name, on.count, on.dtype, on.send, on.recv, |s, r, n| {
+    let op = lib.op(op, on.dtype)?;
+    lib.in_segments(function, on.count, on.dtype, on.send, on.recv, |s, r, n| {
         call(s, r, n, datatype, op, comm)
     })
 }
@@ -64,29 +67,19 @@ fn reduce_raw<A: Abi>(
 // SAFETY (every reduction below): pointers come from `Buf`/`BufMut`, valid for their
 // counts, offset by `in_segments` within those counts.
 
-/// MPI_Allreduce, MPI_Scan and MPI_Exscan, which share one prototype.
-pub(super) type Elementwise<H> =
-    unsafe extern "C" fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
-
-/// allreduce, scan or exscan (`f`), which differ only in the MPI function.
+/// allreduce, scan or exscan, which differ only in the MPI function (`function`, by name
+/// and pointer).
 pub(super) fn elementwise<A: Abi>(
     lib: &MpiLibrary<A>,
-    name: &'static str,
-    f: Elementwise<A::Handle>,
+    (function, f): (&'static str, Elementwise<A::Handle>),
     comm: Comm,
     send: Input,
     recv: BufMut,
     op: ReduceOp,
 ) -> Result<()> {
-    reduction(
-        lib,
-        name,
-        comm,
-        send,
-        &recv,
-        op,
-        &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, c) },
-    )
+    // SAFETY: as the note above `elementwise` says.
+    let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, c) };
+    reduction(lib, (function, call), comm, send, &recv, op)
 }
 
 pub(super) fn reduce<A: Abi>(
@@ -97,11 +90,12 @@ pub(super) fn reduce<A: Abi>(
     op: ReduceOp,
     root: i32,
 ) -> Result<()> {
-    let name = "reduce";
-    let handle = lib.comm(name, comm)?;
-    lib.check_root(name, root, lib.size_of(name, handle)?)?;
+    let handle = lib.comm(comm)?;
+    lib.check_root(root, lib.size_of(handle)?)?;
     let f = lib.fns.MPI_Reduce;
-    let call: Call<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
+    // SAFETY: as the note above `elementwise` says.
+    let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
+    let function = ("MPI_Reduce", call);
     if lib.comm_rank_raw(handle)? == root {
         // A copy of the input stands in for MPI_IN_PLACE where the library crashes on it.
         let copy: Vec<u8>;
@@ -114,7 +108,7 @@ pub(super) fn reduce<A: Abi>(
             }
             other => other,
         };
-        return reduction(lib, name, comm, send, &recv, op, call);
+        return reduction(lib, function, comm, send, &recv, op);
     }
     // Away from the root only the input matters; "in place" there means the input is
     // in the receive buffer.
@@ -123,19 +117,13 @@ pub(super) fn reduce<A: Abi>(
         Input::InPlace => (recv.ptr().cast_const().cast(), recv.count(), recv.dtype()),
     };
     let recv = std::ptr::null_mut();
-    reduce_raw(
-        lib,
-        name,
-        handle,
-        Operands {
-            send,
-            recv,
-            count,
-            dtype,
-        },
-        op,
-        call,
-    )
+    let on = Operands {
+        send,
+        recv,
+        count,
+        dtype,
+    };
+    reduce_raw(lib, function, handle, on, op)
 }
 
 pub(super) fn reduce_scatter<A: Abi>(
@@ -145,15 +133,14 @@ pub(super) fn reduce_scatter<A: Abi>(
     recv: BufMut,
     op: ReduceOp,
 ) -> Result<()> {
-    let name = "reduce_scatter";
-    let handle = lib.comm(name, comm)?;
-    same_dtype(name, &send, &recv)?;
-    let size = lib.size_of(name, handle)?;
+    let handle = lib.comm(comm)?;
+    same_dtype(&send, &recv)?;
+    let size = lib.size_of(handle)?;
     let block = recv.count();
-    expect_len(name, "the send buffer", send.count(), size * block)?;
+    expect_len("the send buffer", send.count(), size * block)?;
     if block <= INT_MAX {
         let datatype = lib.pre.datatype(recv.dtype());
-        let op = lib.op(name, op, recv.dtype())?;
+        let op = lib.op(op, recv.dtype())?;
         // SAFETY: send holds size*block elements, recv holds block.
         let rc = unsafe {
             (lib.fns.MPI_Reduce_scatter_block)(
@@ -165,7 +152,7 @@ pub(super) fn reduce_scatter<A: Abi>(
                 handle,
             )
         };
-        return lib.check(name, rc);
+        return lib.check("MPI_Reduce_scatter_block", rc);
     }
     // Blocks too large for one call: reduce each block to its owner, in segments.
     let rank = lib.comm_rank_raw(handle)? as usize;
@@ -185,9 +172,9 @@ pub(super) fn reduce_scatter<A: Abi>(
             dtype: recv.dtype(),
         };
         let root = owner as c_int;
-        reduce_raw(lib, name, handle, on, op, &|s, r, n, t, o, c| unsafe {
-            f(s, r, n, t, o, root, c)
-        })?;
+        // SAFETY: as the note above `elementwise` says.
+        let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
+        reduce_raw(lib, ("MPI_Reduce", call), handle, on, op)?;
     }
     Ok(())
 }

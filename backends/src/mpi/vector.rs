@@ -8,9 +8,9 @@ use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
 
 /// The block the root keeps for itself must be what it passes as its own.
-fn own_block(name: &'static str, own: usize, counts: &[usize], root: i32) -> Result<()> {
+fn own_block(own: usize, counts: &[usize], root: i32) -> Result<()> {
     let want = counts.get(root as usize).copied().unwrap_or(0);
-    expect_len(name, "the root's own block", own, want)
+    expect_len("the root's own block", own, want)
 }
 
 pub(super) fn gatherv<A: Abi>(
@@ -20,19 +20,18 @@ pub(super) fn gatherv<A: Abi>(
     recv: PartitionMut,
     root: i32,
 ) -> Result<()> {
-    let name = "gatherv";
-    let handle = lib.comm(name, comm)?;
-    let size = lib.size_of(name, handle)?;
-    lib.check_root(name, root, size)?;
+    let handle = lib.comm(comm)?;
+    let size = lib.size_of(handle)?;
+    lib.check_root(root, size)?;
     if lib.comm_rank_raw(handle)? == root {
-        same_dtype(name, &send, &recv.buf)?;
-        own_block(name, send.count(), recv.blocks.counts, root)?;
-        recv.check(name, size)?;
+        same_dtype(&send, &recv.buf)?;
+        own_block(send.count(), recv.blocks.counts, root)?;
+        recv.check(size)?;
     }
-    let t = lib.typed(name, send.count(), send.dtype())?;
+    let t = lib.typed(send.count(), send.dtype())?;
     let dt = lib.pre.datatype(send.dtype());
     let (s, r) = (send.ptr().cast(), recv.buf.ptr().cast());
-    lib.mpi_gatherv(name, s, &t, r, &recv.blocks, dt, Some(root), handle)
+    lib.mpi_gatherv(s, &t, r, &recv.blocks, dt, Some(root), handle)
 }
 
 pub(super) fn allgatherv<A: Abi>(
@@ -41,18 +40,17 @@ pub(super) fn allgatherv<A: Abi>(
     send: Buf,
     recv: PartitionMut,
 ) -> Result<()> {
-    let name = "allgatherv";
-    let handle = lib.comm(name, comm)?;
-    same_dtype(name, &send, &recv.buf)?;
-    let size = lib.size_of(name, handle)?;
+    let handle = lib.comm(comm)?;
+    same_dtype(&send, &recv.buf)?;
+    let size = lib.size_of(handle)?;
     let rank = lib.comm_rank_raw(handle)? as usize;
-    recv.check(name, size)?;
+    recv.check(size)?;
     let mine = recv.blocks.counts[rank];
-    expect_len(name, "this rank's block", send.count(), mine)?;
-    let t = lib.typed(name, send.count(), send.dtype())?;
+    expect_len("this rank's block", send.count(), mine)?;
+    let t = lib.typed(send.count(), send.dtype())?;
     let dt = lib.pre.datatype(send.dtype());
     let (s, r) = (send.ptr().cast(), recv.buf.ptr().cast());
-    lib.mpi_gatherv(name, s, &t, r, &recv.blocks, dt, None, handle)
+    lib.mpi_gatherv(s, &t, r, &recv.blocks, dt, None, handle)
 }
 
 pub(super) fn scatterv<A: Abi>(
@@ -62,19 +60,18 @@ pub(super) fn scatterv<A: Abi>(
     recv: BufMut,
     root: i32,
 ) -> Result<()> {
-    let name = "scatterv";
-    let handle = lib.comm(name, comm)?;
-    let size = lib.size_of(name, handle)?;
-    lib.check_root(name, root, size)?;
+    let handle = lib.comm(comm)?;
+    let size = lib.size_of(handle)?;
+    lib.check_root(root, size)?;
     if lib.comm_rank_raw(handle)? == root {
-        same_dtype(name, &send.buf, &recv)?;
-        own_block(name, recv.count(), send.blocks.counts, root)?;
-        send.check(name, size)?;
+        same_dtype(&send.buf, &recv)?;
+        own_block(recv.count(), send.blocks.counts, root)?;
+        send.check(size)?;
     }
-    let t = lib.typed(name, recv.count(), recv.dtype())?;
+    let t = lib.typed(recv.count(), recv.dtype())?;
     let dt = lib.pre.datatype(recv.dtype());
     let (s, r) = (send.buf.ptr().cast(), recv.ptr().cast());
-    lib.mpi_scatterv(name, s, &send.blocks, dt, r, &t, root, handle)
+    lib.mpi_scatterv(s, &send.blocks, dt, r, &t, root, handle)
 }
 
 pub(super) fn alltoallv<A: Abi>(
@@ -83,13 +80,12 @@ pub(super) fn alltoallv<A: Abi>(
     send: Partition,
     recv: PartitionMut,
 ) -> Result<()> {
-    let name = "alltoallv";
-    let handle = lib.comm(name, comm)?;
-    same_dtype(name, &send.buf, &recv.buf)?;
-    let size = lib.size_of(name, handle)?;
-    send.check(name, size)?;
-    recv.check(name, size)?;
+    let handle = lib.comm(comm)?;
+    same_dtype(&send.buf, &recv.buf)?;
+    let size = lib.size_of(handle)?;
+    send.check(size)?;
+    recv.check(size)?;
     let dt = lib.pre.datatype(send.buf.dtype());
     let (s, r) = (send.buf.ptr().cast(), recv.buf.ptr().cast());
-    lib.mpi_alltoallv(name, s, &send.blocks, r, &recv.blocks, dt, handle)
+    lib.mpi_alltoallv(s, &send.blocks, r, &recv.blocks, dt, handle)
 }

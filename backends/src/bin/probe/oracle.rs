@@ -18,7 +18,7 @@ const COUNT: usize = 1001;
 /// Runs the oracle; returns the exit code (the same on every rank).
 pub fn oracle(trace: bool) -> i32 {
     let started = std::time::Instant::now();
-    let (linked, loaded) = match jaxmpi_backends::linked::load_twins() {
+    let (linked, loaded) = match jaxmpi_backends::select::linked::load_twins() {
         Ok((linked, loaded)) => (Box::leak(linked), Box::leak(loaded)),
         Err(err) => {
             println!("PROBE FAIL rank=? error={}", quoted(&err.to_string()));

@@ -94,11 +94,18 @@ impl Abi for Linked {
     const STATUS_SIZE: usize = size_of::<sys::MPI_Status>();
 
     fn predefined(lib: &Library) -> Result<Predefined<Handle>, String> {
-        // mpi.h has MPI_OP_NULL only as a cast macro and mpi-sys exports no copy of it;
-        // jaxmpi uses it only as the initial value of out-parameters.
-        let op_null = match Self::FAMILY {
-            Family::Mpich => from_bits(Mpich::predefined(lib)?.op_null as u32 as usize),
-            _ => from_bits(OpenMpi::predefined(lib)?.op_null),
+        // mpi.h has MPI_OP_NULL and MPI_DATATYPE_NULL only as cast macros and mpi-sys
+        // exports no copy of them; jaxmpi uses them only as initial values of out-parameters.
+        let (op_null, datatype_null) = match Self::FAMILY {
+            Family::Mpich => {
+                let table = Mpich::predefined(lib)?;
+                let bits = |h: c_int| from_bits(h as u32 as usize);
+                (bits(table.op_null), bits(table.datatype_null))
+            }
+            _ => {
+                let table = OpenMpi::predefined(lib)?;
+                (from_bits(table.op_null), from_bits(table.datatype_null))
+            }
         };
         // SAFETY: mpi-sys's C shim defines each of these as a constant initialized from
         // the mpi.h macro of the same name; reading them has no side effect.
@@ -108,6 +115,7 @@ impl Abi for Linked {
                 comm_self: handle(sys::RSMPI_COMM_SELF),
                 comm_null: handle(sys::RSMPI_COMM_NULL),
                 op_null,
+                datatype_null,
                 errors_return: handle(sys::RSMPI_ERRORS_RETURN),
                 info_null: handle(sys::RSMPI_INFO_NULL),
                 datatypes: [

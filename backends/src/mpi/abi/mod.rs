@@ -4,6 +4,7 @@
 
 #[cfg(feature = "linked")]
 pub mod linked;
+mod memory;
 mod mpich;
 mod openmpi;
 mod standard;
@@ -66,6 +67,7 @@ pub struct Predefined<H> {
     pub comm_self: H,
     pub comm_null: H,
     pub op_null: H,
+    pub datatype_null: H,
     pub errors_return: H,
     pub info_null: H,
     /// Indexed by `Dtype::ALL` order. The 16-bit floats travel as UINT16_T: no family has a

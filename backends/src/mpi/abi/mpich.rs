@@ -37,6 +37,7 @@ impl Abi for Mpich {
             comm_self: 0x4400_0001,
             comm_null: 0x0400_0000,
             op_null: 0x1800_0000,
+            datatype_null: 0x0c00_0000,
             errors_return: 0x5400_0001,
             info_null: 0x1c00_0000,
             datatypes: [

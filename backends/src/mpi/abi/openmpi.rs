@@ -50,6 +50,7 @@ impl Abi for OpenMpi {
             comm_self: s(c"ompi_mpi_comm_self")?,
             comm_null: s(c"ompi_mpi_comm_null")?,
             op_null: s(c"ompi_mpi_op_null")?,
+            datatype_null: s(c"ompi_mpi_datatype_null")?,
             errors_return: s(c"ompi_mpi_errors_return")?,
             info_null: s(c"ompi_mpi_info_null")?,
             datatypes: [
@@ -105,7 +106,7 @@ impl Abi for OpenMpi {
     fn check_comm_object(lib: &Library, comm: Handle) -> Result<(), String> {
         let class = symbol_address(lib, c"ompi_communicator_t_class")?;
         let mut header = [0usize; 2];
-        if !crate::memory::read_own_memory(comm, &mut header) {
+        if !super::memory::read_own_memory(comm, &mut header) {
             return Err(format!(
                 "{comm:#x} is not the address of an Open MPI object"
             ));

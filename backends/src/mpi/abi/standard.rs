@@ -41,6 +41,7 @@ impl Abi for Standard {
             comm_self: 0x102,
             comm_null: 0x100,
             op_null: 0x020,
+            datatype_null: 0x200,
             errors_return: 0x143,
             info_null: 0x130,
             datatypes: [
@@ -96,7 +97,7 @@ impl Abi for Standard {
             };
         }
         let mut header = [0usize; 1];
-        if !crate::memory::read_own_memory(comm, &mut header) {
+        if !super::memory::read_own_memory(comm, &mut header) {
             return Err(format!(
                 "{comm:#x} is not an MPI-5 ABI communicator (not the address of an object; \
                  MPICH-family handles are 32-bit integers)"

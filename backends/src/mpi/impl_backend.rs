@@ -1,6 +1,6 @@
 //! `Backend` for `MpiLibrary`: each op, written once for all families, lives in the file of
 //! its kind (`reductions`, `collectives`, `vector`, `p2p`); the MPI functions they call
-//! pick the count convention in `counts.rs`.
+//! (`count_agnostic.rs`) pick the count convention in `counts.rs`.
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Input, Partition, PartitionMut, Peer,
@@ -8,30 +8,30 @@ use jaxmpi_core::{
 };
 
 use super::abi::Abi;
-use super::calls::Direction;
+use super::count_agnostic::Direction;
 use super::library::MpiLibrary;
 use super::{collectives, p2p, reductions, vector};
 
 impl<A: Abi> Backend for MpiLibrary<A> {
     fn barrier(&self, comm: Comm) -> Result<()> {
-        let comm = self.comm("barrier", comm)?;
+        let comm = self.comm(comm)?;
         // SAFETY: a valid communicator.
-        self.check("barrier", unsafe { (self.fns.MPI_Barrier)(comm) })
+        self.check("MPI_Barrier", unsafe { (self.fns.MPI_Barrier)(comm) })
     }
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        let f = self.fns.MPI_Allreduce;
-        reductions::elementwise(self, "allreduce", f, comm, send, recv, op)
+        let f = ("MPI_Allreduce", self.fns.MPI_Allreduce);
+        reductions::elementwise(self, f, comm, send, recv, op)
     }
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         reductions::reduce(self, comm, send, recv, op, root)
     }
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        let f = self.fns.MPI_Scan;
-        reductions::elementwise(self, "scan", f, comm, send, recv, op)
+        let f = ("MPI_Scan", self.fns.MPI_Scan);
+        reductions::elementwise(self, f, comm, send, recv, op)
     }
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        let f = self.fns.MPI_Exscan;
-        reductions::elementwise(self, "exscan", f, comm, send, recv, op)
+        let f = ("MPI_Exscan", self.fns.MPI_Exscan);
+        reductions::elementwise(self, f, comm, send, recv, op)
     }
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         reductions::reduce_scatter(self, comm, send, recv, op)

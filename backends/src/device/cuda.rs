@@ -13,7 +13,7 @@ use cudarc::driver::sys::{self, CUresult};
 use jaxmpi_core::device::{install_device_runtime, DeviceRuntime, Stream};
 use jaxmpi_core::{Backend, Error, Library, Result};
 
-use crate::device::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Staged};
+use super::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Staged};
 
 const STEP: &str = "cuda";
 
@@ -42,11 +42,6 @@ pub fn load_driver() -> Result<()> {
             check("cuInit", unsafe { sys::cuInit(0) })
         })
         .clone()
-}
-
-/// Whether the CUDA driver can be loaded and initialized on this machine.
-pub fn driver_available() -> bool {
-    load_driver().is_ok()
 }
 
 /// GPUs the driver sees (after CUDA_VISIBLE_DEVICES).
@@ -224,38 +219,17 @@ impl DeviceRuntime for CudaRuntime {
     }
 }
 
-static RUNTIME: OnceLock<&'static CudaRuntime> = OnceLock::new();
+/// The process's one CUDA runtime: its pool of pinned buffers lives as long as the process.
+static RUNTIME: OnceLock<CudaRuntime> = OnceLock::new();
 
 /// Installs the CUDA device runtime (cheap: loads nothing until a GPU op runs).
-pub fn install() -> Result<()> {
-    install_device_runtime(|| {
-        let runtime: &'static CudaRuntime = RUNTIME.get_or_init(|| Box::leak(Box::default()));
-        Ok(Box::new(Shared(runtime)))
-    })
-    .map(|_| ())
+pub fn install() {
+    install_device_runtime(RUNTIME.get_or_init(CudaRuntime::default));
 }
 
 /// Frees the pinned staging buffers (at exit).
 pub fn release() {
     if let Some(runtime) = RUNTIME.get() {
         runtime.pool.release();
-    }
-}
-
-/// Pinned bytes held by the staging pool.
-pub fn staging_bytes() -> usize {
-    RUNTIME.get().map_or(0, |r| r.pool.held_bytes())
-}
-
-struct Shared(&'static CudaRuntime);
-
-impl DeviceRuntime for Shared {
-    fn run(
-        &self,
-        stream: Stream,
-        library: &dyn Library,
-        body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
-    ) -> Result<()> {
-        self.0.run(stream, library, body)
     }
 }

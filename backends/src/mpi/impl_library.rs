@@ -15,12 +15,6 @@ impl<A: Abi> Library for MpiLibrary<A> {
     fn initialized_here(&self) -> bool {
         self.initialized_here
     }
-    fn is_finalized(&self) -> bool {
-        let mut finalized = 0;
-        // SAFETY: may be called at any time; writes one int.
-        unsafe { (self.fns.MPI_Finalized)(&mut finalized) };
-        finalized != 0
-    }
     fn finalize(&self) -> Result<()> {
         self.finalize_if_owned()
     }
@@ -38,8 +32,10 @@ impl<A: Abi> Library for MpiLibrary<A> {
     }
 
     fn return_errors_on(&self, comm: Comm) -> Result<Option<usize>> {
+        // One step for the user: which of its MPI calls failed matters less than that the
+        // check before the op did.
         let op = "error handler check";
-        let handle = self.comm(op, comm)?;
+        let handle = self.comm(comm).map_err(|err| err.in_op(op))?;
         let mut current = self.pre.errors_return;
         // SAFETY: a communicator handle of this family; writes one handle.
         self.check(op, unsafe {
@@ -76,7 +72,7 @@ impl<A: Abi> Library for MpiLibrary<A> {
 
     fn check_comm(&self, comm: Comm) -> Result<()> {
         let op = "communicator check";
-        let handle = self.comm(op, comm)?;
+        let handle = self.comm(comm).map_err(|err| err.in_op(op))?;
         A::check_comm_object(&self.lib, handle).map_err(|why| Error::invalid_argument(op, why))?;
         let mut inter = 0;
         // SAFETY: `handle` has the shape of a communicator of this library (checked above);
@@ -103,32 +99,32 @@ impl<A: Abi> Library for MpiLibrary<A> {
     }
 
     fn comm_rank(&self, comm: Comm) -> Result<i32> {
-        self.comm_rank_raw(self.comm("comm_rank", comm)?)
+        self.comm_rank_raw(self.comm(comm)?)
     }
 
     fn comm_size(&self, comm: Comm) -> Result<i32> {
-        self.comm_size_raw(self.comm("comm_size", comm)?)
+        self.comm_size_raw(self.comm(comm)?)
     }
 
     fn comm_dup(&self, comm: Comm) -> Result<Comm> {
-        let op = "comm_dup";
-        let handle = self.comm(op, comm)?;
+        let handle = self.comm(comm)?;
         let mut copy = self.pre.comm_null;
         // SAFETY: a valid communicator and an out-pointer to one handle.
-        self.check(op, unsafe { (self.fns.MPI_Comm_dup)(handle, &mut copy) })?;
+        self.check("MPI_Comm_dup", unsafe {
+            (self.fns.MPI_Comm_dup)(handle, &mut copy)
+        })?;
         // SAFETY: `copy` is the communicator just created.
-        self.check(op, unsafe {
+        self.check("MPI_Comm_set_errhandler", unsafe {
             (self.fns.MPI_Comm_set_errhandler)(copy, self.pre.errors_return)
         })?;
         Ok(self.to_comm(copy))
     }
 
     fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>> {
-        let op = "comm_split";
-        let handle = self.comm(op, comm)?;
+        let handle = self.comm(comm)?;
         if color.is_some_and(|c| c < 0) {
             return Err(Error::invalid_argument(
-                op,
+                "color",
                 "color must be non-negative (or None for MPI_UNDEFINED)",
             ));
         }
@@ -136,37 +132,37 @@ impl<A: Abi> Library for MpiLibrary<A> {
         // SAFETY: a valid communicator and an out-pointer to one handle.
         let rc =
             unsafe { (self.fns.MPI_Comm_split)(handle, color.unwrap_or(-32766), key, &mut part) };
-        self.check(op, rc)?;
+        self.check("MPI_Comm_split", rc)?;
         if part == self.pre.comm_null {
             return Ok(None);
         }
         // SAFETY: `part` is the communicator just created.
-        self.check(op, unsafe {
+        self.check("MPI_Comm_set_errhandler", unsafe {
             (self.fns.MPI_Comm_set_errhandler)(part, self.pre.errors_return)
         })?;
         Ok(Some(self.to_comm(part)))
     }
 
     fn comm_free(&self, comm: Comm) -> Result<()> {
-        let op = "comm_free";
-        let mut handle = self.comm(op, comm)?;
+        let mut handle = self.comm(comm)?;
         if handle == self.pre.comm_world || handle == self.pre.comm_self {
             return Err(Error::invalid_argument(
-                op,
+                "communicator",
                 "predefined communicators cannot be freed",
             ));
         }
         // SAFETY: a user communicator; MPI sets the handle to COMM_NULL.
-        self.check(op, unsafe { (self.fns.MPI_Comm_free)(&mut handle) })
+        self.check("MPI_Comm_free", unsafe {
+            (self.fns.MPI_Comm_free)(&mut handle)
+        })
     }
 
     fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {
-        let op = "node_local_rank";
-        let handle = self.comm(op, comm)?;
+        let handle = self.comm(comm)?;
         let mut node = self.pre.comm_null;
         // SAFETY: a valid communicator, the family's predefined info and split type, and an
         // out-pointer to one handle.
-        self.check(op, unsafe {
+        self.check("MPI_Comm_split_type", unsafe {
             (self.fns.MPI_Comm_split_type)(
                 handle,
                 A::COMM_TYPE_SHARED,
@@ -179,7 +175,9 @@ impl<A: Abi> Library for MpiLibrary<A> {
             .comm_rank_raw(node)
             .and_then(|rank| Ok((rank, self.comm_size_raw(node)?)));
         // SAFETY: `node` is the communicator just created and nobody else holds it.
-        self.check(op, unsafe { (self.fns.MPI_Comm_free)(&mut node) })?;
+        self.check("MPI_Comm_free", unsafe {
+            (self.fns.MPI_Comm_free)(&mut node)
+        })?;
         rank_and_size
     }
 

@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use std::sync::Mutex;
 
 use super::{DEVICE_HANDLERS, HANDLERS};
-use crate::xla_ffi::*;
+use crate::xla::ffi::*;
 
 static LAST_ERROR: Mutex<Option<(i32, String)>> = Mutex::new(None);
 

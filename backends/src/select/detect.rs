@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use jaxmpi_core::{Error, Family, Result};
 
-use crate::loaded::canonical;
+use super::loaded::canonical;
 
 const STEP: &str = "select MPI";
 

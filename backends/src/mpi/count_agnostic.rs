@@ -1,5 +1,6 @@
 //! The count-agnostic MPI functions the ops call (see `counts.rs`): each takes 64-bit
-//! counts and calls the classic function or its MPI-4 `_c` twin, as `width` decides.
+//! counts and calls the classic function or its MPI-4 `_c` twin, as `width` decides, and
+//! names the one it called in its error (`MPI_Sendrecv_replace_c`, ...).
 
 use std::ffi::{c_int, c_void};
 
@@ -51,7 +52,6 @@ fn large(blocks: &Blocks) -> (Vec<Count>, Vec<Aint>) {
 impl<A: Abi> MpiLibrary<A> {
     pub(super) fn mpi_bcast(
         &self,
-        name: &'static str,
         buf: &Broadcast,
         t: &Typed<A>,
         root: c_int,
@@ -63,11 +63,17 @@ impl<A: Abi> MpiLibrary<A> {
             Broadcast::Root(b) => b.ptr().cast_mut().cast(),
             Broadcast::Receiver(b) => b.ptr().cast(),
         };
-        let rc = match self.width(name, &[t.count as usize])? {
-            Width::Int => unsafe { (self.fns.MPI_Bcast)(p, int(t.count), t.datatype, root, comm) },
-            Width::Large(l) => unsafe { (l.MPI_Bcast_c)(p, t.count, t.datatype, root, comm) },
+        let (f, rc) = match self.width(&[t.count as usize])? {
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            Width::Int => ("MPI_Bcast", unsafe {
+                (self.fns.MPI_Bcast)(p, int(t.count), t.datatype, root, comm)
+            }),
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            Width::Large(l) => ("MPI_Bcast_c", unsafe {
+                (l.MPI_Bcast_c)(p, t.count, t.datatype, root, comm)
+            }),
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     /// gather or scatter (`root: Some`), allgather or alltoall (`None`): one block of `t`
@@ -75,7 +81,6 @@ impl<A: Abi> MpiLibrary<A> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_equal_blocks(
         &self,
-        name: &'static str,
         direction: Direction,
         s: *const c_void,
         r: *mut c_void,
@@ -85,41 +90,45 @@ impl<A: Abi> MpiLibrary<A> {
     ) -> Result<()> {
         let (n, dt) = (t.count, t.datatype);
         let gather = direction == Direction::Gather;
-        let rc = match (self.width(name, &[n as usize])?, root) {
+        let (f, rc) = match (self.width(&[n as usize])?, root) {
             (Width::Int, Some(root)) => {
-                let f = if gather {
-                    self.fns.MPI_Gather
+                let (f, fp) = if gather {
+                    ("MPI_Gather", self.fns.MPI_Gather)
                 } else {
-                    self.fns.MPI_Scatter
+                    ("MPI_Scatter", self.fns.MPI_Scatter)
                 };
-                unsafe { f(s, int(n), dt, r, int(n), dt, root, comm) }
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                (f, unsafe { fp(s, int(n), dt, r, int(n), dt, root, comm) })
             }
             (Width::Large(l), Some(root)) => {
-                let f = if gather {
-                    l.MPI_Gather_c
+                let (f, fp) = if gather {
+                    ("MPI_Gather_c", l.MPI_Gather_c)
                 } else {
-                    l.MPI_Scatter_c
+                    ("MPI_Scatter_c", l.MPI_Scatter_c)
                 };
-                unsafe { f(s, n, dt, r, n, dt, root, comm) }
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                (f, unsafe { fp(s, n, dt, r, n, dt, root, comm) })
             }
             (Width::Int, None) => {
-                let f = if gather {
-                    self.fns.MPI_Allgather
+                let (f, fp) = if gather {
+                    ("MPI_Allgather", self.fns.MPI_Allgather)
                 } else {
-                    self.fns.MPI_Alltoall
+                    ("MPI_Alltoall", self.fns.MPI_Alltoall)
                 };
-                unsafe { f(s, int(n), dt, r, int(n), dt, comm) }
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                (f, unsafe { fp(s, int(n), dt, r, int(n), dt, comm) })
             }
             (Width::Large(l), None) => {
-                let f = if gather {
-                    l.MPI_Allgather_c
+                let (f, fp) = if gather {
+                    ("MPI_Allgather_c", l.MPI_Allgather_c)
                 } else {
-                    l.MPI_Alltoall_c
+                    ("MPI_Alltoall_c", l.MPI_Alltoall_c)
                 };
-                unsafe { f(s, n, dt, r, n, dt, comm) }
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                (f, unsafe { fp(s, n, dt, r, n, dt, comm) })
             }
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     /// gatherv (`root: Some`) and allgatherv (`None`): `t` is this rank's block, `blocks`
@@ -127,7 +136,6 @@ impl<A: Abi> MpiLibrary<A> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_gatherv(
         &self,
-        name: &'static str,
         s: *const c_void,
         t: &Typed<A>,
         r: *mut c_void,
@@ -138,27 +146,37 @@ impl<A: Abi> MpiLibrary<A> {
     ) -> Result<()> {
         let all: Vec<usize> = [blocks.counts, blocks.displs].concat();
         let (n, st) = (t.count, t.datatype);
-        let rc = match self.width(name, &[&all[..], &[n as usize]].concat())? {
+        let (f, rc) = match self.width(&[&all[..], &[n as usize]].concat())? {
             Width::Int => {
                 let (c, d) = (ints(blocks.counts), ints(blocks.displs));
                 let (c, d) = (c.as_ptr(), d.as_ptr());
                 match root {
-                    Some(root) => unsafe {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    Some(root) => ("MPI_Gatherv", unsafe {
                         (self.fns.MPI_Gatherv)(s, int(n), st, r, c, d, dt, root, comm)
-                    },
-                    None => unsafe { (self.fns.MPI_Allgatherv)(s, int(n), st, r, c, d, dt, comm) },
+                    }),
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => ("MPI_Allgatherv", unsafe {
+                        (self.fns.MPI_Allgatherv)(s, int(n), st, r, c, d, dt, comm)
+                    }),
                 }
             }
             Width::Large(l) => {
                 let (c, d) = large(blocks);
                 let (c, d) = (c.as_ptr(), d.as_ptr());
                 match root {
-                    Some(root) => unsafe { (l.MPI_Gatherv_c)(s, n, st, r, c, d, dt, root, comm) },
-                    None => unsafe { (l.MPI_Allgatherv_c)(s, n, st, r, c, d, dt, comm) },
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    Some(root) => ("MPI_Gatherv_c", unsafe {
+                        (l.MPI_Gatherv_c)(s, n, st, r, c, d, dt, root, comm)
+                    }),
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => ("MPI_Allgatherv_c", unsafe {
+                        (l.MPI_Allgatherv_c)(s, n, st, r, c, d, dt, comm)
+                    }),
                 }
             }
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     /// scatterv: `blocks` is the send buffer's (ignored away from the root), `t` this
@@ -166,7 +184,6 @@ impl<A: Abi> MpiLibrary<A> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_scatterv(
         &self,
-        name: &'static str,
         s: *const c_void,
         blocks: &Blocks,
         dt: A::Handle,
@@ -177,35 +194,30 @@ impl<A: Abi> MpiLibrary<A> {
     ) -> Result<()> {
         let all: Vec<usize> = [blocks.counts, blocks.displs, &[t.count as usize]].concat();
         let (n, rt) = (t.count, t.datatype);
-        let rc = match self.width(name, &all)? {
+        let (f, rc) = match self.width(&all)? {
             Width::Int => {
                 let (c, d) = (ints(blocks.counts), ints(blocks.displs));
-                unsafe {
-                    (self.fns.MPI_Scatterv)(
-                        s,
-                        c.as_ptr(),
-                        d.as_ptr(),
-                        dt,
-                        r,
-                        int(n),
-                        rt,
-                        root,
-                        comm,
-                    )
-                }
+                let (c, d) = (c.as_ptr(), d.as_ptr());
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                ("MPI_Scatterv", unsafe {
+                    (self.fns.MPI_Scatterv)(s, c, d, dt, r, int(n), rt, root, comm)
+                })
             }
             Width::Large(l) => {
                 let (c, d) = large(blocks);
-                unsafe { (l.MPI_Scatterv_c)(s, c.as_ptr(), d.as_ptr(), dt, r, n, rt, root, comm) }
+                let (c, d) = (c.as_ptr(), d.as_ptr());
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                ("MPI_Scatterv_c", unsafe {
+                    (l.MPI_Scatterv_c)(s, c, d, dt, r, n, rt, root, comm)
+                })
             }
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_alltoallv(
         &self,
-        name: &'static str,
         s: *const c_void,
         sent: &Blocks,
         r: *mut c_void,
@@ -214,44 +226,52 @@ impl<A: Abi> MpiLibrary<A> {
         comm: A::Handle,
     ) -> Result<()> {
         let all = [sent.counts, sent.displs, received.counts, received.displs].concat();
-        let rc = match self.width(name, &all)? {
+        let (f, rc) = match self.width(&all)? {
             Width::Int => {
                 let [sc, sd, rc, rd] =
                     [sent.counts, sent.displs, received.counts, received.displs].map(ints);
                 let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
-                unsafe { (self.fns.MPI_Alltoallv)(s, sc, sd, dt, r, rc, rd, dt, comm) }
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                ("MPI_Alltoallv", unsafe {
+                    (self.fns.MPI_Alltoallv)(s, sc, sd, dt, r, rc, rd, dt, comm)
+                })
             }
             Width::Large(l) => {
                 let ((sc, sd), (rc, rd)) = (large(sent), large(received));
                 let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
-                unsafe { (l.MPI_Alltoallv_c)(s, sc, sd, dt, r, rc, rd, dt, comm) }
+                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                ("MPI_Alltoallv_c", unsafe {
+                    (l.MPI_Alltoallv_c)(s, sc, sd, dt, r, rc, rd, dt, comm)
+                })
             }
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     pub(super) fn mpi_send(
         &self,
-        name: &'static str,
         p: *const c_void,
         t: &Typed<A>,
         dest: c_int,
         tag: c_int,
         comm: A::Handle,
     ) -> Result<()> {
-        let rc = match self.width(name, &[t.count as usize])? {
-            Width::Int => unsafe {
+        let (f, rc) = match self.width(&[t.count as usize])? {
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            Width::Int => ("MPI_Send", unsafe {
                 (self.fns.MPI_Send)(p, int(t.count), t.datatype, dest, tag, comm)
-            },
-            Width::Large(l) => unsafe { (l.MPI_Send_c)(p, t.count, t.datatype, dest, tag, comm) },
+            }),
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            Width::Large(l) => ("MPI_Send_c", unsafe {
+                (l.MPI_Send_c)(p, t.count, t.datatype, dest, tag, comm)
+            }),
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_recv(
         &self,
-        name: &'static str,
         p: *mut c_void,
         t: &Typed<A>,
         source: c_int,
@@ -260,15 +280,17 @@ impl<A: Abi> MpiLibrary<A> {
         status: &mut RawStatus,
     ) -> Result<()> {
         let st = status.as_mut_ptr();
-        let rc = match self.width(name, &[t.count as usize])? {
-            Width::Int => unsafe {
+        let (f, rc) = match self.width(&[t.count as usize])? {
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            Width::Int => ("MPI_Recv", unsafe {
                 (self.fns.MPI_Recv)(p, int(t.count), t.datatype, source, tag, comm, st)
-            },
-            Width::Large(l) => unsafe {
+            }),
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            Width::Large(l) => ("MPI_Recv_c", unsafe {
                 (l.MPI_Recv_c)(p, t.count, t.datatype, source, tag, comm, st)
-            },
+            }),
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 
     /// MPI_Sendrecv, or MPI_Sendrecv_replace when `s` is `None` (the message to send is
@@ -276,7 +298,6 @@ impl<A: Abi> MpiLibrary<A> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_sendrecv(
         &self,
-        name: &'static str,
         s: Option<(*const c_void, &Typed<A>)>,
         r: *mut c_void,
         tr: &Typed<A>,
@@ -293,8 +314,9 @@ impl<A: Abi> MpiLibrary<A> {
         } = envelope;
         let sent = s.map_or(0, |(_, ts)| ts.count as usize);
         let (rn, rt) = (tr.count, tr.datatype);
-        let rc = match (self.width(name, &[sent, rn as usize])?, s) {
-            (Width::Int, Some((s, ts))) => unsafe {
+        let (f, rc) = match (self.width(&[sent, rn as usize])?, s) {
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            (Width::Int, Some((s, ts))) => ("MPI_Sendrecv", unsafe {
                 (self.fns.MPI_Sendrecv)(
                     s,
                     int(ts.count),
@@ -309,8 +331,9 @@ impl<A: Abi> MpiLibrary<A> {
                     comm,
                     st,
                 )
-            },
-            (Width::Large(l), Some((s, ts))) => unsafe {
+            }),
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            (Width::Large(l), Some((s, ts))) => ("MPI_Sendrecv_c", unsafe {
                 (l.MPI_Sendrecv_c)(
                     s,
                     ts.count,
@@ -325,8 +348,9 @@ impl<A: Abi> MpiLibrary<A> {
                     comm,
                     st,
                 )
-            },
-            (Width::Int, None) => unsafe {
+            }),
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            (Width::Int, None) => ("MPI_Sendrecv_replace", unsafe {
                 (self.fns.MPI_Sendrecv_replace)(
                     r,
                     int(rn),
@@ -338,11 +362,12 @@ impl<A: Abi> MpiLibrary<A> {
                     comm,
                     st,
                 )
-            },
-            (Width::Large(l), None) => unsafe {
+            }),
+            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+            (Width::Large(l), None) => ("MPI_Sendrecv_replace_c", unsafe {
                 (l.MPI_Sendrecv_replace_c)(r, rn, rt, dest, sendtag, source, recvtag, comm, st)
-            },
+            }),
         };
-        self.check(name, rc)
+        self.check(f, rc)
     }
 }

@@ -1,63 +1,22 @@
-//! XLA FFI handlers: one generic path decodes a call frame, validates it and dispatches to
-//! the process's backend. Each op contributes its line in the table below (its signature)
-//! and its body in `ops.rs`; `lifecycle.rs` is what every call does around the body.
-
-mod call;
-mod device;
-mod lifecycle;
-mod ops;
-pub mod pending;
-mod signature;
-#[cfg(test)]
-mod tests;
+//! The one path every exported handler takes: XLA's metadata probe answered, the call frame
+//! checked, the op body run inside `lifecycle::run` with panics caught, and any failure
+//! handed back to XLA as an error that names the op, the rank and the call.
 
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use call::Call;
-pub use signature::{
-    Address, AttrDecl, Counts, Kind, Signature, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
+use super::lifecycle::{self, CallInfo};
+use super::signature::Attrs;
+use super::{pending, Call};
+use crate::xla::ffi::{
+    CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, MetadataExtension,
+    API_VERSION_STRUCT_SIZE, METADATA_STRUCT_SIZE,
 };
-
-use crate::xla_ffi::{
-    CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, Handler, MetadataExtension,
-    API_VERSION_STRUCT_SIZE, CALL_FRAME_STRUCT_SIZE, METADATA_STRUCT_SIZE,
-};
-use crate::{library, Backend, Comm, Error, ErrorKind, Library, Peer, ReduceOp, Result};
-use lifecycle::CallInfo;
-use signature::{declare_ops, Attr, Attrs};
-
-// Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
-// lowering `jaxmpi_<name>` passes exactly these (Python checks its parameters against this
-// table at trace time); the handler decodes them into `attrs::TypedAttrs` before
-// `ops::<name>` runs. A result is absent on ranks that receive nothing (see `ops.rs`), an
-// operand that is only a receive template never reaches the handler.
-declare_ops! {
-    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp },
-    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32 },
-    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp },
-    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp },
-    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp },
-    bcast: Bcast (x) -> (y) { comm: Comm, root: i32 },
-    gather: Gather (x) -> (y) { comm: Comm, root: i32 },
-    allgather: Allgather (x) -> (y) { comm: Comm },
-    scatter: Scatter (x) -> (y) { comm: Comm, root: i32 },
-    alltoall: Alltoall (x) -> (y) { comm: Comm },
-    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
-    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts },
-    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
-    alltoallv: Alltoallv (x) -> (y) { comm: Comm, send_counts: Counts, recv_counts: Counts },
-    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32 },
-    recv: Recv (x) -> (y) { comm: Comm, source: Peer, tag: Option<i32>, status: Address },
-    sendrecv: Sendrecv (sendbuf, recvbuf) -> (y) {
-        comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
-    },
-    barrier: Barrier () -> () { comm: Comm },
-}
+use crate::{library, Backend, Error, ErrorKind, Library, Result};
 
 /// An op body: runs the backend op on the call's buffers and its decoded attributes
 /// (`Library` for the communicator queries, `Backend` for the op itself).
-type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
+pub(super) type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
 
 /// Answers XLA's registration-time metadata probe, if this frame is one: API version 0.1,
 /// no traits (never COMMAND_BUFFER_COMPATIBLE: a CUDA graph would replay no MPI call).
@@ -89,7 +48,7 @@ unsafe fn answer_metadata_probe(frame: *mut CallFrame) -> bool {
 ///
 /// # Safety
 /// `frame` must be a call frame from XLA.
-unsafe fn handle<A: Attrs>(
+pub(super) unsafe fn handle<A: Attrs>(
     frame: *mut CallFrame,
     name: &'static str,
     body: Body<A>,
@@ -170,9 +129,4 @@ unsafe fn create_error(frame: *mut CallFrame, err: &Error) -> *mut FfiError {
         };
         create(&mut args)
     }
-}
-
-/// Frames smaller than the declared size come from an XLA this file does not know.
-pub(crate) fn frame_is_compatible(struct_size: usize) -> bool {
-    struct_size >= CALL_FRAME_STRUCT_SIZE
 }

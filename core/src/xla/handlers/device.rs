@@ -2,7 +2,7 @@
 
 use super::Call;
 use crate::device::{device_runtime, Stream};
-use crate::xla_ffi::StreamGetArgs;
+use crate::xla::ffi::StreamGetArgs;
 use crate::{Backend, Error, Library, Result};
 
 /// XLA's stream for this call.

@@ -7,10 +7,10 @@
 use super::attrs;
 use super::call::Operand;
 use super::signature::Address;
-use super::Call;
+use super::{checked, Call};
 use crate::{
-    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Library, Partition,
-    PartitionMut, Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
+    PartitionMut, Peer, Result, Status,
 };
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
@@ -44,7 +44,7 @@ pub fn allreduce(
     backend: &dyn Backend,
     a: &attrs::Allreduce,
 ) -> Result<()> {
-    let recv = call.ret(0)?.buf_mut(call.name())?;
+    let recv = call.ret(0)?.buf_mut()?;
     backend.allreduce(a.comm, call.reduction_input()?, recv, a.op)
 }
 
@@ -54,22 +54,21 @@ pub fn reduce(
     backend: &dyn Backend,
     a: &attrs::Reduce,
 ) -> Result<()> {
-    let name = call.name();
     match call.optional_ret(0) {
         Some(y) => {
-            let (send, recv) = (call.reduction_input()?, y.buf_mut(name)?);
+            let (send, recv) = (call.reduction_input()?, y.buf_mut()?);
             backend.reduce(a.comm, send, recv, a.op, a.root)
         }
         None => {
             let x = call.arg(0)?;
-            let send = Input::Data(x.buf(name)?);
-            backend.reduce(a.comm, send, empty_buf_mut(x.dtype(name)?), a.op, a.root)
+            let send = Input::Data(x.buf()?);
+            backend.reduce(a.comm, send, empty_buf_mut(x.dtype()?), a.op, a.root)
         }
     }
 }
 
 pub fn scan(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Scan) -> Result<()> {
-    let recv = call.ret(0)?.buf_mut(call.name())?;
+    let recv = call.ret(0)?.buf_mut()?;
     backend.scan(a.comm, call.reduction_input()?, recv, a.op)
 }
 
@@ -81,10 +80,10 @@ pub fn exscan(
     a: &attrs::Exscan,
 ) -> Result<()> {
     let y = call.ret(0)?;
-    let recv = y.buf_mut(call.name())?;
+    let recv = y.buf_mut()?;
     backend.exscan(a.comm, call.reduction_input()?, recv, a.op)?;
     if library.comm_rank(a.comm)? == 0 {
-        backend.fill_zeros(y.buf_mut(call.name())?)?;
+        backend.fill_zeros(y.buf_mut()?)?;
     }
     Ok(())
 }
@@ -95,10 +94,7 @@ pub fn reduce_scatter(
     backend: &dyn Backend,
     a: &attrs::ReduceScatter,
 ) -> Result<()> {
-    let (x, y) = (
-        call.arg(0)?.buf(call.name())?,
-        call.ret(0)?.buf_mut(call.name())?,
-    );
+    let (x, y) = (call.arg(0)?.buf()?, call.ret(0)?.buf_mut()?);
     backend.reduce_scatter(a.comm, x, y, a.op)
 }
 
@@ -107,8 +103,8 @@ pub fn reduce_scatter(
 pub fn bcast(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Bcast) -> Result<()> {
     // Elsewhere the template is no operand: the result is the buffer received into.
     let buf = match call.optional_ret(0) {
-        Some(y) => Broadcast::Receiver(y.buf_mut(call.name())?),
-        None => Broadcast::Root(call.arg(0)?.buf(call.name())?),
+        Some(y) => Broadcast::Receiver(y.buf_mut()?),
+        None => Broadcast::Root(call.arg(0)?.buf()?),
     };
     backend.bcast(a.comm, buf, a.root)
 }
@@ -119,12 +115,12 @@ pub fn gather(
     backend: &dyn Backend,
     a: &attrs::Gather,
 ) -> Result<()> {
-    let (x, name) = (call.arg(0)?, call.name());
+    let x = call.arg(0)?;
     let recv = match call.optional_ret(0) {
-        Some(y) => y.buf_mut(name)?,
-        None => empty_buf_mut(x.dtype(name)?),
+        Some(y) => y.buf_mut()?,
+        None => empty_buf_mut(x.dtype()?),
     };
-    backend.gather(a.comm, x.buf(name)?, recv, a.root)
+    backend.gather(a.comm, x.buf()?, recv, a.root)
 }
 
 pub fn allgather(
@@ -133,10 +129,7 @@ pub fn allgather(
     backend: &dyn Backend,
     a: &attrs::Allgather,
 ) -> Result<()> {
-    let (x, y) = (
-        call.arg(0)?.buf(call.name())?,
-        call.ret(0)?.buf_mut(call.name())?,
-    );
+    let (x, y) = (call.arg(0)?.buf()?, call.ret(0)?.buf_mut()?);
     backend.allgather(a.comm, x, y)
 }
 
@@ -149,9 +142,9 @@ fn scattered<'a>(
     y: &Operand,
 ) -> Result<Buf<'a>> {
     if is_root(library, comm, root)? {
-        call.arg(0)?.buf(call.name())
+        call.arg(0)?.buf()
     } else {
-        Ok(empty_buf(y.dtype(call.name())?))
+        Ok(empty_buf(y.dtype()?))
     }
 }
 
@@ -163,7 +156,7 @@ pub fn scatter(
 ) -> Result<()> {
     let y = call.ret(0)?;
     let send = scattered(call, library, (a.comm, a.root), &y)?;
-    backend.scatter(a.comm, send, y.buf_mut(call.name())?, a.root)
+    backend.scatter(a.comm, send, y.buf_mut()?, a.root)
 }
 
 pub fn alltoall(
@@ -172,10 +165,7 @@ pub fn alltoall(
     backend: &dyn Backend,
     a: &attrs::Alltoall,
 ) -> Result<()> {
-    let (x, y) = (
-        call.arg(0)?.buf(call.name())?,
-        call.ret(0)?.buf_mut(call.name())?,
-    );
+    let (x, y) = (call.arg(0)?.buf()?, call.ret(0)?.buf_mut()?);
     backend.alltoall(a.comm, x, y)
 }
 
@@ -188,14 +178,14 @@ pub fn gatherv(
     backend: &dyn Backend,
     a: &attrs::Gatherv,
 ) -> Result<()> {
-    let (x, name) = (call.arg(0)?, call.name());
+    let x = call.arg(0)?;
     let (counts, displs) = a.counts.elements(x.row());
     let recv = match call.optional_ret(0) {
-        Some(y) => y.buf_mut(name)?,
-        None => empty_buf_mut(x.dtype(name)?),
+        Some(y) => y.buf_mut()?,
+        None => empty_buf_mut(x.dtype()?),
     };
     let recv = PartitionMut::new(recv, &counts, &displs);
-    backend.gatherv(a.comm, x.buf(name)?, recv, a.root)
+    backend.gatherv(a.comm, x.buf()?, recv, a.root)
 }
 
 pub fn allgatherv(
@@ -204,10 +194,10 @@ pub fn allgatherv(
     backend: &dyn Backend,
     a: &attrs::Allgatherv,
 ) -> Result<()> {
-    let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
+    let (x, y) = (call.arg(0)?, call.ret(0)?);
     let (counts, displs) = a.counts.elements(x.row());
-    let recv = PartitionMut::new(y.buf_mut(name)?, &counts, &displs);
-    backend.allgatherv(a.comm, x.buf(name)?, recv)
+    let recv = PartitionMut::new(y.buf_mut()?, &counts, &displs);
+    backend.allgatherv(a.comm, x.buf()?, recv)
 }
 
 pub fn scatterv(
@@ -220,7 +210,7 @@ pub fn scatterv(
     let (counts, displs) = a.counts.elements(y.row());
     let send = scattered(call, library, (a.comm, a.root), &y)?;
     let send = Partition::new(send, &counts, &displs);
-    backend.scatterv(a.comm, send, y.buf_mut(call.name())?, a.root)
+    backend.scatterv(a.comm, send, y.buf_mut()?, a.root)
 }
 
 pub fn alltoallv(
@@ -229,22 +219,43 @@ pub fn alltoallv(
     backend: &dyn Backend,
     a: &attrs::Alltoallv,
 ) -> Result<()> {
-    let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
+    let (x, y) = (call.arg(0)?, call.ret(0)?);
     let (send_counts, send_displs) = a.send_counts.elements(x.row());
     let (recv_counts, recv_displs) = a.recv_counts.elements(x.row());
-    let send = Partition::new(x.buf(name)?, &send_counts, &send_displs);
-    let recv = PartitionMut::new(y.buf_mut(name)?, &recv_counts, &recv_displs);
+    let send = Partition::new(x.buf()?, &send_counts, &send_displs);
+    let recv = PartitionMut::new(y.buf_mut()?, &recv_counts, &recv_displs);
     backend.alltoallv(a.comm, send, recv)
 }
 
-pub fn send(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Send) -> Result<()> {
-    let x = call.arg(0)?.buf(call.name())?;
+pub fn send(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Send,
+) -> Result<()> {
+    let x = call.arg(0)?.buf()?;
+    if checked::enabled() {
+        checked::send_header(library, a.comm, a.dest, a.tag, (x.dtype(), x.count()))?;
+    }
     backend.send(a.comm, x, a.dest, a.tag)
 }
 
-pub fn recv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Recv) -> Result<()> {
-    let y = call.ret(0)?.buf_mut(call.name())?;
-    let status = backend.recv(a.comm, y, a.source, a.tag)?;
+pub fn recv(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Recv,
+) -> Result<()> {
+    let y = call.ret(0)?;
+    let (mut source, mut tag, mut mismatch) = (a.source, a.tag, None);
+    if checked::enabled() {
+        let expected = (y.dtype()?, y.count());
+        let announced = checked::receive_header(library, a.comm, (source, tag), expected)?;
+        (source, tag, mismatch) = (announced.source, announced.tag, announced.mismatch);
+    }
+    let received = backend.recv(a.comm, y.buf_mut()?, source, tag);
+    let status = mismatch.map_or(received, Err)?;
+    whole_message(&y, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
 }
@@ -253,26 +264,67 @@ pub fn recv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Recv
 /// receives the same array (`a = sendrecv(a, a)`): then the message is received in place.
 pub fn sendrecv(
     call: &Call,
-    _: &dyn Library,
+    library: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Sendrecv,
 ) -> Result<()> {
-    let (x, y, name) = (call.arg(0)?, call.ret(0)?, call.name());
-    let envelope = Envelope {
+    let (x, y) = (call.arg(0)?, call.ret(0)?);
+    let mut envelope = Envelope {
         comm: a.comm,
         dest: a.dest,
         sendtag: a.sendtag,
         source: a.source,
         recvtag: a.recvtag,
     };
+    let mut mismatch = None;
+    if checked::enabled() {
+        let (sent, expected) = ((x.dtype()?, x.count()), (y.dtype()?, y.count()));
+        let announced = checked::exchange_headers(library, envelope, sent, expected)?;
+        (envelope.source, envelope.recvtag) = (announced.source, announced.tag);
+        mismatch = announced.mismatch;
+    }
     let sendbuf = if x.data() == y.data() && y.count() > 0 {
         Input::InPlace
     } else {
-        Input::Data(x.buf(name)?)
+        Input::Data(x.buf()?)
     };
-    let status = backend.sendrecv(sendbuf, y.buf_mut(name)?, envelope)?;
+    let received = backend.sendrecv(sendbuf, y.buf_mut()?, envelope);
+    // A mismatch the headers showed is the error to report, whatever the transfer did.
+    let status = mismatch.map_or(received, Err)?;
+    whole_message(&y, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
+}
+
+/// MPI allows a message shorter than the receive buffer, and leaves the rest of it
+/// unwritten: never handed on as data. With a `status` the caller reads the count there
+/// and the rest of the result is zeros; without one the short message is an error.
+fn whole_message(
+    y: &Operand,
+    status: &Status,
+    address: Address,
+    backend: &dyn Backend,
+) -> Result<()> {
+    let expected = y.count();
+    if status.source == Peer::Null || status.count >= expected {
+        return Ok(());
+    }
+    if address.0 != 0 {
+        return backend.fill_zeros(y.buf_mut()?.tail(status.count));
+    }
+    let tag = status.tag.map_or("none".to_string(), |t| t.to_string());
+    Err(Error::invalid_argument(
+        "short message",
+        format!(
+            "received {} of {expected} {} elements from rank {} (tag {tag}): the message is \
+             shorter than the receive buffer. Receive with the sender's shape, or pass \
+             status= to accept shorter messages (the count is then in the status and the \
+             rest of the result is zeros)",
+            status.count,
+            y.dtype()?,
+            status.source,
+        ),
+    ))
 }
 
 pub fn barrier(

@@ -9,10 +9,14 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use super::signature::{Attrs, PEER_ANY, PEER_NULL, TAG_ANY};
-use super::Call;
-use crate::monitor::{self, Monitor, Tracked};
-use crate::xla_ffi::CallFrame;
-use crate::{watchdog, Library, Result, ThreadLevel};
+use super::{checked, Call};
+use crate::xla::ffi::CallFrame;
+use crate::xla::monitor::{self, Monitor, Tracked};
+use crate::xla::watchdog;
+use crate::{ErrorsReturned, Library, Result, ThreadLevel};
+
+/// The ops that are no collective: checked mode checks them in their bodies (`ops.rs`).
+const POINT_TO_POINT: [&str; 3] = ["send", "recv", "sendrecv"];
 
 /// Attributes that say whom a call talks to, in the order they are shown.
 const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
@@ -102,12 +106,11 @@ pub(super) fn run<A: Attrs>(
     // MPI_THREAD_MULTIPLE they must not overlap another thread's call either.
     let comm = attrs.comm();
     let with_errors_returned = || {
-        let previous = library.return_errors_on(comm)?;
-        let result = body(&attrs);
-        if let Some(handler) = previous {
-            library.restore_errhandler(comm, handler);
+        let _returned = ErrorsReturned::on(library, comm)?;
+        if checked::enabled() && !POINT_TO_POINT.contains(&call.name()) {
+            checked::collective(call, library, comm)?;
         }
-        result
+        body(&attrs)
     };
     match MONITOR.get_or_init(|| monitor_from_env(library)) {
         None => with_errors_returned(),

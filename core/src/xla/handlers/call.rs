@@ -3,9 +3,9 @@
 
 use std::ffi::c_void;
 
-use super::frame_is_compatible;
-use crate::xla_ffi::{
+use crate::xla::ffi::{
     ArgType, Args, AttrType, Buffer, CallFrame, DataType, ExecutionStage, Scalar,
+    CALL_FRAME_STRUCT_SIZE,
 };
 use crate::{Buf, BufMut, Dtype, Error, Input, Result};
 
@@ -15,9 +15,11 @@ pub struct Call<'a> {
     name: &'static str,
 }
 
-/// A data buffer of the call: its memory, element type and shape.
+/// A data buffer of the call: its memory, element type and shape, and the op it belongs to
+/// (what its errors are named after).
 pub struct Operand<'a> {
     buffer: &'a Buffer,
+    op: &'static str,
 }
 
 fn dtype_of(name: &'static str, dtype: DataType) -> Result<Dtype> {
@@ -47,8 +49,8 @@ fn dtype_of(name: &'static str, dtype: DataType) -> Result<Dtype> {
 }
 
 impl<'a> Operand<'a> {
-    pub fn dtype(&self, name: &'static str) -> Result<Dtype> {
-        dtype_of(name, self.buffer.dtype)
+    pub fn dtype(&self) -> Result<Dtype> {
+        dtype_of(self.op, self.buffer.dtype)
     }
 
     pub fn count(&self) -> usize {
@@ -82,23 +84,17 @@ impl<'a> Operand<'a> {
     }
 
     /// The buffer as input. XLA owns the memory for the duration of the call.
-    pub fn buf(&self, name: &'static str) -> Result<Buf<'a>> {
+    pub fn buf(&self) -> Result<Buf<'a>> {
+        let dtype = self.dtype()?;
         // SAFETY: XLA's buffer holds `count` elements of its dtype (or is empty).
-        Ok(unsafe {
-            Buf::from_raw(
-                self.buffer.data as *const u8,
-                self.count(),
-                self.dtype(name)?,
-            )
-        })
+        Ok(unsafe { Buf::from_raw(self.buffer.data as *const u8, self.count(), dtype) })
     }
 
     /// The buffer as output.
-    pub fn buf_mut(&self, name: &'static str) -> Result<BufMut<'a>> {
+    pub fn buf_mut(&self) -> Result<BufMut<'a>> {
+        let dtype = self.dtype()?;
         // SAFETY: as for `buf`; XLA gives this result buffer to this call alone.
-        Ok(unsafe {
-            BufMut::from_raw(self.buffer.data as *mut u8, self.count(), self.dtype(name)?)
-        })
+        Ok(unsafe { BufMut::from_raw(self.buffer.data as *mut u8, self.count(), dtype) })
     }
 }
 
@@ -108,7 +104,8 @@ impl<'a> Call<'a> {
     pub unsafe fn new(frame: *mut CallFrame, name: &'static str) -> Result<Self> {
         // SAFETY: the caller guarantees a valid frame.
         let frame = unsafe { &*frame };
-        if !frame_is_compatible(frame.struct_size) {
+        // Frames smaller than the declared size come from an XLA this file does not know.
+        if frame.struct_size < CALL_FRAME_STRUCT_SIZE {
             return Err(Error::unsupported(
                 name,
                 format!(
@@ -150,14 +147,15 @@ impl<'a> Call<'a> {
     }
 
     /// The `index`-th data buffer (tokens skipped) of `list`, if there is one.
-    fn find_buffer(list: &'a Args, index: usize) -> Option<Operand<'a>> {
-        Self::data_buffers(list)
-            .nth(index)
-            .map(|buffer| Operand { buffer })
+    fn find_buffer(&self, list: &'a Args, index: usize) -> Option<Operand<'a>> {
+        Self::data_buffers(list).nth(index).map(|buffer| Operand {
+            buffer,
+            op: self.name,
+        })
     }
 
     fn buffer(&self, list: &'a Args, index: usize, what: &str) -> Result<Operand<'a>> {
-        Self::find_buffer(list, index).ok_or_else(|| {
+        self.find_buffer(list, index).ok_or_else(|| {
             Error::invalid_argument(
                 self.name,
                 format!("the call has no {what} #{index}: the lowering and the handler disagree"),
@@ -169,6 +167,11 @@ impl<'a> Call<'a> {
         self.buffer(&self.frame.args, index, "operand")
     }
 
+    /// The `index`-th operand where the lowering passed one (a template never read is not).
+    pub fn optional_arg(&self, index: usize) -> Option<Operand<'a>> {
+        self.find_buffer(&self.frame.args, index)
+    }
+
     pub fn ret(&self, index: usize) -> Result<Operand<'a>> {
         self.buffer(&self.frame.rets, index, "result")
     }
@@ -176,7 +179,7 @@ impl<'a> Call<'a> {
     /// The `index`-th result where the lowering bound one (rooted ops bind none on the
     /// ranks that receive nothing).
     pub fn optional_ret(&self, index: usize) -> Option<Operand<'a>> {
-        Self::find_buffer(&self.frame.rets, index)
+        self.find_buffer(&self.frame.rets, index)
     }
 
     /// The first operand as the send side of a reduction whose result is `ret(0)`:
@@ -186,7 +189,7 @@ impl<'a> Call<'a> {
         if arg.data() == ret.data() && arg.count() > 0 {
             return Ok(Input::InPlace);
         }
-        Ok(Input::Data(arg.buf(self.name)?))
+        Ok(Input::Data(arg.buf()?))
     }
 
     /// The attribute `name` if the call has it with kind `want`.
@@ -237,8 +240,12 @@ impl<'a> Call<'a> {
             .chain(Self::data_buffers(&self.frame.rets))
             .next()
             .map_or(0, |buffer| {
-                let operand = Operand { buffer };
-                operand.count() * operand.dtype(self.name).map_or(0, |d| d.size())
+                let count = Operand {
+                    buffer,
+                    op: self.name,
+                }
+                .count();
+                count * dtype_of(self.name, buffer.dtype).map_or(0, |d| d.size())
             })
     }
 
@@ -258,7 +265,7 @@ impl<'a> Call<'a> {
     pub fn array_i64(&self, name: &str) -> Result<&'a [i64]> {
         let ptr = self.attr_ptr(name, AttrType::ARRAY)?;
         // SAFETY: an ARRAY attribute points to an XLA_FFI_Array.
-        let array = unsafe { &*(ptr as *const crate::xla_ffi::Array) };
+        let array = unsafe { &*(ptr as *const crate::xla::ffi::Array) };
         if array.dtype != DataType::S64 {
             return Err(self.bad_attr(name, "is not an int64 array"));
         }

@@ -6,13 +6,13 @@ use std::ffi::{c_char, c_void};
 
 use jaxmpi_core::{Error, Family, Library, Result};
 
-use crate::detect::{launcher_hint, launcher_size};
+use super::detect::{launcher_hint, launcher_size};
+use super::{family_of, loaded, open};
 use crate::mpi::abi::linked::BUILD_MPICC;
 use crate::mpi::abi::{Abi, Linked, Mpich, OpenMpi};
 use crate::mpi::functions::Functions;
 use crate::mpi::inspect::Inspect;
 use crate::mpi::{c_string, one_line, MpiLibrary};
-use crate::{family_of, loaded, open};
 
 const STEP: &str = "select MPI";
 
@@ -60,7 +60,7 @@ pub fn load() -> Result<MpiLibrary<Linked>> {
         .into_iter()
         .find(|p| *p != path)
     {
-        return Err(crate::detect::second_library(
+        return Err(super::detect::second_library(
             &other,
             &format!("JAXMPI_MPI=linked ({})", path.display()),
         ));

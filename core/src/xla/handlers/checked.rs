@@ -1,0 +1,415 @@
+//! Checked mode (`JAXMPI_CHECK=1`): ranks agree on what they call before MPI sees it.
+//!
+//! MPI cannot see a type mismatch of equal size (one rank reduces float32, another int32:
+//! both get garbage), and ranks calling different collectives hang. In checked mode every
+//! collective first exchanges a small record of what each rank is calling (op, dtype,
+//! count, root, reduction, counts of the v-ops, communicator size) with one allgather on
+//! the same communicator; every rank then sees the same records, so a mismatch fails the
+//! call on every rank alike, naming what each rank passed. Point to point, the sender
+//! sends a header (dtype and count) right before each message, with the same tag on the
+//! same communicator: MPI does not let messages of one sender and tag overtake each other,
+//! so the message after a header is the one it describes, whatever the receive matched
+//! (any source, any tag).
+//!
+//! Off, the cost is one atomic load per call. The records travel in host memory through
+//! the library's own (host) backend, also for GPU ops.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use super::Call;
+use crate::{Buf, BufMut, Comm, Dtype, Error, Library, Peer, Result, Status};
+
+const UNSET: u8 = 0;
+const OFF: u8 = 1;
+const ON: u8 = 2;
+static MODE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// Whether checked mode is on: `JAXMPI_CHECK=1` at start, or as set since.
+pub fn enabled() -> bool {
+    match MODE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = std::env::var("JAXMPI_CHECK").is_ok_and(|v| v.trim() == "1");
+            MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Turns checked mode on or off for every later call (all ranks must do it alike).
+pub fn set_enabled(on: bool) {
+    MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
+}
+
+/// The step the errors of checked mode name.
+const STEP: &str = "JAXMPI_CHECK";
+
+/// One rank's call of a collective, as the ranks compare it (fixed size: it travels in one
+/// allgather). Numbers that do not apply are -1 (0 for the counts of a plain collective).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Record {
+    op: i32,
+    dtype: i32,
+    /// Elements of the buffer every rank passes alike (for the v-ops: of one row).
+    count: u64,
+    root: i32,
+    reduce_op: i32,
+    comm_size: i32,
+    /// The v-ops' per-rank counts: their total and a hash of all of them.
+    counts_total: u64,
+    counts_hash: u64,
+}
+
+const RECORD_BYTES: usize = 48;
+
+impl Record {
+    fn to_bytes(self) -> [u8; RECORD_BYTES] {
+        let mut out = [0u8; RECORD_BYTES];
+        let words: [i64; 6] = [
+            i64::from(self.op) << 32 | i64::from(self.dtype as u32),
+            self.count as i64,
+            i64::from(self.root) << 32 | i64::from(self.reduce_op as u32),
+            i64::from(self.comm_size),
+            self.counts_total as i64,
+            self.counts_hash as i64,
+        ];
+        for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        out
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Record {
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+            i64::from_le_bytes(w)
+        };
+        Record {
+            op: (word(0) >> 32) as i32,
+            dtype: word(0) as i32,
+            count: word(1) as u64,
+            root: (word(2) >> 32) as i32,
+            reduce_op: word(2) as i32,
+            comm_size: word(3) as i32,
+            counts_total: word(4) as u64,
+            counts_hash: word(5) as u64,
+        }
+    }
+}
+
+/// "allreduce float32[4] SUM", "gatherv float32 rows of 3, counts of 7 rows, root 1".
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = super::SIGNATURES
+            .get(self.op as usize)
+            .map_or("an unknown op", |s| s.name);
+        let dtype = Dtype::ALL
+            .get(self.dtype as usize)
+            .map_or("?", |d| d.name());
+        if self.dtype < 0 {
+            write!(f, "{op}")?;
+        } else if self.counts_hash != 0 {
+            write!(
+                f,
+                "{op} {dtype} rows of {}, counts of {} rows in all",
+                self.count, self.counts_total
+            )?;
+        } else {
+            write!(f, "{op} {dtype}[{}]", self.count)?;
+        }
+        if self.root >= 0 {
+            write!(f, " root {}", self.root)?;
+        }
+        match self.reduce_op {
+            -1 => {}
+            -2 => f.write_str(" user-defined op")?,
+            i => write!(
+                f,
+                " {}",
+                crate::ReduceOp::PREDEFINED
+                    .get(i as usize)
+                    .map_or("?", |op| op.name())
+            )?,
+        }
+        write!(f, " on {} ranks", self.comm_size)
+    }
+}
+
+fn dtype_index(dtype: Dtype) -> i32 {
+    Dtype::ALL.iter().position(|&d| d == dtype).unwrap_or(0) as i32
+}
+
+/// FNV-1a over the counts: equal vectors give equal hashes; 0 is kept for "no counts".
+fn hash(values: &[i64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in values {
+        for byte in v.to_le_bytes() {
+            h = (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h.max(1)
+}
+
+/// What this rank calls, as the ranks compare it. The buffer compared is the one every
+/// rank passes alike: the operand, except where only the root has it (bcast's and
+/// scatter's receivers compare their result); the v-ops compare a row and their counts.
+fn record(call: &Call, library: &dyn Library, comm: Comm) -> Result<Record> {
+    let name = call.name();
+    let op = super::SIGNATURES
+        .iter()
+        .position(|s| s.name == name)
+        .map_or(-1, |i| i as i32);
+    let buffer = match name {
+        "barrier" => None,
+        "scatter" | "scatterv" => call.optional_ret(0),
+        "bcast" => call.optional_ret(0).or(call.optional_arg(0)),
+        _ => call.optional_arg(0),
+    };
+    let counts: Vec<i64> = ["counts", "send_counts", "recv_counts"]
+        .iter()
+        .filter_map(|attr| call.array_i64(attr).ok())
+        .flatten()
+        .copied()
+        .collect();
+    let is_vector = name.ends_with('v');
+    let (dtype, count) = match &buffer {
+        Some(b) => (
+            dtype_index(b.dtype()?),
+            if is_vector { b.row() } else { b.count() },
+        ),
+        None => (-1, 0),
+    };
+    let reduce_op = match call.optional_i64("op") {
+        None => -1,
+        Some(code) if code < 0 => -2,
+        Some(code) => code as i32,
+    };
+    Ok(Record {
+        op,
+        dtype,
+        count: count as u64,
+        root: call.optional_i64("root").map_or(-1, |r| r as i32),
+        reduce_op,
+        comm_size: library.comm_size(comm)?,
+        counts_total: if is_vector {
+            counts.iter().sum::<i64>() as u64
+        } else {
+            0
+        },
+        counts_hash: if is_vector { hash(&counts) } else { 0 },
+    })
+}
+
+/// Before a collective: every rank of `comm` learns what the others call, and all of them
+/// fail alike, naming each rank's call, if they differ.
+pub(super) fn collective(call: &Call, library: &dyn Library, comm: Comm) -> Result<()> {
+    let mine = record(call, library, comm)?.to_bytes();
+    let size = library.comm_size(comm)? as usize;
+    let mut all = vec![0u8; RECORD_BYTES * size];
+    library.backend().allgather(
+        comm,
+        Buf::from_bytes(&mine, Dtype::U8)?,
+        BufMut::from_bytes(&mut all, Dtype::U8)?,
+    )?;
+    let records: Vec<Record> = all
+        .chunks_exact(RECORD_BYTES)
+        .map(Record::from_bytes)
+        .collect();
+    if records.iter().all(|r| *r == records[0]) {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(
+        STEP,
+        format!(
+            "the ranks do not make the same call: {}. Every rank must call the same \
+             collective with the same dtype, size, root and reduction",
+            by_rank(&records)
+        ),
+    ))
+}
+
+/// "ranks 0, 2: allreduce float32[4] SUM on 3 ranks; rank 1: allreduce int32[4] ...".
+fn by_rank(records: &[Record]) -> String {
+    let mut groups: Vec<(Record, Vec<usize>)> = Vec::new();
+    for (rank, record) in records.iter().enumerate() {
+        match groups.iter_mut().find(|(r, _)| r == record) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => groups.push((*record, vec![rank])),
+        }
+    }
+    let groups: Vec<String> = groups
+        .iter()
+        .map(|(record, ranks)| {
+            let list: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+            let word = if ranks.len() == 1 { "rank" } else { "ranks" };
+            format!("{word} {}: {record}", list.join(", "))
+        })
+        .collect();
+    groups.join("; ")
+}
+
+/// A point-to-point message's header: its dtype and element count.
+const HEADER_BYTES: usize = 16;
+const MAGIC: u32 = 0x4a58_4d43; // "JXMC"
+
+fn header(dtype: Dtype, count: usize) -> [u8; HEADER_BYTES] {
+    let mut out = [0u8; HEADER_BYTES];
+    out[..4].copy_from_slice(&MAGIC.to_le_bytes());
+    out[4..8].copy_from_slice(&(dtype_index(dtype) as u32).to_le_bytes());
+    out[8..].copy_from_slice(&(count as u64).to_le_bytes());
+    out
+}
+
+/// (dtype, count) a header announces, or None if it is no header (a sender that is not in
+/// checked mode sent data).
+fn read_header(bytes: &[u8]) -> Option<(Dtype, usize)> {
+    let word = |range: std::ops::Range<usize>| bytes.get(range).map(|b| b.to_vec());
+    let magic = u32::from_le_bytes(word(0..4)?.try_into().ok()?);
+    let dtype = u32::from_le_bytes(word(4..8)?.try_into().ok()?);
+    let count = u64::from_le_bytes(word(8..16)?.try_into().ok()?);
+    (magic == MAGIC).then_some((*Dtype::ALL.get(dtype as usize)?, count as usize))
+}
+
+/// The header that goes before a message of `count` elements of `dtype`.
+pub(super) fn send_header(
+    library: &dyn Library,
+    comm: Comm,
+    dest: Peer,
+    tag: i32,
+    (dtype, count): (Dtype, usize),
+) -> Result<()> {
+    if dest == Peer::Null {
+        return Ok(());
+    }
+    let bytes = header(dtype, count);
+    library
+        .backend()
+        .send(comm, Buf::from_bytes(&bytes, Dtype::U8)?, dest, tag)
+}
+
+/// What a receive learned from the header of the message it is about to receive: where
+/// the message comes from (to receive exactly that one next) and, if it is not what the
+/// receiver expects, the error to raise once the message itself is received.
+pub(super) struct Announced {
+    pub source: Peer,
+    pub tag: Option<i32>,
+    pub mismatch: Option<Error>,
+}
+
+/// Receives the header of the next message from `source` with `tag` and compares it with
+/// the receive buffer (`expected`: its dtype and element count).
+pub(super) fn receive_header(
+    library: &dyn Library,
+    comm: Comm,
+    (source, tag): (Peer, Option<i32>),
+    expected: (Dtype, usize),
+) -> Result<Announced> {
+    if source == Peer::Null {
+        return Ok(Announced {
+            source,
+            tag,
+            mismatch: None,
+        });
+    }
+    let mut bytes = [0u8; HEADER_BYTES];
+    let status = library.backend().recv(
+        comm,
+        BufMut::from_bytes(&mut bytes, Dtype::U8)?,
+        source,
+        tag,
+    )?;
+    Ok(announced(&status, &bytes, expected))
+}
+
+/// `status` and `bytes`: the header just received (by a receive or a sendrecv).
+pub(super) fn announced(status: &Status, bytes: &[u8], expected: (Dtype, usize)) -> Announced {
+    let from = status.source;
+    let mismatch = match read_header(&bytes[..status.count.min(bytes.len())]) {
+        Some(sent) if sent == expected => None,
+        Some((dtype, count)) => Some(Error::invalid_argument(
+            STEP,
+            format!(
+                "rank {from} sent {dtype}[{count}] (tag {}), but this receive expects \
+                 {}[{}]: sender and receiver must agree on dtype and size",
+                status.tag.unwrap_or(-1),
+                expected.0,
+                expected.1
+            ),
+        )),
+        None => Some(Error::invalid_argument(
+            STEP,
+            format!(
+                "the message from rank {from} has no checked-mode header: every rank must \
+                 run with the same JAXMPI_CHECK"
+            ),
+        )),
+    };
+    Announced {
+        source: from,
+        tag: status.tag,
+        mismatch,
+    }
+}
+
+/// For a sendrecv: this rank's header out, the peer's header in, in one exchange.
+pub(super) fn exchange_headers(
+    library: &dyn Library,
+    envelope: crate::Envelope,
+    sent: (Dtype, usize),
+    expected: (Dtype, usize),
+) -> Result<Announced> {
+    let out = header(sent.0, sent.1);
+    let mut bytes = [0u8; HEADER_BYTES];
+    let status = library.backend().sendrecv(
+        crate::Input::Data(Buf::from_bytes(&out, Dtype::U8)?),
+        BufMut::from_bytes(&mut bytes, Dtype::U8)?,
+        envelope,
+    )?;
+    if envelope.source == Peer::Null {
+        return Ok(Announced {
+            source: Peer::Null,
+            tag: envelope.recvtag,
+            mismatch: None,
+        });
+    }
+    Ok(announced(&status, &bytes, expected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_the_wire_and_say_what_each_rank_called() {
+        let a = Record {
+            op: 0,
+            dtype: dtype_index(Dtype::F32),
+            count: 4,
+            root: -1,
+            reduce_op: 0,
+            comm_size: 2,
+            counts_total: 0,
+            counts_hash: 0,
+        };
+        let b = Record {
+            dtype: dtype_index(Dtype::I32),
+            ..a
+        };
+        assert_eq!(Record::from_bytes(&a.to_bytes()), a);
+        assert_eq!(
+            by_rank(&[a, b, a]),
+            "ranks 0, 2: allreduce float32[4] SUM on 2 ranks; \
+             rank 1: allreduce int32[4] SUM on 2 ranks"
+        );
+    }
+
+    #[test]
+    fn headers_are_read_back_and_anything_else_is_no_header() {
+        assert_eq!(read_header(&header(Dtype::C128, 7)), Some((Dtype::C128, 7)));
+        assert_eq!(read_header(&[0u8; 16]), None);
+        assert_eq!(read_header(&[1, 2, 3]), None);
+    }
+}

@@ -1,0 +1,53 @@
+//! XLA FFI handlers. This file is the table of every op (its signature, one line each);
+//! `ops.rs` holds each op's body, `entry.rs` the one generic path every exported handler
+//! takes (metadata probe, panics, errors), `lifecycle.rs` what every call does around its
+//! body, `call.rs` the XLA call frame and `signature.rs` how attributes are encoded.
+
+mod call;
+pub mod checked;
+mod device;
+mod entry;
+mod lifecycle;
+mod ops;
+pub mod pending;
+mod signature;
+#[cfg(test)]
+mod tests;
+
+pub use call::Call;
+pub use signature::{
+    Address, AttrDecl, Counts, Kind, Signature, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
+};
+
+use crate::xla::ffi::{CallFrame, FfiError, Handler};
+use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
+use entry::handle;
+use signature::{declare_ops, Attr};
+
+// Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
+// lowering `jaxmpi_<name>` passes exactly these (Python checks its parameters against this
+// table at trace time); the handler decodes them into `attrs::TypedAttrs` before
+// `ops::<name>` runs. A result is absent on ranks that receive nothing (see `ops.rs`), an
+// operand that is only a receive template never reaches the handler.
+declare_ops! {
+    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp },
+    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32 },
+    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp },
+    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp },
+    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp },
+    bcast: Bcast (x) -> (y) { comm: Comm, root: i32 },
+    gather: Gather (x) -> (y) { comm: Comm, root: i32 },
+    allgather: Allgather (x) -> (y) { comm: Comm },
+    scatter: Scatter (x) -> (y) { comm: Comm, root: i32 },
+    alltoall: Alltoall (x) -> (y) { comm: Comm },
+    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
+    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts },
+    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
+    alltoallv: Alltoallv (x) -> (y) { comm: Comm, send_counts: Counts, recv_counts: Counts },
+    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32 },
+    recv: Recv (x) -> (y) { comm: Comm, source: Peer, tag: Option<i32>, status: Address },
+    sendrecv: Sendrecv (sendbuf, recvbuf) -> (y) {
+        comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
+    },
+    barrier: Barrier () -> () { comm: Comm },
+}

@@ -1,0 +1,173 @@
+"""How jitted calls holding MPI ops are dispatched: `fast` (default on the CPU with one
+device per process) or `ordered` (JAX's ordered effect, a runtime token between calls).
+
+Any effect in a program's top-level jaxpr turns JAX's C++ dispatch path off, and an
+ordered one also makes JAX pass a runtime token from each call to the next: ~40x the cost
+of a plain call. Inside one program the token is indispensable (XLA would reorder or
+overlap custom calls without it); between programs it is redundant on the CPU, where the
+PJRT client starts an execution only after the previous one launched from the same thread
+on the same device has finished. So the MPI effect stays on every equation (DCE, partial
+eval, AD, remat and control flow keep treating MPI calls as today) and is taken off only
+the top-level jaxpr handed to lowering; the token that chains the program's calls is then
+created inside `main` instead of passed in.
+
+What the runtime token gave for free is paid here and in _runtime: `effects_barrier` (and
+exit) drains the thread's stream with a small program of its own, and a failure of an op
+whose result nobody reads is kept by the core and raised later.
+
+Used only on the CPU with one device per process: on CUDA order between programs is not
+yet shown on a GPU, and several devices each have their own queue. Every program lowered
+this way is checked (the first one thoroughly); if this JAX lowers differently, dispatch
+falls back to ordered, with one warning. The JAX internals touched are `_jax_shim`'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import jax
+import numpy as np
+
+from . import _jax_shim
+
+
+def self_check(result, created: int, thorough: bool) -> str:
+    """What differs from what fast dispatch assumes of a lowering, or ''."""
+    if created != 1:
+        return f"the program's MPI token was created {created} times, expected once"
+    if not thorough:
+        return ""
+    if _jax_shim.lowering_still_carries_effect(result):
+        return "the executable still carries the MPI effect"
+    signature = _jax_shim.main_signature(result)
+    if signature is None:
+        return "no main function in the lowered module"
+    if "token" in signature:
+        return "main still takes or returns a token"
+    return ""
+
+
+class FastDispatch:
+    """The process's dispatch policy: the mode decided once, the lowering state of the
+    thread lowering a program, and the callbacks `_runtime` registers. `check` is the
+    self-check each fast lowering passes (a test replaces it to simulate another JAX)."""
+
+    def __init__(self) -> None:
+        self.requested = ""  # JAXMPI_DISPATCH: "", "fast" or "ordered"
+        self.decision: tuple[str, str] | None = None  # (mode, why), once known
+        self.checked = False
+        self.used = False  # a program was lowered the fast way in this process
+        self.draining = True
+        self.lowering = threading.local()
+        self.on_fast: list = []  # called once, when the first program is lowered fast
+        self.on_barrier: list = []  # called after every effects_barrier
+        self.check = self_check
+
+    def mode(self) -> tuple[str, str]:
+        if self.decision is None:
+            self.decision = self._decide()
+        return self.decision
+
+    def lowered_fast(self) -> None:
+        if not self.used:
+            self.used = True
+            for callback in self.on_fast:
+                callback()
+
+    def _decide(self) -> tuple[str, str]:
+        if self.requested == "ordered":
+            return "ordered", "JAXMPI_DISPATCH=ordered"
+        platform = jax.default_backend()
+        devices = max(jax.local_device_count(), jax.device_count())
+        if devices != 1:
+            return "ordered", (
+                f"{devices} {platform} devices: each runs its own queue of programs, "
+                "so only a token keeps MPI calls across programs in order"
+            )
+        if self.requested == "fast":
+            return "fast", "JAXMPI_DISPATCH=fast"
+        if platform != "cpu":
+            return "ordered", (
+                f"default on {platform}: order between programs is verified on the CPU only"
+            )
+        return "fast", "default on the CPU with one device"
+
+    def fallback(self, why: str) -> None:
+        warnings.warn(
+            f"jaxmpi: this JAX ({jax.__version__}) does not lower programs the way fast "
+            f"dispatch assumes ({why}); using ordered dispatch (each call threads a "
+            "runtime token, slower). Set JAXMPI_DISPATCH=ordered to silence this.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        self.decision = ("ordered", f"fast dispatch failed its self-check: {why}")
+
+
+policy = FastDispatch()
+
+
+def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
+    if not _jax_shim.has_mpi_effect(closed_jaxpr.effects) or policy.mode()[0] != "fast":
+        return lower(closed_jaxpr, *args, **kwargs)
+    state = policy.lowering
+    state.active, state.created = True, 0
+    try:
+        result = lower(_jax_shim.without_mpi_effect(closed_jaxpr), *args, **kwargs)
+    finally:
+        state.active = False
+    why = policy.check(result, state.created, thorough=not policy.checked)
+    policy.checked = True
+    if why:
+        policy.fallback(why)
+        return lower(closed_jaxpr, *args, **kwargs)
+    policy.lowered_fast()
+    return result
+
+
+def _subcomputation_creating_token(subcomp, ctx, jaxpr, name_stack, tokens, *args, **kwargs):
+    with_token = None
+    if getattr(policy.lowering, "active", False) and _jax_shim.calls_mpi(jaxpr):
+        with_token = _jax_shim.with_new_mpi_token(tokens)
+    if with_token is None:
+        return subcomp(ctx, jaxpr, name_stack, tokens, *args, **kwargs)
+    # The top level of a program lowered without the effect: its first MPI call starts
+    # the chain; no token leaves the program.
+    policy.lowering.created += 1
+    outs, tokens_out = subcomp(ctx, jaxpr, name_stack, with_token, *args, **kwargs)
+    return outs, _jax_shim.without_mpi_token(tokens_out)
+
+
+def _effects_barrier(block_until_ready, tokens) -> None:
+    block_until_ready(tokens)
+    if policy.used and policy.draining:
+        # Executions launched from one thread on the CPU run one after the other: once a
+        # new one has finished, every MPI call this thread dispatched before it has too.
+        _drain(np.zeros((), np.int32)).block_until_ready()
+    for callback in policy.on_barrier:
+        callback()
+
+
+_drain = jax.jit(lambda x: x + 1)
+
+
+def configure(requested: str, on_fast, on_barrier) -> None:
+    """Installs fast dispatch unless `requested` is "ordered". `on_fast()` runs when the
+    first program is lowered the fast way, `on_barrier()` after every effects_barrier."""
+    policy.requested = requested
+    policy.on_fast.append(on_fast)
+    policy.on_barrier.append(on_barrier)
+    _jax_shim.install_effects_barrier_hook(_effects_barrier)
+    if requested != "ordered":
+        _jax_shim.install_lowering_hook(_lowering_without_effect)
+        _jax_shim.install_subcomputation_hook(_subcomputation_creating_token)
+
+
+def dispatch_mode() -> tuple[str, str]:
+    """("fast" or "ordered", why). Decides now if no program was lowered yet."""
+    return policy.mode()
+
+
+def stop_draining() -> None:
+    """After MPI_Finalize: effects_barrier has nothing left to wait for."""
+    policy.draining = False

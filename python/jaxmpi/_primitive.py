@@ -1,0 +1,232 @@
+"""Every op as a JAX primitive, declared once: the Python twin of the Rust table
+(`declare_ops!` in core/src/xla/handlers/mod.rs).
+
+Each row gives an op's shape rule, which operand its result may alias (so MPI works in
+place, without a copy), which operands it never reads (receive templates) and the
+parameters only Python's rules use. Lowering, attributes, ordering and eager execution are
+one generic path (`define`) for all of them; `PRIMITIVES` holds them by op name, for the
+rules table in `_rules.py` and for the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _jax_shim, _native
+from ._comm import PEER_NULL
+from ._jax_shim import Primitive, ShapedArray
+
+# Every op's operands, results and attributes as the handlers declare them: the attributes
+# a lowering passes are derived from these.
+SIGNATURES: dict = _native.signatures()
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def address(value: int) -> np.int64:
+    """Handles and addresses travel as their two's-complement bit pattern: MLIR cannot
+    hold an unsigned 64-bit attribute above 2^63, and MPICH user handles as mpi4py gives
+    them are that large."""
+    return np.int64(value - (1 << 64) if value >= 1 << 63 else value)
+
+
+def _counts(value) -> np.ndarray:
+    return np.asarray(value, np.int64)
+
+
+# How each kind of attribute is encoded: the handler reads an int64, or an int64 array.
+_ENCODERS = {
+    "comm": address,
+    "address": address,
+    "reduce_op": np.int64,
+    "peer": np.int64,
+    "int": np.int64,
+    "any_tag": np.int64,
+    "counts": _counts,
+}
+
+
+def _checked(name: str, shape_params: frozenset, shapes):
+    """`shapes`, the abstract evaluation, run only on operands and parameters that match
+    the op's declaration: a mismatch is a bug in jaxmpi, said at trace time with the op and
+    parameter, instead of an attribute the handler misses at run time."""
+    signature = SIGNATURES[name]
+    declared = {attr for attr, _ in signature["attrs"]}
+    operands = signature["operands"]
+
+    def check(*avals, **params):
+        if len(avals) != len(operands):
+            raise TypeError(
+                f"jaxmpi.{name}: bound with {len(avals)} operands, but the op is declared "
+                f"with {len(operands)} ({', '.join(operands) or 'none'})"
+            )
+        unknown = sorted(params.keys() - declared - shape_params)
+        if unknown:
+            raise TypeError(
+                f"jaxmpi.{name}: parameter {unknown[0]!r} is neither an attribute the op is "
+                f"declared with ({', '.join(sorted(declared))}) nor a shape parameter"
+            )
+        missing = sorted(declared - params.keys())
+        if missing:
+            raise TypeError(f"jaxmpi.{name}: attribute {missing[0]!r} was not bound")
+        return shapes(*avals, **params)
+
+    return check
+
+
+def _none(**_):
+    return {}
+
+
+def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> Primitive:
+    """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name, passing the
+    attributes its declaration lists. `shapes(*avals, **params)` is its shape rule;
+    `shape_params` name the parameters only Python's rules use (they never reach the
+    handler). `aliases(**params)` maps an operand to the result it may alias;
+    `unread(**params)` names the operands the op never reads (receive templates: only
+    their shape matters). Those stay operands for JAX (its AD and batching rules see them)
+    but are left out of the XLA call: XLA then never computes them, never keeps them alive
+    for the call, and places the fresh result wherever is cheapest (in a loop, straight
+    into the carry)."""
+    target = f"jaxmpi_{name}"
+    primitive = _jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
+    encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
+
+    def lowering(ctx, *operands, **params):
+        attrs = {attr: encode(params[attr]) for attr, encode in encoders}
+        skipped = unread(**params)
+        kept = [i for i in range(len(operands)) if i not in skipped]
+        position = {operand: k for k, operand in enumerate(kept)}
+        aliased = {position[operand]: out for operand, out in aliases(**params).items()}
+        return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
+
+    for platform in ("cpu", "cuda"):
+        _jax_shim.register_lowering(primitive, lowering, platform=platform)
+    PRIMITIVES[name] = primitive
+    return primitive
+
+
+# --- Shape and aliasing rules the table shares ------------------------------------------
+
+# Whether this rank is the root: what the rooted ops' shape rules and aliasing depend on.
+_AT_ROOT = ("at_root",)
+
+
+def _same(x, **_):
+    return ShapedArray(x.shape, x.dtype)
+
+
+def _like(x, **_):
+    return [_same(x)]
+
+
+def _rows_like(x, rows: int):
+    return ShapedArray((rows, *x.shape[1:]), x.dtype)
+
+
+def _in_place(**_):
+    return {0: 0}
+
+
+def _at_root_only(shape):
+    """Reduce and gather bind no result away from the root (bcast: at the root), where the
+    Python function returns the input itself. Aliasing a result to the input instead would
+    make XLA copy the input whenever the program still uses it afterwards."""
+    return lambda x, *, at_root, **params: [shape(x, **params)] if at_root else []
+
+
+def _in_place_at_root(*, at_root, **_):
+    return {0: 0} if at_root else {}
+
+
+def _template_away_from_root(*, at_root, **_):
+    return {} if at_root else {0}
+
+
+def _receives(source) -> bool:
+    """A receive from PROC_NULL writes nothing: its template is the result, in place."""
+    return source != PEER_NULL
+
+
+def _recv_aliases(*, source, **_):
+    return {} if _receives(source) else {0: 0}
+
+
+def _recv_unread(*, source, **_):
+    return {0} if _receives(source) else set()
+
+
+def _sendrecv_aliases(*, source, replace, **_):
+    """`replace`: the send buffer is also the template (`a = sendrecv(a, a)`); the result
+    replaces it in place (MPI_Sendrecv_replace), so a loop carrying `a` copies nothing."""
+    if replace:
+        return {0: 0}
+    return {} if _receives(source) else {1: 0}
+
+
+def _sendrecv_unread(*, source, replace, **_):
+    return {1} if replace or _receives(source) else set()
+
+
+# --- The table ------------------------------------------------------------------------------
+
+allreduce = define("allreduce", _like, _in_place)
+reduce = define("reduce", _at_root_only(_same), _in_place_at_root, shape_params=_AT_ROOT)
+scan = define("scan", _like, _in_place)
+exscan = define("exscan", _like, _in_place)
+reduce_scatter = define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])
+bcast = define(
+    "bcast",
+    lambda x, *, at_root, **_: [] if at_root else _like(x),
+    unread=_template_away_from_root,
+    shape_params=_AT_ROOT,
+)
+gather = define(
+    "gather",
+    _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype)),
+    shape_params=("size", "at_root"),
+)
+allgather = define(
+    "allgather",
+    lambda x, *, size, **_: [ShapedArray((size, *x.shape), x.dtype)],
+    shape_params=("size",),
+)
+# Away from the root the operand is a receive template, as recv's: never read, so not
+# passed to XLA at all.
+scatter = define(
+    "scatter",
+    lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
+    unread=_template_away_from_root,
+    shape_params=_AT_ROOT,
+)
+alltoall = define("alltoall", _like)
+# Counts are rows of the leading axis; like gather and scatter, no result away from
+# gatherv's root, and scatterv's operand there is a template, never read.
+gatherv = define(
+    "gatherv",
+    _at_root_only(lambda x, *, counts, **_: _rows_like(x, sum(counts))),
+    shape_params=_AT_ROOT,
+)
+allgatherv = define("allgatherv", lambda x, *, counts, **_: [_rows_like(x, sum(counts))])
+scatterv = define(
+    "scatterv",
+    lambda x, *, counts, rank, at_root, **_: [_rows_like(x, counts[rank]) if at_root else x],
+    unread=_template_away_from_root,
+    shape_params=("rank", "at_root"),
+)
+alltoallv = define("alltoallv", lambda x, *, recv_counts, **_: [_rows_like(x, sum(recv_counts))])
+send = define("send", lambda x, **_: [])
+recv = define("recv", _like, _recv_aliases, unread=_recv_unread)
+sendrecv = define(
+    "sendrecv",
+    lambda sendbuf, recvbuf, **_: _like(recvbuf),
+    _sendrecv_aliases,
+    unread=_sendrecv_unread,
+    shape_params=("replace",),
+)
+barrier = define("barrier", lambda **_: [])
+
+# The transpose of allreduce-SUM under mpi4jax's convention: the identity on each rank,
+# no communication. A primitive of its own (not the identity function) so that its own
+# transpose can be allreduce-SUM again (see _rules.py).
+allreduce_transposed = _jax_shim.new_identity_primitive("jaxmpi_allreduce_transposed")
+PRIMITIVES["allreduce_transposed"] = allreduce_transposed
