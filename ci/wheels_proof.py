@@ -7,8 +7,9 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import jaxmpi
 import numpy as np
+
+import jaxmpi
 
 rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
 
