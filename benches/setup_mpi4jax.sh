@@ -3,7 +3,7 @@
 #
 # mpi4jax (an sdist) built from source with the mpicc of PyPI's MPICH wheel, next to the
 # same MPICH, JAX and mpi4py as .venvs/mpich, plus the jaxmpi wheel that ci/setup.sh
-# built (target/wheels): jaxmpi, mpi4jax and the raw C loop all run over one libmpi.
+# built (dist/, through ci/wheels.sh): jaxmpi, mpi4jax and the raw C loop all run over one libmpi.
 # Idempotent (a marker file records the pins); the jaxmpi wheel is reinstalled every time.
 # Also unpacks the sdist to .venvs/bench-mpi4jax/src/ (mpi4jax's examples/ are run from there).
 set -euo pipefail
@@ -33,7 +33,7 @@ if [[ ! -f $VENV/.bench-setup || "$(cat "$VENV/.bench-setup")" != "$want" ]]; th
     )
     printf '%s' "$want" >"$VENV/.bench-setup"
 fi
-# The newest wheel: ci/setup.sh leaves exactly one, just built.
-wheel=$(ls -t "$ROOT"/target/wheels/jaxmpi-*.whl | head -n 1)
+# ci/wheels.sh leaves exactly one wheel per architecture.
+wheel=$(ls "$ROOT"/dist/jaxmpi-*_"$(uname -m)".whl)
 "$VENV/bin/python" -m pip --quiet --disable-pip-version-check install --no-deps \
     --force-reinstall "$wheel"

@@ -6,8 +6,8 @@
 # That machine has no network and no Rust, only Python 3.12 with JAX and its CUDA plugin:
 # whatever the run installs must arrive as files, with the working tree, in the ignored
 # folder .gpu/ (carried next to the tree; 64 MiB in all, so the script checks the size).
-#   jaxmpi-*.whl      this checkout's wheel: dist/'s release wheel if ci/wheels.sh made one,
-#                     else ci/setup.sh's target/wheels/ (built here if missing or stale)
+#   jaxmpi-*.whl      this checkout's x86_64 release wheel, dist/'s (ci/wheels.sh builds
+#                     it here if missing or stale)
 #   mpich, mpi4py     PyPI's MPICH wheel (the staged path: it is not CUDA-aware) and mpi4py,
 #                     for cp312 manylinux x86_64
 #   mpi4jax sdist     built there against that MPICH for the benchmark's comparison
@@ -47,11 +47,8 @@ log() { printf 'gpu_pack: %s\n' "$*"; }
 mkdir -p "$PACK" "$CACHE/dry-run"
 
 # --- jaxmpi: the wheel of this checkout ------------------------------------------------
-wheel=$(ls "$ROOT"/dist/jaxmpi-*x86_64*.whl 2>/dev/null | head -n 1) || true
-if [[ -z $wheel ]]; then
-    export JAXMPI_SETUP_ROOT=$ROOT # where _setup_build_wheel builds
-    _setup_build_wheel # sets $wheel; rebuilds only if the sources changed since
-fi
+export JAXMPI_SETUP_ROOT=$ROOT # where _setup_build_wheel builds
+_setup_build_wheel # sets $wheel; rebuilds only if the sources changed since
 rm -f "$PACK"/jaxmpi-*.whl
 cp "$wheel" "$PACK/"
 log "jaxmpi wheel from ${wheel#"$ROOT"/}"

@@ -4,7 +4,7 @@
 #
 # Builds the wheel with the documented source-build command (maturin --features linked,
 # MPICC=mpicc.mpich) into target/linked-mpich/wheel, unpacks it into
-# target/linked-mpich/site (never into the shared venvs, never into target/wheels), and runs
+# target/linked-mpich/site (never into the shared venvs, never into dist/), and runs
 # the debian-mpich-4.0 cell of ci/matrix.sh with that directory first on PYTHONPATH.
 # Exit status: 0 when every rank passed. Needs: ci/setup.sh (the venvs, Debian MPICH,
 # libclang-dev).

@@ -43,7 +43,16 @@ JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
 JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
-JAXMPI_DEV_TOOLS=("ruff==0.17.6" "maturin==1.16.0" "mypy==2.4.1")
+JAXMPI_PIN_MATURIN="maturin==1.16.0"
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1")
+# What ci/wheels.sh builds the release wheels with (.venvs/wheels): zig links them
+# against glibc 2.17's symbols (manylinux2014, as jaxlib 0.6.2's wheels), auditwheel
+# checks the tag they claim.
+JAXMPI_WHEEL_TOOLS=("$JAXMPI_PIN_MATURIN" "ziglang==0.17.0" "auditwheel==6.8.2")
+# The aarch64 wheel's compiler and Rust standard library, installed into the trixie
+# chroot (rustup's targets cannot be downloaded here). rustc-web is Debian's newer
+# rustc (1.96; the plain rustc package, 1.85, is older than libloading 0.9 needs).
+JAXMPI_WHEEL_TRIXIE_PACKAGES=(rustc-web cargo-web libstd-rust-web-dev:arm64)
 # Debian packages: Open MPI 4.1 and MPICH 4.0 side by side (mpiexec.openmpi,
 # mpiexec.mpich; Debian MPICH's library is libmpich.so.12, Open MPI's
 # libmpi.so.40), their compilers mpicc.openmpi/mpicc.mpich (handy to debug a
@@ -74,23 +83,28 @@ _setup_as_root() {
     fi
 }
 
+# The command prefix _setup_apt and _setup_venv run their tools through: empty on this
+# machine, (bash ci/trixie.sh run) to act inside the trixie chroot.
+_SETUP_IN=()
+
+# _setup_apt PACKAGE...: installs those of PACKAGE... that are not installed yet.
 _setup_apt() {
     local pkg missing=()
-    for pkg in "${JAXMPI_APT_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         # `dpkg -s` alone also succeeds for removed-but-configured packages.
-        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
+        if ! "${_SETUP_IN[@]}" dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
             missing+=("$pkg")
         fi
     done
     if ((${#missing[@]} == 0)); then
-        _setup_log "apt: all ${#JAXMPI_APT_PACKAGES[@]} packages present"
+        _setup_log "apt: all $# packages present"
         return 0
     fi
     _setup_log "apt: installing ${missing[*]}"
     # Only refresh the package lists when something is missing (the update is
     # the slow, network-bound part).
-    _setup_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
-    _setup_as_root env DEBIAN_FRONTEND=noninteractive \
+    _setup_as_root "${_SETUP_IN[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+    _setup_as_root "${_SETUP_IN[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
 }
 
@@ -101,8 +115,7 @@ _setup_apt() {
 # matrix runs) is still there -- a restored cache or a stray `pip uninstall`
 # can leave a marker without its files.
 #
-# Python runs through "${_SETUP_IN[@]}" (empty: here; _setup_trixie_venv: in the chroot).
-_SETUP_IN=()
+# Python runs through "${_SETUP_IN[@]}" (empty: here; _setup_trixie: in the chroot).
 _setup_venv() {
     local name=$1 keyfile=$2
     shift 2
@@ -158,7 +171,7 @@ _setup_trixie() {
 # What the Rust build reads: its sources (tracked and untracked files git sees), the
 # toolchain and the environment cargo and backends/build.rs look at.
 _SETUP_RUST_INPUTS=(Cargo.toml Cargo.lock .cargo rust-toolchain rust-toolchain.toml core backends python/src python/Cargo.toml)
-# The wheel also packs the Python package, as pyproject.toml says, with maturin.
+# The wheels (ci/wheels.sh) also pack the Python package, as pyproject.toml says.
 _SETUP_WHEEL_INPUTS=("${_SETUP_RUST_INPUTS[@]}" python/jaxmpi python/pyproject.toml)
 
 # _setup_key PATH...: one hash of the names and contents of the files under PATH...
@@ -188,9 +201,7 @@ _setup_cargo() {
         echo "setup: cargo not found (looked in PATH and ~/.cargo/bin); install Rust with rustup" >&2
         return 1
     fi
-    # Inside target/release, so `cargo clean` takes the stamp with the build. Needed as
-    # well as cargo's own checks: maturin builds the extension with another
-    # environment, after which cargo would rebuild pyo3 and the crates above it. (A build
+    # Inside target/release, so `cargo clean` takes the stamp with the build. (A build
     # by hand with other features into target/release goes unnoticed: delete the stamp.)
     local stamp="$JAXMPI_SETUP_ROOT/target/release/.jaxmpi-setup" key
     key=$(_setup_key "${_SETUP_RUST_INPUTS[@]}") || key=
@@ -204,30 +215,24 @@ _setup_cargo() {
     [[ -z $key ]] || printf '%s' "$key" >"$stamp"
 }
 
-# _setup_build_wheel: builds target/wheels/jaxmpi-*.whl unless the one there is current;
-# sets `wheel` to its path. Also used by ci/gpu_pack.sh, which needs the wheel and no venv.
+# _setup_build_wheel: builds the x86_64 release wheel with ci/wheels.sh (abi3,
+# manylinux2014, stripped; it skips the build when its stamp says nothing changed) and
+# sets `wheel` to its path in dist/. Also used by ci/gpu_pack.sh, which needs the wheel
+# and no venv.
 _setup_build_wheel() {
-    local wheels="$JAXMPI_SETUP_ROOT/target/wheels" key
-    local stamp="$JAXMPI_SETUP_ROOT/target/wheels/.jaxmpi-setup"
-    local maturin="$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/maturin"
-    key=$(_setup_key "${_SETUP_WHEEL_INPUTS[@]}" && "$maturin" --version) || key=
-    wheel=$(ls "$wheels"/jaxmpi-*.whl 2>/dev/null)
-    if [[ $(wc -l <<<"$wheel") == 1 && -f $wheel ]] && _setup_current "$stamp" "$key"; then
-        _setup_log "wheel: up to date ($(basename "$wheel"))"
-    else
-        rm -rf "$wheels"
-        "$maturin" build --quiet --release \
-            --manifest-path "$JAXMPI_SETUP_ROOT/python/Cargo.toml" -o "$wheels" || return 1
-        wheel=$(ls "$wheels"/jaxmpi-*.whl)
-        [[ -z $key ]] || printf '%s' "$key" >"$stamp"
-        _setup_log "wheel: $(basename "$wheel")"
+    local -a found
+    bash "$JAXMPI_SETUP_ROOT/ci/wheels.sh" x86_64 || return 1
+    mapfile -t found < <(compgen -G "$JAXMPI_SETUP_ROOT/dist/jaxmpi-*_x86_64.whl")
+    if ((${#found[@]} != 1)); then
+        echo "setup: expected one x86_64 wheel in dist/, found ${#found[@]}" >&2
+        return 1
     fi
+    wheel=${found[0]}
 }
 
-# Builds the one jaxmpi wheel (abi3, manylinux) and installs that same file into
-# every test venv, so each MPI of the matrix is tested with identical bits. Skips the
-# build when the stamp next to the wheel says it was made from the same inputs, and the
-# install into a venv that already holds exactly the wheel's files.
+# Builds the one jaxmpi wheel (the release wheel for x86_64) and installs that same file
+# into every test venv, so each MPI of the matrix is tested with the bits users get. The
+# install is skipped in a venv that already holds exactly the wheel's files.
 _setup_wheel() {
     if [[ -n ${JAXMPI_SKIP_BUILD:-} ]]; then
         _setup_log "wheel: skipped (JAXMPI_SKIP_BUILD set)"
@@ -297,7 +302,7 @@ jaxmpi_setup() (
     elif ! "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
         JAXMPI_APT_PACKAGES+=(python3-venv)
     fi
-    _setup_apt || return 1
+    _setup_apt "${JAXMPI_APT_PACKAGES[@]}" || return 1
     _setup_log "apt done ($((SECONDS - t))s)"
 
     t=$SECONDS

@@ -3,8 +3,9 @@
 #
 # Works on a fresh clone on a fresh machine: it runs ci/setup.sh first
 # (apt packages, one venv per MPI wheel, the trixie chroot for Python 3.13 and its
-# venvs for JAX 0.11/0.12, cargo build), then
-#   fmt, clippy, cargo test, ruff, the readelf check of the artifacts,
+# venvs for JAX 0.11/0.12, cargo build, the x86_64 release wheel every venv installs), then
+#   fmt, clippy, cargo test, ruff, the aarch64 wheel and the sdist (ci/wheels.sh), the
+#   readelf check of the artifacts, the wheels' tags (auditwheel) and sizes,
 #   the probe on every MPI build of ci/matrix.sh at 1, 2 and 3 ranks,
 #   the selection-error cases, the linked backend's ABI oracle (Debian Open MPI
 #   and MPICH), the Python suite (tests/python) on the default MPI at 1 rank, on
@@ -79,17 +80,17 @@ step() {
 
 # readelf check: jaxmpi must load MPI (and CUDA) only at run time via dlopen,
 # so no artifact may have a DT_NEEDED entry on them; otherwise it would only
-# start where that exact soname is installed. Checked: every ELF file
-# directly in target/release (the probe, any cdylib *.so) and, later, Python
-# extension modules built in place under python/.
+# start where that exact soname is installed. Nor on libpython: the abi3 extension
+# takes its symbols from the interpreter that loads it, whatever its version. Checked:
+# every ELF file directly in target/release (the probe, any cdylib *.so) and the
+# extension module as shipped, unpacked from each wheel in dist/ (ci/wheels.sh).
 check_needed() {
     local f n=0 bad=0 needed
     local -a files=()
-    # The extension module as shipped: unpacked from the wheel users install.
     local unpacked="$OUT/wheel"
     rm -rf "$unpacked" && mkdir -p "$unpacked"
-    for f in "$ROOT"/target/wheels/*.whl; do
-        [[ -e $f ]] && "$ROOT/.venvs/mpich/bin/python" -m zipfile -e "$f" "$unpacked"
+    for f in "$ROOT"/dist/*.whl; do
+        [[ -e $f ]] && "$ROOT/.venvs/mpich/bin/python" -m zipfile -e "$f" "$unpacked/$(basename "$f")"
     done
     while IFS= read -r -d '' f; do
         # Only ELF files (target/release also holds *.d dep-info files).
@@ -106,14 +107,67 @@ check_needed() {
         n=$((n + 1))
         needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p' | tr '\n' ' ')
         # libmpi* also covers libmpi_abi; libcuda* also covers libcudart.
-        if grep -qE '(^| )lib(mpi|mpich|cuda|cudart)[^ ]*' <<<"$needed"; then
+        if grep -qE '(^| )lib(mpi|mpich|cuda|cudart|python)[^ ]*' <<<"$needed"; then
             echo "BAD  ${f#"$ROOT"/}: NEEDED $needed"
             bad=$((bad + 1))
         else
             echo "ok   ${f#"$ROOT"/}: NEEDED $needed"
         fi
     done
-    echo "$n artifact(s) checked, $bad linked against MPI/CUDA"
+    echo "$n artifact(s) checked, $bad linked against MPI/CUDA/Python"
+    ((bad == 0))
+}
+
+# A wheel (zipped) above this many bytes fails check_wheels. Today's are ~0.5 MB (a
+# ~1.2 MB extension); a build that kept its debug info (the release profile's debug = 1,
+# an extension of ~15 MB) packs to ~3.3 MB (measured). The bound leaves room to grow.
+WHEEL_MAX_BYTES=$((2 * 1024 * 1024))
+
+# The wheels of dist/ (ci/wheels.sh), one for x86_64 and one for aarch64, and the sdist.
+# Each wheel: named abi3 for CPython >= 3.10; the manylinux tags in its name (legacy
+# aliases such as manylinux2014 = manylinux_2_17 included) all name the glibc that
+# `auditwheel show` finds it needs, given its versioned symbols and the libraries it
+# links (a library outside the manylinux policy makes that "linux_<arch>": fails). A
+# lower claim would let pip install it where it cannot load, a higher one refuse
+# machines it runs on. Its size printed, and below WHEEL_MAX_BYTES.
+check_wheels() {
+    local f arch name plat tag possible size bad=0 n
+    for arch in x86_64 aarch64; do
+        n=$(compgen -G "$ROOT/dist/jaxmpi-*_$arch.whl" | wc -l)
+        ((n == 1)) || { echo "BAD  dist/ holds $n $arch wheels, not 1"; bad=$((bad + 1)); }
+    done
+    compgen -G "$ROOT/dist/jaxmpi-*.tar.gz" >/dev/null || { echo "BAD  no sdist in dist/"; bad=$((bad + 1)); }
+    for f in "$ROOT"/dist/*.whl; do
+        [[ -e $f ]] || continue
+        name=$(basename "$f")
+        "$ROOT/.venvs/wheels/bin/auditwheel" show "$f" | tee "$OUT/auditwheel-$name.txt" || {
+            echo "BAD  $name: auditwheel show failed"
+            bad=$((bad + 1))
+            continue
+        }
+        possible=$(tr -s ' \n' ' ' <"$OUT/auditwheel-$name.txt" |
+            sed -n 's/.*consistent with the following platform tag: "\([^"]*\)".*/\1/p')
+        if [[ $name != jaxmpi-*-cp310-abi3-*.whl ]]; then
+            echo "BAD  $name: not tagged cp310-abi3"
+            bad=$((bad + 1))
+        fi
+        plat=${name%.whl}
+        for tag in $(tr . ' ' <<<"${plat##*-}"); do
+            tag=$(sed -e 's/^manylinux2014_/manylinux_2_17_/' -e 's/^manylinux2010_/manylinux_2_12_/' \
+                -e 's/^manylinux1_/manylinux_2_5_/' <<<"$tag")
+            if [[ $tag != "$possible" ]]; then
+                echo "BAD  $name: claims $tag, auditwheel says it can have ${possible:-nothing}"
+                bad=$((bad + 1))
+            fi
+        done
+        size=$(stat -c %s "$f")
+        echo "$name: auditwheel's tag ${possible:-none}, $size bytes (bound $WHEEL_MAX_BYTES)"
+        if ((size > WHEEL_MAX_BYTES)); then
+            echo "BAD  $name: $size bytes, above the bound"
+            bad=$((bad + 1))
+        fi
+    done
+    echo "$bad problem(s)"
     ((bad == 0))
 }
 
@@ -137,9 +191,11 @@ step "mypy" mypy bash -c 'cd "$1/python" && "$1/.venvs/mpich/bin/mypy" --python-
 # The GPU run's scripts (ci/gpu_run.sh runs only on a GPU machine): syntax, offline
 # installs, and the verdict logic on canned reports.
 step "GPU scripts (no GPU: syntax, offline, verdict logic)" gpu-check bash "$ROOT/ci/gpu_check.sh"
-step "readelf: no DT_NEEDED on MPI/CUDA" readelf check_needed
-# One wheel for every Python >= 3.10 and every manylinux system.
-step "wheel is abi3 and manylinux" wheel-tag bash -c 'ls "$1"/target/wheels/ | tee /dev/stderr | grep -qE "^jaxmpi-.*-cp310-abi3-manylinux_[0-9_]+_x86_64\.whl$"' _ "$ROOT"
+# setup built the x86_64 wheel (the tests install it); the aarch64 one and the sdist.
+step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
+step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf check_needed
+# One wheel per architecture for every Python >= 3.10 and glibc >= 2.17.
+step "wheels: abi3, manylinux tag, size" wheel-check check_wheels
 
 # ---------------------------------------------------------------------------
 # The MPI matrix: the probe on every build at 1, 2 and 3 ranks, then the Python

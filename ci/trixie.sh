@@ -3,15 +3,17 @@
 #
 # JAX 0.11 and newer need Python >= 3.12; this machine (Debian 12) has 3.11. Debian 13
 # (trixie) has Python 3.13, but its binaries need a newer glibc than bookworm's, so they
-# run in a chroot. The same jaxmpi wheel (abi3, manylinux_2_34) installs there unchanged.
+# run in a chroot. The same jaxmpi wheel (abi3, manylinux2014) installs there unchanged.
+# ci/wheels.sh builds the aarch64 wheel in it (Debian's rustc with its arm64 std).
 #
 # usage: ci/trixie.sh ensure      create the chroot unless a complete one is there
 #        ci/trixie.sh run CMD...  run CMD inside it as root, in the caller's folder
 #        ci/trixie.sh dir         print the chroot's folder
 #        ci/trixie.sh remove      delete the chroot (refused while anything is mounted in it)
 #
-# Where: /var/cache/jaxmpi/trixie-<hash of the pins>, outside the clone, so a later
-# clone on the same machine reuses it (JAXMPI_TRIXIE_DIR overrides). The pins (suite,
+# Where: /var/cache/jaxmpi/trixie-<hash of the pins> (another chroot:
+# <suite>[-<arch>]-<hash>), outside the clone, so a later clone on the same machine
+# reuses it (JAXMPI_TRIXIE_DIR overrides). The pins (suite,
 # mirror, packages) are in ci/setup.sh; the folder's marker file holds them and is
 # written last, so a chroot whose build was cut short is rebuilt from nothing.
 #
@@ -22,6 +24,11 @@
 # SIGKILL -- the kernel drops the mounts; none is ever visible outside the command, so
 # no exit trap is needed and none can be skipped. debootstrap's own mounts are made
 # in such a namespace too.
+#
+# Other Debian chroots, through the same code (ci/wheels_proof.sh: bullseye for its old
+# glibc, arm64 bookworm under qemu): JAXMPI_CHROOT_SUITE, JAXMPI_CHROOT_ARCH (debootstrap's
+# --arch; a foreign one needs a qemu registered with binfmt_misc) and JAXMPI_CHROOT_PACKAGES
+# (space-separated; python3 among them) replace the trixie pins, and name the folder.
 #
 # Needs root (debootstrap, chroot, mount), debootstrap (ci/setup.sh installs it) and
 # network access to the mirror. Python venvs are made inside by ci/setup.sh, in the
@@ -41,9 +48,12 @@ _trixie_die() {
     exit 1
 }
 
+SUITE=${JAXMPI_CHROOT_SUITE:-$JAXMPI_TRIXIE_SUITE}
+ARCH=${JAXMPI_CHROOT_ARCH:-}
+read -r -a PACKAGES <<<"${JAXMPI_CHROOT_PACKAGES:-${JAXMPI_TRIXIE_PACKAGES[*]}}"
 # What the chroot is made of; its hash names the folder, and the marker holds it.
-TRIXIE_SPEC="suite=$JAXMPI_TRIXIE_SUITE mirror=$JAXMPI_TRIXIE_MIRROR variant=minbase packages=${JAXMPI_TRIXIE_PACKAGES[*]}"
-TRIXIE_DIR=${JAXMPI_TRIXIE_DIR:-/var/cache/jaxmpi/trixie-$(printf '%s' "$TRIXIE_SPEC" | sha256sum | cut -c1-12)}
+TRIXIE_SPEC="suite=$SUITE mirror=$JAXMPI_TRIXIE_MIRROR variant=minbase packages=${PACKAGES[*]}${ARCH:+ arch=$ARCH}"
+TRIXIE_DIR=${JAXMPI_TRIXIE_DIR:-/var/cache/jaxmpi/$SUITE${ARCH:+-$ARCH}-$(printf '%s' "$TRIXIE_SPEC" | sha256sum | cut -c1-12)}
 TRIXIE_MARKER=.jaxmpi-trixie
 
 # Files copied in from the host on every `ensure`: name resolution, pip's settings and
@@ -120,12 +130,12 @@ trixie_ensure() {
         _trixie_rm "$TRIXIE_DIR" || return 1
         _trixie_log "building $TRIXIE_DIR ($TRIXIE_SPEC)"
         local include
-        include=$(IFS=,; printf '%s' "${JAXMPI_TRIXIE_PACKAGES[*]}")
+        include=$(IFS=,; printf '%s' "${PACKAGES[*]}")
         # debootstrap mounts /proc and /sys in the target itself; the private namespace
         # drops them even if it is killed before its own cleanup.
         if ! unshare --mount --propagation private -- \
-            debootstrap --variant=minbase --include="$include" \
-            "$JAXMPI_TRIXIE_SUITE" "$part" "$JAXMPI_TRIXIE_MIRROR" >"$part.log" 2>&1; then
+            debootstrap --variant=minbase ${ARCH:+--arch="$ARCH"} --include="$include" \
+            "$SUITE" "$part" "$JAXMPI_TRIXIE_MIRROR" >"$part.log" 2>&1; then
             tail -n 30 "$part.log" >&2
             _trixie_die "debootstrap failed (full log: $part.log)"
         fi
@@ -182,7 +192,7 @@ dir) printf '%s\n' "$TRIXIE_DIR" ;;
 remove) _trixie_rm "$TRIXIE_DIR.partial" && _trixie_rm "$TRIXIE_DIR" &&
     rm -f "$TRIXIE_DIR.partial.log" "$TRIXIE_DIR.lock" ;;
 *)
-    sed -n '8,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '9,12p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
