@@ -52,7 +52,7 @@ pub enum Input<'a> {
 }
 
 fn whole_elements(len: usize, dtype: Dtype) -> Result<usize> {
-    if len % dtype.size() != 0 {
+    if !len.is_multiple_of(dtype.size()) {
         return Err(Error::invalid_argument(
             "buffer",
             format!(

@@ -80,7 +80,7 @@ pub(super) fn alltoall<A: Abi>(
     same_dtype(&send, &recv)?;
     let size = lib.size_of(handle)?;
     expect_len("the receive buffer", recv.count(), send.count())?;
-    if send.count() % size != 0 {
+    if !send.count().is_multiple_of(size) {
         return Err(Error::invalid_argument(
             "buffers",
             format!(
