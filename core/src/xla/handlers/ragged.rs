@@ -186,3 +186,42 @@ pub fn ragged_alltoallv(
     let recv = PartitionMut::new(y.buf_mut()?, &recv_counts, &recv_displs);
     backend.alltoallv(a.comm, send, recv)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(send: (&[i64], &[i64]), recv: (&[i64], &[i64])) -> Rows {
+        Rows {
+            send_displs: send.0.to_vec(),
+            send_counts: send.1.to_vec(),
+            recv_displs: recv.0.to_vec(),
+            recv_counts: recv.1.to_vec(),
+        }
+    }
+
+    #[test]
+    fn blocks_that_fit_and_agree_pass() {
+        let r = rows((&[0, 2], &[2, 1]), (&[0, 3], &[3, 0]));
+        assert_eq!(fault(&r, &[3, 0], (3, 3)), None);
+        // Capacity exactly full, and zero counts anywhere.
+        let r = rows((&[0, 0], &[0, 0]), (&[0, 0], &[0, 0]));
+        assert_eq!(fault(&r, &[0, 0], (0, 0)), None);
+    }
+
+    #[test]
+    fn each_misfit_is_named_with_its_numbers() {
+        let past = rows((&[0, 2], &[2, 1]), (&[0, 3], &[3, 1]));
+        let why = fault(&past, &[3, 1], (3, 3)).unwrap();
+        assert!(why.contains("receive block of rank 1 (rows 3 to 4) ends past the result's 3 rows"));
+        let negative = rows((&[0, 0], &[-1, 0]), (&[0, 0], &[0, 0]));
+        let why = fault(&negative, &[0, 0], (3, 3)).unwrap();
+        assert!(why.contains("send block of rank 0 has offset 0 and count -1"));
+        let operand = rows((&[0, 2], &[2, 2]), (&[0, 0], &[0, 0]));
+        let why = fault(&operand, &[0, 0], (3, 3)).unwrap();
+        assert!(why.contains("ends past the operand's 3 rows"));
+        let disagree = rows((&[0, 0], &[0, 0]), (&[0, 2], &[2, 1]));
+        let why = fault(&disagree, &[2, 3], (3, 3)).unwrap();
+        assert!(why.contains("rank 1 sends 3 rows here, but this rank expects 1"));
+    }
+}
