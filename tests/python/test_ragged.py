@@ -318,6 +318,17 @@ def test_offsets_past_the_operand_fail():
     expect_failure(message, "ragged_all_to_all", "ends past the operand's 3 rows")
 
 
+@pytest.mark.skipif(SIZE < 2, reason="needs two senders")
+def test_overlapping_blocks_fail():
+    """Every sender's block lands at row 0 of every receiver."""
+    n, zeros = np.ones(SIZE, np.int32), np.zeros(SIZE, np.int32)
+    x, out = rows_of(RANK, SIZE), np.zeros((SIZE, 2), np.float32)
+    message = failure(
+        jaxmpi.ragged_all_to_all, x, out, np.arange(SIZE, dtype=np.int32), n, zeros, n
+    )
+    expect_failure(message, "ragged_all_to_all", "overlap in the result")
+
+
 def test_bad_count_arrays_refused_while_tracing():
     x = rows_of(RANK, 2)
     with pytest.raises(ValueError, match=rf"shape \({SIZE},\)"):

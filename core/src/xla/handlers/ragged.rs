@@ -122,6 +122,9 @@ fn fault(rows: &Rows, incoming: &[i64], (send_rows, recv_rows): (usize, usize)) 
             }
         }
     }
+    if let Some(why) = overlap(&rows.recv_displs, &rows.recv_counts) {
+        return Some(why);
+    }
     let disagree = incoming.iter().zip(&rows.recv_counts).enumerate();
     for (peer, (&sent, &expected)) in disagree {
         if sent != expected {
@@ -131,6 +134,23 @@ fn fault(rows: &Rows, incoming: &[i64], (send_rows, recv_rows): (usize, usize)) 
         }
     }
     None
+}
+
+/// Two senders' blocks written over the same rows (MPI leaves the result undefined).
+/// Called once every block is known to be inside the result.
+fn overlap(displs: &[i64], counts: &[i64]) -> Option<String> {
+    let mut blocks: Vec<(i64, i64, usize)> = (0..displs.len())
+        .filter(|&p| counts[p] > 0)
+        .map(|p| (displs[p], displs[p] + counts[p], p))
+        .collect();
+    blocks.sort_unstable();
+    blocks.windows(2).find(|w| w[1].0 < w[0].1).map(|w| {
+        let ((a_start, a_end, a), (b_start, b_end, b)) = (w[0], w[1]);
+        format!(
+            "the blocks from rank {a} (rows {a_start} to {a_end}) and rank {b} (rows \
+             {b_start} to {b_end}) overlap in the result"
+        )
+    })
 }
 
 fn elements(displs: &[i64], counts: &[i64], row: usize) -> (Vec<usize>, Vec<usize>) {
@@ -223,5 +243,8 @@ mod tests {
         let disagree = rows((&[0, 0], &[0, 0]), (&[0, 2], &[2, 1]));
         let why = fault(&disagree, &[2, 3], (3, 3)).unwrap();
         assert!(why.contains("rank 1 sends 3 rows here, but this rank expects 1"));
+        let overlapping = rows((&[0, 0], &[0, 0]), (&[1, 0], &[2, 2]));
+        let why = fault(&overlapping, &[2, 2], (3, 3)).unwrap();
+        assert!(why.contains("rank 1 (rows 0 to 2) and rank 0 (rows 1 to 3) overlap"));
     }
 }
