@@ -15,7 +15,8 @@ Each rank holds half the particles in a buffer of twice that (the capacity); vel
 move about 1 % of them across a slab edge per step. One measurement: a barrier, `steps`
 steps, the slowest rank's time / steps; the best of `rounds` rounds, the three methods
 rotating within each round. Prints one line per size with the times and the ratios
-padded / ragged and mpi4py / ragged.
+padded / ragged and mpi4py / ragged; first, the cost of the run-time path alone: one
+alltoallv of one row per rank with static counts against the same counts traced.
 """
 
 from __future__ import annotations
@@ -98,6 +99,33 @@ def mpi4py_loop(capacity, steps):
     return run
 
 
+def exchange_cost(calls: int, rounds: int) -> None:
+    """One alltoallv of 1 float32 row per rank, `calls` times in a jitted fori_loop:
+    static counts against the same counts as traced arrays (what the run-time path and
+    its two checking collectives add)."""
+    ones = np.ones(SIZE, np.int32)
+    static = tuple(ones.tolist())
+
+    def loop(exchange):
+        return jax.jit(lambda x, c: jax.lax.fori_loop(0, calls, lambda _, y: exchange(y, c), x))
+
+    methods = {
+        "static": loop(lambda y, c: jaxmpi.alltoallv(y, static, static)),
+        "run-time": loop(lambda y, c: jaxmpi.alltoallv(y, c, c, recv_capacity=SIZE)),
+    }
+    x = jnp.ones((SIZE, 1), jnp.float32)
+    best = dict.fromkeys(methods, float("inf"))
+    for _ in range(rounds):
+        for name, run in methods.items():
+            jax.block_until_ready(run(x, ones))
+            best[name] = min(best[name], measure(run, x, ones) / calls)
+    if RANK == 0:
+        print(
+            f"alltoallv of 1 row per rank: static {best['static'] * 1e6:.2f}us, run-time "
+            f"{best['run-time'] * 1e6:.2f}us ({best['run-time'] / best['static']:.2f}x)"
+        )
+
+
 def measure(run, rows, n) -> float:
     COMM.Barrier()
     t0 = time.perf_counter()
@@ -110,7 +138,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-particles", type=int, default=1 << 20)
+    parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
+    exchange_cost(args.calls, args.rounds)
     sizes = [1 << k for k in range(10, 21, 2) if 1 << k <= args.max_particles]
     if RANK == 0:
         print(f"particle migration step, {SIZE} ranks, time per step (best of {args.rounds})")
