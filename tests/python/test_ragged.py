@@ -104,7 +104,8 @@ def test_all_rows_to_one_rank():
 
 
 def counts_of_all(k: int = 0) -> np.ndarray:
-    return np.array([(r + 2 + k) % 3 for r in range(SIZE)], np.int32)
+    """Per-rank counts for the rooted and all-gather ops: int64 (the others use int32)."""
+    return np.array([(r + 2 + k) % 3 for r in range(SIZE)], np.int64)
 
 
 def test_allgatherv_traced_counts():
