@@ -36,9 +36,7 @@ def counts_arg(counts, size: int, what: str, op: str) -> jax.Array:
     if not jnp.issubdtype(values.dtype, jnp.integer):
         raise TypeError(f"jaxmpi.{op}: {what} must be integers, got dtype {values.dtype}")
     if values.shape != (size,):
-        raise ValueError(
-            f"jaxmpi.{op}: {what} must have shape ({size},), one entry per rank, got {values.shape}"
-        )
+        raise ValueError(f"jaxmpi.{op}: {what} must have shape ({size},), got {values.shape}")
     return values if values.dtype in (jnp.int32, jnp.int64) else values.astype(jnp.int32)
 
 
@@ -122,10 +120,11 @@ def ragged_all_to_all(
     comm: CommArg = None,
 ) -> jax.Array:
     """`jax.lax.ragged_all_to_all` over the ranks of `comm` (peer index = rank), also on
-    CPU: rank r sends rows `operand[input_offsets[p]:][:send_sizes[p]]` to each rank p,
-    where they land at row `output_offsets[p]` of p's result; the result is `output` with
-    the received blocks written in (rows `recv_sizes[p]` from rank p), its other rows
-    kept. One slice per rank (JAX also allows several per device: not supported here)."""
+    CPU. The four index arrays have `k * size` entries (k slices per rank): slice i,
+    rows `operand[input_offsets[i]:][:send_sizes[i]]`, goes to rank `i // k`, where it
+    lands at row `output_offsets[i]` of that rank's result; `recv_sizes[i]` is the size
+    of the slice received from rank `i // k`. The result is `output` with the received
+    slices written in, its other rows kept. One MPI exchange per slice index."""
     op = "ragged_all_to_all"
     c = resolve_comm(comm, op)
     x, out = array_arg(operand, op), array_arg(output, op)
@@ -137,7 +136,18 @@ def ragged_all_to_all(
         )
     arrays = (input_offsets, send_sizes, output_offsets, recv_sizes)
     names = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
-    io, ss, oo, rs = (counts_arg(a, c.size, n, op) for a, n in zip(arrays, names))
-    # Where this rank's blocks land is what their senders say: one alltoall of the offsets.
+    length = jnp.shape(input_offsets)[0] if jnp.ndim(input_offsets) == 1 else 0
+    if length == 0 or length % c.size:
+        raise ValueError(
+            f"jaxmpi.{op}: input_offsets must have k * {c.size} entries (k slices per rank, "
+            f"k >= 1), got shape {jnp.shape(input_offsets)}"
+        )
+    k = length // c.size
+    io, ss, oo, rs = (
+        counts_arg(a, length, n, op).reshape(c.size, k) for a, n in zip(arrays, names)
+    )
+    # Where this rank's slices land is what their senders say: one alltoall of the offsets.
     (landing,) = prim.alltoall.bind(oo, comm=c.handle)
-    return exchange(x, out, (io, ss), (landing, rs), c, op)
+    for j in range(k):
+        out = exchange(x, out, (io[:, j], ss[:, j]), (landing[:, j], rs[:, j]), c, op)
+    return out

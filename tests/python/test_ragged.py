@@ -183,6 +183,26 @@ def test_ragged_all_to_all_keeps_output_rows():
     assert_array(got, ragged_expected(RANK, operands, outputs, io, ss, oo))
 
 
+def test_ragged_all_to_all_two_slices_per_rank():
+    """JAX's pseudocode with N = 2 * SIZE slices: slice i goes to rank i // 2."""
+    k, n = 2, 2 * SIZE
+    operands = [rows_of(r, 2 * n) for r in range(SIZE)]
+    outputs = [-rows_of(r, 4 * n) for r in range(SIZE)]
+    ss = [[(s + i) % 3 for i in range(n)] for s in range(SIZE)]
+    io = [[2 * i for i in range(n)] for _ in range(SIZE)]
+    # Sender s's slice i lands on rank i // k at row 4 * (s * k + i % k) + 1.
+    oo = [[4 * (s * k + i % k) + 1 for i in range(n)] for s in range(SIZE)]
+    rs = [[ss[i // k][r * k + i % k] for i in range(n)] for r in range(SIZE)]
+    args = [np.asarray(a[RANK], np.int32) for a in (io, ss, oo, rs)]
+    got = jax.jit(jaxmpi.ragged_all_to_all)(operands[RANK], outputs[RANK], *args)
+    expected = np.array(outputs[RANK])
+    for s in range(SIZE):
+        for i in range(RANK * k, RANK * k + k):  # JAX's SEND loop, seen from the receiver
+            block = operands[s][io[s][i] : io[s][i] + ss[s][i]]
+            expected[oo[s][i] : oo[s][i] + len(block)] = block
+    assert_array(got, expected)
+
+
 # --- Loops: counts change every iteration ------------------------------------------------
 
 
@@ -332,6 +352,9 @@ def test_overlapping_blocks_fail():
 
 def test_bad_count_arrays_refused_while_tracing():
     x = rows_of(RANK, 2)
+    n = np.ones(0, np.int32)
+    with pytest.raises(ValueError, match=rf"k \* {SIZE} entries"):
+        jaxmpi.ragged_all_to_all(x, x, n, n, n, n)
     with pytest.raises(ValueError, match=rf"shape \({SIZE},\)"):
         jaxmpi.alltoallv(x, np.zeros(SIZE + 1, np.int32), np.zeros(SIZE, np.int32), recv_capacity=2)
     with pytest.raises(TypeError, match="integers"):
