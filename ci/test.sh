@@ -278,7 +278,7 @@ RANK_DEPENDENT_FILES="tests/python/test_collectives.py tests/python/test_varcoun
     tests/python/test_p2p.py tests/python/test_comms.py tests/python/test_randomized.py
     tests/python/test_shallow_water.py tests/python/test_control_flow.py
     tests/python/test_autodiff.py tests/python/test_vmap.py tests/python/test_node_local.py
-    tests/python/test_checked.py"
+    tests/python/test_checked.py tests/python/test_ragged.py"
 RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not bfloat16 and not float32 and not complex64"
 rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
 matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"

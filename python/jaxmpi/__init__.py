@@ -24,6 +24,7 @@ from ._ops import (
     send,
     sendrecv,
 )
+from ._ragged import ragged_all_to_all
 from ._varcount import allgatherv, alltoallv, gatherv, scatterv
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
@@ -75,6 +76,7 @@ __all__ = [
     "gatherv",
     "has_cuda_support",
     "has_sycl_support",
+    "ragged_all_to_all",
     "raise_mpi_errors",
     "recv",
     "reduce",

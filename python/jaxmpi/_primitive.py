@@ -77,7 +77,19 @@ def _none(**_):
     return {}
 
 
-def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> Primitive:
+def _host_only(name: str):
+    def refuse(ctx, *operands, **params):
+        raise NotImplementedError(
+            f"jaxmpi.{name}: counts computed inside jit are read by the CPU at run time; "
+            "on GPU arrays, use static counts (without recv_capacity=)"
+        )
+
+    return refuse
+
+
+def define(
+    name: str, shapes, aliases=_none, unread=_none, shape_params=(), host_only=False
+) -> Primitive:
     """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name, passing the
     attributes its declaration lists. `shapes(*avals, **params)` is its shape rule;
     `shape_params` name the parameters only Python's rules use (they never reach the
@@ -86,7 +98,8 @@ def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> P
     their shape matters). Those stay operands for JAX (its AD and batching rules see them)
     but are left out of the XLA call: XLA then never computes them, never keeps them alive
     for the call, and places the fresh result wherever is cheapest (in a loop, straight
-    into the carry)."""
+    into the carry). `host_only`: the op reads operands on the CPU (run-time counts), so
+    it refuses to lower for GPU arrays."""
     target = f"jaxmpi_{name}"
     primitive = _jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
     encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
@@ -99,8 +112,9 @@ def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> P
         aliased = {position[operand]: out for operand, out in aliases(**params).items()}
         return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
 
-    for platform in ("cpu", "cuda"):
-        _jax_shim.register_lowering(primitive, lowering, platform=platform)
+    _jax_shim.register_lowering(primitive, lowering, platform="cpu")
+    cuda = _host_only(name) if host_only else lowering
+    _jax_shim.register_lowering(primitive, cuda, platform="cuda")
     PRIMITIVES[name] = primitive
     return primitive
 
@@ -224,6 +238,15 @@ sendrecv = define(
     shape_params=("replace",),
 )
 barrier = define("barrier", lambda **_: [])
+# MPI_Alltoallv with its row counts and offsets computed inside jit: operands (x, output,
+# send offsets, send counts, receive offsets, receive counts). The result starts as
+# `output`, in place: rows nobody sends to keep its values.
+ragged_alltoallv = define(
+    "ragged_alltoallv",
+    lambda x, output, *counts, **_: _like(output),
+    lambda **_: {1: 0},
+    host_only=True,
+)
 
 # The transpose of allreduce-SUM under mpi4jax's convention: the identity on each rank,
 # no communication. A primitive of its own (not the identity function) so that its own

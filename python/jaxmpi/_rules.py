@@ -141,6 +141,18 @@ def _named_source_jvp(primitive, name: str):
     return jvp
 
 
+def _ragged_jvp(primitive, name: str):
+    """Linear in the data (operand and output); the counts carry no derivative."""
+
+    def jvp(primals, tangents, **params):
+        outs = primitive.bind(*primals, **params)
+        if not _differentiable(primals[0]):
+            return outs, [jnp.zeros_like(o) for o in outs]
+        return outs, primitive.bind(*tangents[:2], *primals[2:], **params)
+
+    return jvp
+
+
 # --- Transposes -----------------------------------------------------------------------------
 # Each returns one cotangent per argument: None for arguments that are not being
 # transposed (constants), zeros for templates whose values never mattered.
@@ -275,6 +287,27 @@ def _alltoallv_transpose(cts, x, *, comm, send_counts, recv_counts):
     return [_for(x, back)]
 
 
+def _ragged_alltoallv_transpose(cts, x, output, *counts, **params):
+    """The reverse exchange with the same counts brings each received row's cotangent
+    back to the row it was sent from; the output's rows nobody wrote keep theirs."""
+    (ct,) = cts
+    send_displs, send_counts, recv_displs, recv_counts = counts
+    back = _one(
+        prim.ragged_alltoallv,
+        ct,
+        _zeros_like_arg(x),
+        recv_displs,
+        recv_counts,
+        send_displs,
+        send_counts,
+        **params,
+    )
+    row = jnp.arange(ct.shape[0])[:, None]
+    written = ((row >= recv_displs) & (row < recv_displs + recv_counts)).any(axis=1)
+    kept = jnp.where(written.reshape((-1,) + (1,) * (ct.ndim - 1)), jnp.zeros_like(ct), ct)
+    return [_for(x, back), _for(output, kept), None, None, None, None]
+
+
 # --- Batching -------------------------------------------------------------------------------
 
 
@@ -310,6 +343,29 @@ def _behind_rank_axis(**_):
 def _root_axis(*, at_root, **_):
     """Gather's result and scatter's operand have the rank axis in front at the root only."""
     return 1 if at_root else 0
+
+
+def _ragged_alltoallv_batching(args, dims, **params):
+    """Batched data with shared counts: one exchange, the batch axis inside each row.
+    Counts that differ along the batch: one exchange per batch entry."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    if any(d is not None for d in dims[2:]):
+        entries = [
+            _one(
+                prim.ragged_alltoallv,
+                *(a if d is None else jnp.take(a, i, axis=d) for a, d in zip(args, dims)),
+                **params,
+            )
+            for i in range(size)
+        ]
+        return [jnp.stack(entries)], [0]
+    data = [
+        jnp.moveaxis(a, d, 1)
+        if d is not None
+        else jnp.broadcast_to(a[:, None], (a.shape[0], size, *a.shape[1:]))
+        for a, d in zip(args[:2], dims[:2])
+    ]
+    return prim.ragged_alltoallv.bind(*data, *args[2:], **params), [1]
 
 
 def _barrier_batching(args, dims, **params):
@@ -349,6 +405,7 @@ RULES: dict[str, Rules] = {
     "recv": Rules(_named_source_jvp, _recv_transpose, (_front, _front)),
     "sendrecv": Rules(_named_source_jvp, _sendrecv_transpose, (_front, _front)),
     "barrier": Rules(None, None, _barrier_batching),
+    "ragged_alltoallv": Rules(_ragged_jvp, _ragged_alltoallv_transpose, _ragged_alltoallv_batching),
     "allreduce_transposed": Rules(_linear_jvp, _allreduce_transposed_transpose, (_front, _front)),
 }  # fmt: skip
 

@@ -1,7 +1,9 @@
 """The variable-count collectives: gatherv, allgatherv, scatterv, alltoallv.
 
-Counts are per rank and static (known at trace time), in rows: entries of the leading
-axis. Rank r's block has `counts[r]` rows; blocks lie back to back in rank order. The
+Counts are per rank, in rows: entries of the leading axis. Without `recv_capacity` they
+are static (known at trace time) and set the result's shape; with it they may be computed
+inside jit (`_ragged.py`): the result has `recv_capacity` rows, the received rows packed
+in rank order from row 0, the rest zeros, and the operand's first `counts` rows are sent. Rank r's block has `counts[r]` rows; blocks lie back to back in rank order. The
 handlers get the same row counts and compute element counts and displacements from the
 row size of the buffers they have, so a batched (vmapped) row is just a longer row.
 """
@@ -15,6 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from . import _primitive as prim
+from . import _ragged
 from ._comm import CommArg, check_rank, resolve_comm
 from ._errors import raise_mpi_errors
 from ._ops import array_arg
@@ -39,7 +42,8 @@ def _static_counts(counts: Any, size: int, what: str, op: str) -> tuple[int, ...
     ):
         raise TypeError(
             f"jaxmpi.{op}: {what} must be static: a tuple, list or numpy array of ints known "
-            f"at trace time (one per rank), got {counts!r}"
+            f"at trace time (one per rank), got {counts!r}; for counts computed inside jit, "
+            "give recv_capacity= (rows of the result)"
         )
     if len(values) != size:
         raise ValueError(
@@ -59,12 +63,23 @@ def _leading_rows(x: jax.Array, rows: int, what: str, op: str) -> None:
 
 @refuses_token
 @raise_mpi_errors()
-def gatherv(x: ArrayLike, counts: Counts, root: int, *, comm: CommArg = None) -> jax.Array:
+def gatherv(
+    x: ArrayLike,
+    counts: Counts,
+    root: int,
+    *,
+    recv_capacity: int | None = None,
+    comm: CommArg = None,
+) -> jax.Array:
     """`root` gets every rank's rows stacked in rank order, `sum(counts)` rows; rank r
-    contributes `x` with `counts[r]` rows. Other ranks get `x` back."""
+    contributes `x` with `counts[r]` rows. Other ranks get `x` back. With
+    `recv_capacity`, counts may be computed inside jit (see the module's doc)."""
     x = array_arg(x, "gatherv")
     c = resolve_comm(comm, "gatherv")
     root = check_rank(root, c.size, "root", "gatherv")
+    if recv_capacity is not None:
+        rows = _ragged.capacity_arg(recv_capacity, "gatherv")
+        return _ragged.gatherv(x, counts, root, rows, c)
     counts = _static_counts(counts, c.size, "counts", "gatherv")
     _leading_rows(x, counts[c.rank], "x", "gatherv")
     outs = prim.gatherv.bind(x, comm=c.handle, root=root, counts=counts, at_root=c.rank == root)
@@ -73,10 +88,16 @@ def gatherv(x: ArrayLike, counts: Counts, root: int, *, comm: CommArg = None) ->
 
 @refuses_token
 @raise_mpi_errors()
-def allgatherv(x: ArrayLike, counts: Counts, *, comm: CommArg = None) -> jax.Array:
-    """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows)."""
+def allgatherv(
+    x: ArrayLike, counts: Counts, *, recv_capacity: int | None = None, comm: CommArg = None
+) -> jax.Array:
+    """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows). With
+    `recv_capacity`, counts may be computed inside jit (see the module's doc)."""
     x = array_arg(x, "allgatherv")
     c = resolve_comm(comm, "allgatherv")
+    if recv_capacity is not None:
+        rows = _ragged.capacity_arg(recv_capacity, "allgatherv")
+        return _ragged.allgatherv(x, counts, rows, c)
     counts = _static_counts(counts, c.size, "counts", "allgatherv")
     _leading_rows(x, counts[c.rank], "x", "allgatherv")
     (y,) = prim.allgatherv.bind(x, comm=c.handle, counts=counts)
@@ -85,12 +106,24 @@ def allgatherv(x: ArrayLike, counts: Counts, *, comm: CommArg = None) -> jax.Arr
 
 @refuses_token
 @raise_mpi_errors()
-def scatterv(x: ArrayLike, counts: Counts, root: int, *, comm: CommArg = None) -> jax.Array:
+def scatterv(
+    x: ArrayLike,
+    counts: Counts,
+    root: int,
+    *,
+    recv_capacity: int | None = None,
+    comm: CommArg = None,
+) -> jax.Array:
     """`root` holds `sum(counts)` rows and sends rows of block r to rank r (`counts[r]`
-    rows); other ranks pass a template of their block (values ignored)."""
+    rows); other ranks pass a template of their block (values ignored). With
+    `recv_capacity`, counts may be computed inside jit (see the module's doc); other
+    ranks' `x` then only needs the root's shape after the leading axis."""
     x = array_arg(x, "scatterv")
     c = resolve_comm(comm, "scatterv")
     root = check_rank(root, c.size, "root", "scatterv")
+    if recv_capacity is not None:
+        rows = _ragged.capacity_arg(recv_capacity, "scatterv")
+        return _ragged.scatterv(x, counts, root, rows, c)
     counts = _static_counts(counts, c.size, "counts", "scatterv")
     at_root = c.rank == root
     _leading_rows(x, sum(counts) if at_root else counts[c.rank], "x", "scatterv")
@@ -103,12 +136,22 @@ def scatterv(x: ArrayLike, counts: Counts, root: int, *, comm: CommArg = None) -
 @refuses_token
 @raise_mpi_errors()
 def alltoallv(
-    x: ArrayLike, send_counts: Counts, recv_counts: Counts, *, comm: CommArg = None
+    x: ArrayLike,
+    send_counts: Counts,
+    recv_counts: Counts,
+    *,
+    recv_capacity: int | None = None,
+    comm: CommArg = None,
 ) -> jax.Array:
     """Rank r sends `send_counts[s]` rows of `x` to each rank s (blocks in rank order) and
-    receives `recv_counts[s]` rows from each, stacked in rank order."""
+    receives `recv_counts[s]` rows from each, stacked in rank order. With `recv_capacity`,
+    both may be computed inside jit (see the module's doc; `alltoall(send_counts)` gives
+    `recv_counts`), and must agree with what the senders send."""
     x = array_arg(x, "alltoallv")
     c = resolve_comm(comm, "alltoallv")
+    if recv_capacity is not None:
+        rows = _ragged.capacity_arg(recv_capacity, "alltoallv")
+        return _ragged.alltoallv(x, send_counts, recv_counts, rows, c)
     send_counts = _static_counts(send_counts, c.size, "send_counts", "alltoallv")
     recv_counts = _static_counts(recv_counts, c.size, "recv_counts", "alltoallv")
     _leading_rows(x, sum(send_counts), "x", "alltoallv")

@@ -66,6 +66,7 @@ def _valid_calls() -> dict:
         "exscan": (x, jaxmpi.SUM),
         "gather": (x, 0),
         "gatherv": (one, counts, 0),
+        "ragged_all_to_all": (rows, rows, *[jnp.zeros(SIZE, jnp.int32)] * 4),
         "recv": (x, RANK),
         "reduce": (x, jaxmpi.SUM, 0),
         "reduce_scatter": (rows, jaxmpi.SUM),
@@ -89,7 +90,7 @@ def test_every_public_op_is_covered():
         and name not in {"raise_mpi_errors", *MPI4JAX_OTHERS}
     )
     assert public == OPS
-    assert len(OPS) == 18
+    assert len(OPS) == 19
 
 
 def test_every_mpi4jax_name_exists():

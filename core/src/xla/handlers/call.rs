@@ -90,6 +90,33 @@ impl<'a> Operand<'a> {
         Ok(unsafe { Buf::from_raw(self.buffer.data as *const u8, self.count(), dtype) })
     }
 
+    /// An int32 or int64 operand's values (run-time counts), which must be host memory.
+    pub fn integers(&self) -> Result<Vec<i64>> {
+        let buf = self.buf()?;
+        if buf.count() == 0 {
+            return Ok(Vec::new()); // `data` may be NULL then
+        }
+        let (ptr, count) = (buf.ptr(), buf.count());
+        Ok(match buf.dtype() {
+            Dtype::I64 => {
+                // SAFETY: XLA's buffer holds `count` int64 values, alive for the call.
+                let values = unsafe { std::slice::from_raw_parts(ptr.cast::<i64>(), count) };
+                values.to_vec()
+            }
+            Dtype::I32 => {
+                // SAFETY: XLA's buffer holds `count` int32 values, alive for the call.
+                let values = unsafe { std::slice::from_raw_parts(ptr.cast::<i32>(), count) };
+                values.iter().map(|&v| i64::from(v)).collect()
+            }
+            other => {
+                return Err(Error::invalid_argument(
+                    self.op,
+                    format!("counts must be int32 or int64, got {other}"),
+                ))
+            }
+        })
+    }
+
     /// The buffer as output.
     pub fn buf_mut(&self) -> Result<BufMut<'a>> {
         let dtype = self.dtype()?;

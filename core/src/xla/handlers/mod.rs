@@ -10,6 +10,7 @@ mod entry;
 mod lifecycle;
 mod ops;
 pub mod pending;
+mod ragged;
 mod signature;
 #[cfg(test)]
 mod tests;
@@ -50,4 +51,8 @@ declare_ops! {
         comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
     },
     barrier: Barrier () -> () { comm: Comm },
+    // Counts computed inside jit: operands, read at run time (`ragged.rs`); `output` is
+    // the result's initial contents (aliased: rows nobody sends to stay as they are).
+    ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)
+        -> (y) { comm: Comm, origin: i32 },
 }

@@ -4,6 +4,8 @@
 //! (the Python side returns the input), so the presence of a result is what tells a body
 //! whether this rank receives.
 
+pub use super::ragged::ragged_alltoallv;
+
 use super::attrs;
 use super::call::Operand;
 use super::signature::Address;

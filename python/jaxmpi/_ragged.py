@@ -1,0 +1,153 @@
+"""Exchanges whose counts are computed inside `jit`: every one is `ragged_alltoallv`
+(MPI_Alltoallv whose row counts and offsets are operands, read by the handler at run
+time; core/src/xla/handlers/ragged.rs checks them on every rank before any data moves).
+
+The v-collectives take this path when the caller gives `recv_capacity` (rows): the
+result has that many rows, the received rows packed in rank order from row 0, the rest
+zeros. A count that does not fit fails every rank with an `MPIError` naming the op, the
+ranks and the numbers.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from . import _primitive as prim
+from ._comm import CommArg, CommInfo, resolve_comm
+from ._errors import raise_mpi_errors
+from ._ops import array_arg
+from ._token import refuses_token
+
+# The public op each exchange is built for, as the handler's errors name it (the order of
+# ORIGINS in core/src/xla/handlers/ragged.rs).
+ORIGINS = ("alltoallv", "gatherv", "allgatherv", "scatterv", "ragged_all_to_all")
+
+
+def counts_arg(counts, size: int, what: str, op: str) -> jax.Array:
+    """Counts or offsets as an int32/int64 array of one entry per rank (may be traced)."""
+    try:
+        values = jnp.asarray(counts)
+    except TypeError:
+        raise TypeError(f"jaxmpi.{op}: {what} must be an integer array, got {counts!r}") from None
+    if not jnp.issubdtype(values.dtype, jnp.integer):
+        raise TypeError(f"jaxmpi.{op}: {what} must be integers, got dtype {values.dtype}")
+    if values.shape != (size,):
+        raise ValueError(f"jaxmpi.{op}: {what} must have shape ({size},), got {values.shape}")
+    return values if values.dtype in (jnp.int32, jnp.int64) else values.astype(jnp.int32)
+
+
+def capacity_arg(recv_capacity, op: str) -> int:
+    try:
+        rows = operator.index(recv_capacity)
+    except TypeError:
+        raise TypeError(
+            f"jaxmpi.{op}: recv_capacity must be a static int (rows of the result), "
+            f"got {recv_capacity!r}"
+        ) from None
+    if rows < 0:
+        raise ValueError(f"jaxmpi.{op}: recv_capacity must not be negative, got {rows}")
+    return rows
+
+
+def _starts(counts: jax.Array) -> jax.Array:
+    """Blocks back to back: each starts where the one before ends."""
+    return jnp.cumsum(counts) - counts
+
+
+def _rows(x: jax.Array, rows: int) -> jax.Array:
+    return jnp.zeros((rows, *x.shape[1:]), x.dtype)
+
+
+def exchange(x, output, send, recv, c: CommInfo, op: str) -> jax.Array:
+    """`send`, `recv`: (offsets, counts) of each rank's block, in rows, on this rank."""
+    if x.ndim == 0:
+        raise ValueError(f"jaxmpi.{op}: x must have a leading axis of rows, got a scalar")
+    (y,) = prim.ragged_alltoallv.bind(
+        x, output, *send, *recv, comm=c.handle, origin=ORIGINS.index(op)
+    )
+    return y
+
+
+def _one_hot(rank: int, value, like: jax.Array) -> jax.Array:
+    return jnp.where(jnp.arange(like.shape[0]) == rank, value, jnp.zeros_like(like))
+
+
+def alltoallv(x: jax.Array, send_counts, recv_counts, capacity: int, c: CommInfo) -> jax.Array:
+    sc = counts_arg(send_counts, c.size, "send_counts", "alltoallv")
+    rc = counts_arg(recv_counts, c.size, "recv_counts", "alltoallv")
+    return exchange(x, _rows(x, capacity), (_starts(sc), sc), (_starts(rc), rc), c, "alltoallv")
+
+
+def allgatherv(x: jax.Array, counts, capacity: int, c: CommInfo) -> jax.Array:
+    """Rank r's first counts[r] rows go to every rank (its blocks overlap: all start at 0)."""
+    n = counts_arg(counts, c.size, "counts", "allgatherv")
+    send = (jnp.zeros_like(n), jnp.full_like(n, n[c.rank]))
+    return exchange(x, _rows(x, capacity), send, (_starts(n), n), c, "allgatherv")
+
+
+def gatherv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo) -> jax.Array:
+    n = counts_arg(counts, c.size, "counts", "gatherv")
+    none = jnp.zeros_like(n)
+    send = (none, _one_hot(root, n[c.rank], n))
+    at_root = c.rank == root
+    recv = (_starts(n), n) if at_root else (none, none)
+    y = exchange(x, _rows(x, capacity if at_root else 0), send, recv, c, "gatherv")
+    return y if at_root else x
+
+
+def scatterv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo) -> jax.Array:
+    n = counts_arg(counts, c.size, "counts", "scatterv")
+    none = jnp.zeros_like(n)
+    send = (_starts(n), n) if c.rank == root else (none, none)
+    recv = (none, _one_hot(root, n[c.rank], n))
+    return exchange(x, _rows(x, capacity), send, recv, c, "scatterv")
+
+
+@refuses_token
+@raise_mpi_errors()
+def ragged_all_to_all(
+    operand: ArrayLike,
+    output: ArrayLike,
+    input_offsets: ArrayLike,
+    send_sizes: ArrayLike,
+    output_offsets: ArrayLike,
+    recv_sizes: ArrayLike,
+    *,
+    comm: CommArg = None,
+) -> jax.Array:
+    """`jax.lax.ragged_all_to_all` over the ranks of `comm` (peer index = rank), also on
+    CPU. The four index arrays have `k * size` entries (k slices per rank): slice i,
+    rows `operand[input_offsets[i]:][:send_sizes[i]]`, goes to rank `i // k`, where it
+    lands at row `output_offsets[i]` of that rank's result; `recv_sizes[i]` is the size
+    of the slice received from rank `i // k`. The result is `output` with the received
+    slices written in, its other rows kept. One MPI exchange per slice index."""
+    op = "ragged_all_to_all"
+    c = resolve_comm(comm, op)
+    x, out = array_arg(operand, op), array_arg(output, op)
+    if x.ndim == 0 or out.shape[1:] != x.shape[1:] or out.dtype != x.dtype:
+        raise ValueError(
+            f"jaxmpi.{op}: operand and output must be arrays of the same dtype and the same "
+            f"shape after the leading axis, got {x.dtype}{list(x.shape)} and "
+            f"{out.dtype}{list(out.shape)}"
+        )
+    arrays = (input_offsets, send_sizes, output_offsets, recv_sizes)
+    names = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+    length = jnp.shape(input_offsets)[0] if jnp.ndim(input_offsets) == 1 else 0
+    if length == 0 or length % c.size:
+        raise ValueError(
+            f"jaxmpi.{op}: input_offsets must have k * {c.size} entries (k slices per rank, "
+            f"k >= 1), got shape {jnp.shape(input_offsets)}"
+        )
+    k = length // c.size
+    io, ss, oo, rs = (
+        counts_arg(a, length, n, op).reshape(c.size, k) for a, n in zip(arrays, names)
+    )
+    # Where this rank's slices land is what their senders say: one alltoall of the offsets.
+    (landing,) = prim.alltoall.bind(oo, comm=c.handle)
+    for j in range(k):
+        out = exchange(x, out, (io[:, j], ss[:, j]), (landing[:, j], rs[:, j]), c, op)
+    return out
