@@ -16,15 +16,16 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from . import _native
 from . import _primitive as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
 from ._ops import array_arg
 from ._token import refuses_token
 
-# The public op each exchange is built for, as the handler's errors name it (the order of
-# ORIGINS in core/src/xla/handlers/ragged.rs).
-ORIGINS = ("alltoallv", "gatherv", "allgatherv", "scatterv", "ragged_all_to_all")
+# The public op each exchange is built for, as the handler's errors name it: its `origin`
+# attribute is an index into the handler's own list.
+ORIGINS: tuple[str, ...] = tuple(_native.ragged_origins())
 
 
 def counts_arg(counts, size: int, what: str, op: str) -> jax.Array:

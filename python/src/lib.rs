@@ -9,8 +9,8 @@ use jaxmpi_backends::device::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, pending, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
-    TAG_ANY, USER_OP,
+    checked, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL,
+    SIGNATURES, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -320,6 +320,12 @@ fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
+/// The public ops built on `ragged_alltoallv`, in the order of its `origin` attribute.
+#[pyfunction]
+fn ragged_origins() -> Vec<&'static str> {
+    ragged::ORIGINS.to_vec()
+}
+
 /// Finalizes MPI if jaxmpi initialized it (called at interpreter exit).
 #[pyfunction]
 fn finalize(py: Python<'_>) -> PyResult<()> {
@@ -364,5 +370,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(op_supports, m)?)?;
     m.add_function(wrap_pyfunction!(signatures, m)?)?;
     m.add_function(wrap_pyfunction!(constants, m)?)?;
+    m.add_function(wrap_pyfunction!(ragged_origins, m)?)?;
     Ok(())
 }

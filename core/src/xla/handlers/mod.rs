@@ -10,7 +10,7 @@ mod entry;
 mod lifecycle;
 mod ops;
 pub mod pending;
-mod ragged;
+pub mod ragged;
 mod signature;
 #[cfg(test)]
 mod tests;

@@ -15,8 +15,9 @@ use super::call::Operand;
 use super::Call;
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Partition, PartitionMut, Result};
 
-/// The public ops built on this one, by the `origin` attribute: what errors name.
-const ORIGINS: [&str; 5] = [
+/// The public ops built on this one, by the `origin` attribute: what errors name. Python
+/// reads this list (`_native.ragged_origins()`) to encode the attribute.
+pub const ORIGINS: [&str; 5] = [
     "alltoallv",
     "gatherv",
     "allgatherv",
