@@ -174,7 +174,7 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
         try:
             return lower(closed_jaxpr, *args, **kwargs)
         except ValueError as err:
-            if "more than 1 device" in str(err):  # JAX's refusal of the ordered effect
+            if _jax_shim.refuses_ordered_effect_over_devices(err):
                 raise _refusal(closed_jaxpr) from err
             raise
     state = policy.lowering

@@ -256,6 +256,12 @@ def program_devices(ctx) -> tuple[int, int]:
     return 1, 1
 
 
+def refuses_ordered_effect_over_devices(err: ValueError) -> bool:
+    """Whether `err` is JAX's refusal, at lowering, of an ordered effect in a program over
+    more than one device (pxla's check; the same words from JAX 0.6 to 0.12)."""
+    return "ordered effects are not supported for more than 1 device" in str(err)
+
+
 def first_mpi_op(jaxpr) -> str | None:
     """The name of the first primitive carrying the MPI effect in `jaxpr` or any jaxpr
     nested in it (for an error message), or None."""
