@@ -62,9 +62,33 @@ def new_primitive(name: str, abstract_eval) -> Primitive:
     primitive.multiple_results = True
     primitive.def_impl(partial(_dispatch.apply_primitive, primitive))
     primitive.def_effectful_abstract_eval(
-        lambda *avals, **params: (abstract_eval(*avals, **params), {effect})
+        lambda *avals, **params: (_varying_like(abstract_eval(*avals, **params), avals), {effect})
     )
     return primitive
+
+
+def _varying_like(outs, avals):
+    """Inside shard_map (JAX 0.7+, check_vma), results vary over the mesh axes the
+    operands vary over: each process gets its own result, and a loop carrying one keeps
+    its type."""
+    varying = frozenset().union(*map(_varying_axes, avals))
+    if not varying:
+        return outs
+    like = next(aval for aval in avals if _varying_axes(aval))
+    return [_with_varying_axes(out, varying, like) for out in outs]
+
+
+def _varying_axes(aval) -> frozenset:
+    manual = getattr(aval, "mat", None)  # JAX 0.10+
+    return manual.varying if manual is not None else getattr(aval, "vma", frozenset())
+
+
+def _with_varying_axes(aval, axes: frozenset, like):
+    """`aval` varying over `axes`, on the mesh of `like` (an operand that varies)."""
+    if hasattr(aval, "update_manual_axis_type"):  # JAX 0.10+
+        on_mesh = aval.update(sharding=like.sharding.update(spec=(None,) * aval.ndim))
+        return on_mesh.update_manual_axis_type(_core.ManualAxisType(varying=axes))
+    return aval.update(vma=axes)  # JAX 0.7 to 0.9
 
 
 def lower_ordered_ffi_call(ctx, target: str, operands, kept, attributes: dict, aliases: dict):

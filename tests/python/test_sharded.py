@@ -166,6 +166,21 @@ def test_mixed_with_jax_collectives_in_one_body():
     assert_array(halo, rows((RANK + 1) % SIZE))
 
 
+def test_a_loop_carrying_an_op_result_passes_shard_maps_checks():
+    """With shard_map's default checks (JAX 0.7+: varying manual axes), a loop carry that
+    an op replaces keeps its type."""
+
+    def body(x):
+        def step(_, y):
+            return jaxmpi.sendrecv(y, y, source=(RANK + 1) % SIZE, dest=(RANK - 1) % SIZE)
+
+        return jax.lax.fori_loop(0, SIZE, step, x)
+
+    program = jax.jit(_shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P("x")))
+    x = jax.make_array_from_process_local_data(NamedSharding(MESH, P("x")), rows(RANK))
+    assert_array(program(x).addressable_data(0), rows(RANK))
+
+
 def test_many_iterations_of_a_loop_inside_shard_map():
     steps = 200
 
