@@ -9,6 +9,7 @@ in a pytest cell of its own (JAXMPI_TEST_SHARDED=1, this file only); elsewhere i
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -325,3 +326,50 @@ def test_readme_example():
     expected = 0.5 * (np.roll(domain, 1) + np.roll(domain, -1))
     assert_array(new.addressable_data(0), expected[4 * RANK : 4 * RANK + 4])
     assert_array(residual.addressable_data(0), np.sum((expected - domain) ** 2))
+
+
+def test_a_jax_process_count_that_differs_from_the_mpi_world_is_refused():
+    """Two processes that are each an MPI job of one rank (singletons) but one
+    jax.distributed job of two: an op in a program over both is refused by name."""
+    if RANK != 0:
+        pytest.skip("starts its own processes; rank 0 does it")
+    import socket
+    import subprocess
+
+    from test_startup import _LAUNCHER_PREFIXES
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = (
+        "import sys, jax, jaxmpi, numpy as np\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        f"jax.distributed.initialize('127.0.0.1:{port}', 2, int(sys.argv[1]))\n"
+        "try:\n"
+        "    from jax import shard_map; kw = {'check_vma': False}\n"
+        "except ImportError:\n"
+        "    from jax.experimental.shard_map import shard_map; kw = {'check_rep': False}\n"
+        "mesh = Mesh(np.array(jax.devices()), ('x',))\n"
+        "f = jax.jit(shard_map(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM), mesh=mesh,\n"
+        "                      in_specs=P('x'), out_specs=P('x'), **kw))\n"
+        "x = jax.make_array_from_process_local_data(NamedSharding(mesh, P('x')), np.ones(1))\n"
+        "try:\n"
+        "    f(x)\n"
+        "except ValueError as err:\n"
+        "    print('REFUSED', err)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [child.communicate(timeout=120)[0] for child in children]
+    for out in outs:
+        assert "REFUSED jaxmpi.allreduce" in out, out
+        assert "2 processes and MPI's world 1 ranks" in out, out
