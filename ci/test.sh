@@ -283,6 +283,14 @@ RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not b
 rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
 matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"
 
+# Inside JAX's sharded programs (jax.distributed over loopback, ops inside shard_map):
+# jax.distributed must start before any JAX computation, so the file runs alone, at 2
+# ranks on every build (~10 s a cell: 27 tests, most of it the processes' start).
+sharded_cell() { PYTEST_TARGETS=tests/python/test_sharded.py run_pytest_cell "$@" JAXMPI_TEST_SHARDED=1; }
+sharded_cells=()
+for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do sharded_cells+=("$build 2"); done
+matrix_cells sharded sharded_cell "${sharded_cells[@]}"
+
 # Across 2 simulated hosts (ci/hosts.sh; needs root): the ops on both PyPI wheels, node-local
 # ranks at 2 x 2, then settings the ranks disagree on, a lost host and a cut link.
 GROUP=multihost

@@ -3,7 +3,10 @@ whatever MPI library the machine has. A drop-in for mpi4jax: `import jaxmpi as m
 """
 
 from . import _support  # noqa: F401  # isort: skip  (first: refuses an unsupported JAX)
-from . import _rules  # noqa: F401  (registers differentiation and batching rules)
+from . import (
+    _rules,  # noqa: F401  (registers differentiation and batching rules)
+    distributed,  # jaxmpi.distributed.initialize()
+)
 from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS
 from ._errors import MPIError, raise_mpi_errors
@@ -71,6 +74,7 @@ __all__ = [
     "alltoallv",
     "barrier",
     "bcast",
+    "distributed",
     "exscan",
     "gather",
     "gatherv",

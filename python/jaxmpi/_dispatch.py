@@ -15,8 +15,13 @@ What the runtime token gave for free is paid here and in _runtime: `effects_barr
 exit) drains the thread's stream with a small program of its own, and a failure of an op
 whose result nobody reads is kept by the core and raised later.
 
-Used only on the CPU with one device per process: on CUDA order between programs is not
-yet shown on a GPU, and several devices each have their own queue. Every program lowered
+Used only on the CPU with one local device per process: on CUDA order between programs is
+not yet shown on a GPU, and several local devices each have their own queue. The devices of
+other processes do not matter: under jax.distributed a program over a global mesh runs, in
+this process, on its one local device, and jaxmpi ops inside `shard_map` act on that
+device's block (`check_sharded` refuses every other placement). That is also what makes
+such programs possible at all: JAX refuses an ordered effect at the top level of a program
+over more than one device, and fast dispatch has taken it off. Every program lowered
 this way is checked (the first one thoroughly); if this JAX lowers differently, dispatch
 falls back to ordered, with one warning. The JAX internals touched are `_jax_shim`'s.
 """
@@ -29,7 +34,7 @@ import warnings
 import jax
 import numpy as np
 
-from . import _jax_shim
+from . import _jax_shim, _native
 
 
 def self_check(result, created: int, thorough: bool) -> str:
@@ -79,10 +84,10 @@ class FastDispatch:
         if self.requested == "ordered":
             return "ordered", "JAXMPI_DISPATCH=ordered"
         platform = jax.default_backend()
-        devices = max(jax.local_device_count(), jax.device_count())
+        devices = jax.local_device_count()
         if devices != 1:
             return "ordered", (
-                f"{devices} {platform} devices: each runs its own queue of programs, "
+                f"{devices} local {platform} devices: each runs its own queue of programs, "
                 "so only a token keeps MPI calls across programs in order"
             )
         if self.requested == "fast":
@@ -107,9 +112,71 @@ class FastDispatch:
 policy = FastDispatch()
 
 
+_ONE_PROCESS_PER_DEVICE = (
+    "Run one process per device (on the CPU, leave out "
+    "--xla_force_host_platform_device_count; on GPUs, launch one rank per GPU)"
+)
+
+
+def check_sharded(op: str, devices: int, shared_by: int) -> None:
+    """Refuses, at lowering, an MPI op in a program over several devices (`devices`) unless
+    it acts on one process's block: inside a shard_map manual over every mesh axis
+    (`shared_by` == 1), one local device per process, one process per MPI rank."""
+    if devices == 1:
+        return
+    if shared_by > 1:
+        raise ValueError(
+            f"jaxmpi.{op}: its operand is a global array spread over {shared_by} of the "
+            f"program's {devices} devices (a jitted program over sharded arrays, or a "
+            "shard_map that leaves a mesh axis automatic); an MPI op acts on one process's "
+            "local block. Call it inside jax.shard_map, manual over every mesh axis "
+            "(the default), so that it sees each process's block."
+        )
+    local = jax.local_device_count()
+    if local != 1:
+        raise ValueError(
+            f"jaxmpi.{op}: inside a program over {devices} devices with {local} local "
+            "devices in this process: each device would call MPI on the same communicator "
+            f"from its own thread, in no agreed order. {_ONE_PROCESS_PER_DEVICE}."
+        )
+    processes, ranks = jax.process_count(), _native.comm_size(_native.world())
+    if processes != ranks:
+        raise ValueError(
+            f"jaxmpi.{op}: inside a program over {devices} devices, but JAX has "
+            f"{processes} processes and MPI's world {ranks} ranks: start jax.distributed "
+            "with one process per MPI rank (jaxmpi.distributed.initialize() does)."
+        )
+
+
+def _refusal(closed_jaxpr) -> ValueError:
+    """JAX's refusal of the MPI effect in a program over several devices, said for jaxmpi:
+    which op, and why this process is not in fast dispatch."""
+    op = _jax_shim.first_mpi_op(closed_jaxpr.jaxpr) or "jaxmpi_op"
+    local = jax.local_device_count()
+    if local != 1:
+        why = (
+            f"this process has {local} local devices, each of which would call MPI on "
+            f"the same communicator from its own thread. {_ONE_PROCESS_PER_DEVICE}"
+        )
+    else:
+        why = (
+            "such programs need fast dispatch, and this process uses ordered dispatch "
+            f"({policy.mode()[1]})"
+        )
+    name = op.removeprefix("jaxmpi_")
+    return ValueError(f"jaxmpi.{name} in a program over several devices: {why}.")
+
+
 def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
-    if not _jax_shim.has_mpi_effect(closed_jaxpr.effects) or policy.mode()[0] != "fast":
+    if not _jax_shim.has_mpi_effect(closed_jaxpr.effects):
         return lower(closed_jaxpr, *args, **kwargs)
+    if policy.mode()[0] != "fast":
+        try:
+            return lower(closed_jaxpr, *args, **kwargs)
+        except ValueError as err:
+            if _jax_shim.refuses_ordered_effect_over_devices(err):
+                raise _refusal(closed_jaxpr) from err
+            raise
     state = policy.lowering
     state.active, state.created = True, 0
     try:
@@ -158,8 +225,9 @@ def configure(requested: str, on_fast, on_barrier) -> None:
     policy.on_fast.append(on_fast)
     policy.on_barrier.append(on_barrier)
     _jax_shim.install_effects_barrier_hook(_effects_barrier)
+    # In ordered mode too: there it only explains a refused program over several devices.
+    _jax_shim.install_lowering_hook(_lowering_without_effect)
     if requested != "ordered":
-        _jax_shim.install_lowering_hook(_lowering_without_effect)
         _jax_shim.install_subcomputation_hook(_subcomputation_creating_token)
 
 

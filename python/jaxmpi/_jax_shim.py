@@ -3,21 +3,27 @@
 jaxmpi needs what JAX has no public API for: an ordered effect (so MPI calls keep program
 order on every rank without user-visible tokens), the default eager implementation of a
 primitive, a lowering that threads the effect's token through an XLA FFI call, JAX's rule
-registries, and, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
-lowers, compiles and drains a program. Each is written here once, for every supported JAX
+registries, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
+lowers, compiles and drains a program, and, inside shard_map, the lowering's axis context
+(which devices share an op's block), the results' varying manual axes and the manual
+sharding GSPMD wants on a side-effecting call. Each is written here once, for every supported JAX
 (0.6.2 to the newest).
 """
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import jax
+from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
+from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import xla_client as _xc
 from jax.extend.core import Primitive  # public since JAX 0.4.32
 from jax.interpreters import ad as _ad
 from jax.interpreters import batching as _batching
@@ -58,9 +64,33 @@ def new_primitive(name: str, abstract_eval) -> Primitive:
     primitive.multiple_results = True
     primitive.def_impl(partial(_dispatch.apply_primitive, primitive))
     primitive.def_effectful_abstract_eval(
-        lambda *avals, **params: (abstract_eval(*avals, **params), {effect})
+        lambda *avals, **params: (_varying_like(abstract_eval(*avals, **params), avals), {effect})
     )
     return primitive
+
+
+def _varying_like(outs, avals):
+    """Inside shard_map (JAX 0.7+, check_vma), results vary over the mesh axes the
+    operands vary over: each process gets its own result, and a loop carrying one keeps
+    its type."""
+    varying = frozenset().union(*map(_varying_axes, avals))
+    if not varying:
+        return outs
+    like = next(aval for aval in avals if _varying_axes(aval))
+    return [_with_varying_axes(out, varying, like) for out in outs]
+
+
+def _varying_axes(aval) -> frozenset:
+    manual = getattr(aval, "mat", None)  # JAX 0.10+
+    return manual.varying if manual is not None else getattr(aval, "vma", frozenset())
+
+
+def _with_varying_axes(aval, axes: frozenset, like):
+    """`aval` varying over `axes`, on the mesh of `like` (an operand that varies)."""
+    if hasattr(aval, "update_manual_axis_type"):  # JAX 0.10+
+        on_mesh = aval.update(sharding=like.sharding.update(spec=(None,) * aval.ndim))
+        return on_mesh.update_manual_axis_type(_core.ManualAxisType(varying=axes))
+    return aval.update(vma=axes)  # JAX 0.7 to 0.9
 
 
 def lower_ordered_ffi_call(ctx, target: str, operands, kept, attributes: dict, aliases: dict):
@@ -79,8 +109,24 @@ def lower_ordered_ffi_call(ctx, target: str, operands, kept, attributes: dict, a
     kept_operands = [operands[i] for i in kept]
     token_in = ctx.tokens_in.get(effect)
     *results, token_out = rule(with_token, *kept_operands, token_in, **attributes)
+    _mark_per_device(ctx, token_out)
     ctx.set_tokens_out(mlir.TokenSet({effect: token_out}))
     return results
+
+
+def _mark_per_device(ctx, token_out) -> None:
+    """Inside a shard_map (manual sharding), marks the FFI call as running on each
+    device's own block, as JAX marks its own callbacks there: GSPMD's partitioner (the
+    default before JAX 0.7) refuses a side-effecting op without a sharding. Shardy, the
+    later default, takes it from the manual region around the call."""
+    context = ctx.module_context.axis_context
+    if _config.use_shardy_partitioner.value or not isinstance(
+        context, _sharding_impls.SPMDAxisContext
+    ):
+        return
+    if context.manual_axes:
+        manual = mlir.ir.StringAttr.get(repr(_xc.HloSharding.manual()))
+        token_out.owner.attributes["mhlo.sharding"] = manual  # the call made the token
 
 
 def new_identity_primitive(name: str) -> Primitive:
@@ -214,4 +260,42 @@ def main_signature(result) -> str | None:
     for op in result[0].body.operations:
         if op.operation.name == "func.func" and str(op.attributes["sym_name"]) == '"main"':
             return str(op.type)
+    return None
+
+
+# --- Programs over several devices (jax.distributed, shard_map) ---------------------------
+
+
+def program_devices(ctx) -> tuple[int, int]:
+    """(devices the program being lowered runs on, devices that share the block an op
+    lowered at `ctx` sees). Inside a shard_map manual over every mesh axis longer than 1
+    that block is one device's; at the top level of a program over global arrays, or in a
+    shard_map that leaves an axis automatic, it is spread over several."""
+    context = ctx.module_context.axis_context
+    if isinstance(context, _sharding_impls.SPMDAxisContext):
+        shape = dict(context.mesh.shape)
+        automatic = [n for axis, n in shape.items() if axis not in context.manual_axes]
+        return math.prod(shape.values()), math.prod(automatic)
+    if isinstance(context, _sharding_impls.ShardingContext):
+        return context.num_devices, context.num_devices
+    # pmap's replica context: JAX itself refuses ordered effects under pmap.
+    return 1, 1
+
+
+def refuses_ordered_effect_over_devices(err: ValueError) -> bool:
+    """Whether `err` is JAX's refusal, at lowering, of an ordered effect in a program over
+    more than one device (pxla's check; the same words from JAX 0.6 to 0.12)."""
+    return "ordered effects are not supported for more than 1 device" in str(err)
+
+
+def first_mpi_op(jaxpr) -> str | None:
+    """The name of the first primitive carrying the MPI effect in `jaxpr` or any jaxpr
+    nested in it (for an error message), or None."""
+    for eqn in jaxpr.eqns:
+        if effect in eqn.effects:
+            for inner in _core.jaxprs_in_params(eqn.params):
+                found = first_mpi_op(inner)
+                if found:
+                    return found
+            return str(eqn.primitive.name)
     return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _jax_shim, _native
+from . import _dispatch, _jax_shim, _native
 from ._comm import PEER_NULL
 from ._jax_shim import Primitive, ShapedArray
 
@@ -105,6 +105,7 @@ def define(
     encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
 
     def lowering(ctx, *operands, **params):
+        _dispatch.check_sharded(name, *_jax_shim.program_devices(ctx))
         attrs = {attr: encode(params[attr]) for attr, encode in encoders}
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]

@@ -1,0 +1,62 @@
+"""Starting `jax.distributed` from the MPI job itself: one JAX process per MPI rank, JAX's
+process index equal to the rank in `jaxmpi.COMM_WORLD`, whatever launcher started the
+job (no SLURM or launcher variables read, no mpi4py needed)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import jax
+
+from . import _native
+
+# What `initialize` decides itself, from the MPI job.
+_SET_HERE = ("coordinator_address", "num_processes", "process_id")
+# Room for a host name (at most 253 bytes) and a port: the address travels padded to it.
+_ADDRESS_BYTES = 300
+
+
+def _free_port() -> int:
+    """A port nobody listens on now, for JAX's coordinator (started moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+def _coordinator_address(one_host: bool) -> str:
+    host = "127.0.0.1" if one_host else socket.getfqdn()
+    return f"{host}:{_free_port()}"
+
+
+def initialize(**kwargs: Any) -> None:
+    """Starts `jax.distributed` with process id = this rank of MPI's world, process count =
+    the world's size, and a coordinator on rank 0 (a free port on loopback when every rank
+    is on one host, else on rank 0's host name), its address sent to the other ranks over
+    MPI. Collective over the world: every rank calls it, before any JAX computation.
+    Other keyword arguments (e.g. `initialization_timeout`, `local_device_ids`) go to
+    `jax.distributed.initialize` unchanged."""
+    taken = [name for name in _SET_HERE if name in kwargs]
+    if taken:
+        raise TypeError(
+            f"jaxmpi.distributed.initialize: {', '.join(taken)} is set from the MPI job "
+            "(rank 0's host, the world's size, this rank); leave it out, or call "
+            "jax.distributed.initialize yourself"
+        )
+    world = _native.world()
+    rank, size = _native.comm_rank(world), _native.comm_size(world)
+    _, node_size = _native.node_local_rank(world)  # collective: every rank asks
+    address = _coordinator_address(node_size == size) if rank == 0 else ""
+    sent = _native.allgather_bytes(world, address.encode().ljust(_ADDRESS_BYTES, b"\0"))
+    chosen = sent[0].rstrip(b"\0").decode()
+    jax.distributed.initialize(
+        coordinator_address=chosen, num_processes=size, process_id=rank, **kwargs
+    )
+    if (jax.process_index(), jax.process_count()) != (rank, size):
+        raise RuntimeError(
+            f"jaxmpi.distributed.initialize: JAX reports process {jax.process_index()} of "
+            f"{jax.process_count()}, MPI rank {rank} of {size}"
+        )
+
+
+__all__ = ["initialize"]
