@@ -222,6 +222,23 @@ def test_vmap_through_an_op_inside_shard_map():
     assert_array(sharded(body, TABLE + RANK), SIZE * TABLE + sum(range(SIZE)))
 
 
+def test_counts_computed_inside_the_body_reach_a_ragged_exchange():
+    """Run-time counts (issue 26) inside shard_map: each rank sends rank t row t of its
+    block, the counts computed in the body, exchanged by an alltoall."""
+
+    def body(x):
+        send = (x[:, 0] * 0 + 1).astype(jnp.int32)  # one row to every rank, traced
+        recv = jaxmpi.alltoall(send)
+        return jaxmpi.alltoallv(x, send, recv, recv_capacity=SIZE + 1)
+
+    mine = np.arange(SIZE * 2, dtype=np.float64).reshape(SIZE, 2) + 100.0 * RANK
+    got = sharded(body, mine)
+    expected = np.zeros((SIZE + 1, 2))
+    for source in range(SIZE):
+        expected[source] = np.arange(2) + 2.0 * RANK + 100.0 * source
+    assert_array(got, expected)
+
+
 def test_a_body_that_only_sends_is_kept():
     def body(x):
         if RANK == 0:
