@@ -184,6 +184,49 @@ def test_ranks_that_differ_fail_alike_naming_each_call(checked, what, mode):
         assert phrase in str(err), (phrase, str(err))
 
 
+def _block(rows: int):
+    """Rank 0's float32 block or every other rank's int32 one: same size, other dtype."""
+    return np.ones((rows, 2), np.float32 if RANK == 0 else np.int32)
+
+
+ONES = [1] * SIZE
+# Every collective, called the same way on every rank but with rank 0's dtype different.
+EVERY_COLLECTIVE = {
+    "allreduce": lambda: jaxmpi.allreduce(_block(SIZE), jaxmpi.SUM),
+    "reduce": lambda: jaxmpi.reduce(_block(SIZE), jaxmpi.SUM, 0),
+    "scan": lambda: jaxmpi.scan(_block(SIZE), jaxmpi.SUM),
+    "exscan": lambda: jaxmpi.exscan(_block(SIZE), jaxmpi.SUM),
+    "reduce_scatter": lambda: jaxmpi.reduce_scatter(_block(SIZE), jaxmpi.SUM),
+    "bcast": lambda: jaxmpi.bcast(_block(SIZE), 0),
+    "gather": lambda: jaxmpi.gather(_block(SIZE), 0),
+    "allgather": lambda: jaxmpi.allgather(_block(SIZE)),
+    "scatter": lambda: jaxmpi.scatter(_block(SIZE) if RANK == 0 else _block(1)[0], 0),
+    "alltoall": lambda: jaxmpi.alltoall(_block(SIZE)),
+    "gatherv": lambda: jaxmpi.gatherv(_block(1), ONES, 0),
+    "allgatherv": lambda: jaxmpi.allgatherv(_block(1), ONES),
+    "scatterv": lambda: jaxmpi.scatterv(_block(SIZE if RANK == 0 else 1), ONES, 0),
+    "alltoallv": lambda: jaxmpi.alltoallv(_block(SIZE), ONES, ONES),
+}
+
+
+@needs_ranks(2)
+@pytest.mark.parametrize("op", list(EVERY_COLLECTIVE))
+def test_every_collective_names_a_dtype_mismatch_on_every_rank(checked, op):
+    err = raised(EVERY_COLLECTIVE[op])
+    allreduce_still_works()
+    assert isinstance(err, jaxmpi.MPIError), repr(err)
+    assert (err.op, err.step) == (op, "JAXMPI_CHECK"), (err.op, err.step)
+    assert f"rank 0: {op} float32" in str(err) and f"{op} int32" in str(err), str(err)
+
+
+@needs_ranks(2)
+def test_a_barrier_against_another_collective_is_named(checked):
+    err = raised(lambda: jaxmpi.barrier() if RANK == 0 else jaxmpi.allgather(np.ones(2)))
+    allreduce_still_works()
+    assert isinstance(err, jaxmpi.MPIError), repr(err)
+    assert "rank 0: barrier on" in str(err) and "allgather float64[2]" in str(err), str(err)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_matching_calls_give_the_right_values_in_checked_mode(checked, mode):
     def program(x):
