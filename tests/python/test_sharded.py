@@ -37,6 +37,18 @@ except ImportError:
 
     _unchecked = {"check_rep": False}
 
+# For the tests that start their own processes: shard_map wherever this JAX has it, and a
+# jitted allreduce inside it over every device (`f`).
+_ALLREDUCE_OVER_EVERY_DEVICE = (
+    "try:\n"
+    "    from jax import shard_map; kw = {'check_vma': False}\n"
+    "except ImportError:\n"
+    "    from jax.experimental.shard_map import shard_map; kw = {'check_rep': False}\n"
+    "mesh = Mesh(np.array(jax.devices()), ('x',))\n"
+    "f = jax.jit(shard_map(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM), mesh=mesh,\n"
+    "                      in_specs=P('x'), out_specs=P('x'), **kw))\n"
+)
+
 # Block i of the mesh is process i, which jaxmpi.distributed.initialize made MPI rank i.
 MESH = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))
 pytestmark = needs_ranks(2)
@@ -305,14 +317,8 @@ def test_several_local_devices_are_refused_clearly():
     code = (
         "import jax, jaxmpi, numpy as np\n"
         "from jax.sharding import Mesh, PartitionSpec as P\n"
-        "try:\n"
-        "    from jax import shard_map; kw = {'check_vma': False}\n"
-        "except ImportError:\n"
-        "    from jax.experimental.shard_map import shard_map; kw = {'check_rep': False}\n"
-        "mesh = Mesh(np.array(jax.devices()), ('x',))\n"
-        "f = jax.jit(shard_map(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM), mesh=mesh,\n"
-        "                      in_specs=P('x'), out_specs=P('x'), **kw))\n"
-        "try:\n"
+        + _ALLREDUCE_OVER_EVERY_DEVICE
+        + "try:\n"
         "    f(np.ones(2))\n"
         "except ValueError as err:\n"
         "    print('REFUSED', err)\n"
@@ -362,14 +368,8 @@ def test_a_jax_process_count_that_differs_from_the_mpi_world_is_refused():
         "import sys, jax, jaxmpi, numpy as np\n"
         "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
         f"jax.distributed.initialize('127.0.0.1:{port}', 2, int(sys.argv[1]))\n"
-        "try:\n"
-        "    from jax import shard_map; kw = {'check_vma': False}\n"
-        "except ImportError:\n"
-        "    from jax.experimental.shard_map import shard_map; kw = {'check_rep': False}\n"
-        "mesh = Mesh(np.array(jax.devices()), ('x',))\n"
-        "f = jax.jit(shard_map(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM), mesh=mesh,\n"
-        "                      in_specs=P('x'), out_specs=P('x'), **kw))\n"
-        "x = jax.make_array_from_process_local_data(NamedSharding(mesh, P('x')), np.ones(1))\n"
+        + _ALLREDUCE_OVER_EVERY_DEVICE
+        + "x = jax.make_array_from_process_local_data(NamedSharding(mesh, P('x')), np.ones(1))\n"
         "try:\n"
         "    f(x)\n"
         "except ValueError as err:\n"
