@@ -244,12 +244,14 @@ fn allgather_bytes<'py>(
     handle: usize,
     data: &[u8],
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let size = on_library(py, "allgather_bytes", |l| l.comm_size(Comm(handle)))? as usize;
-    let mut gathered = vec![0u8; data.len() * size];
-    on_library(py, "allgather_bytes", |l| {
+    let (size, gathered) = on_library(py, "allgather_bytes", |l| {
+        let comm = Comm(handle);
+        let size = l.comm_size(comm)? as usize;
+        let mut gathered = vec![0u8; data.len() * size];
         let send = Buf::from_bytes(data, Dtype::U8)?;
-        let recv = BufMut::from_bytes(&mut gathered, Dtype::U8)?;
-        l.backend().allgather(Comm(handle), send, recv)
+        l.backend()
+            .allgather(comm, send, BufMut::from_bytes(&mut gathered, Dtype::U8)?)?;
+        Ok((size, gathered))
     })?;
     let n = data.len();
     Ok((0..size)

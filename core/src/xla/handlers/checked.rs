@@ -156,7 +156,7 @@ fn hash(values: &[i64]) -> u64 {
 /// What this rank calls, as the ranks compare it. The buffer compared is the one every
 /// rank passes alike: the operand, except where only the root has it (bcast's and
 /// scatter's receivers compare their result); the v-ops compare a row and their counts.
-fn record(call: &Call, library: &dyn Library, comm: Comm) -> Result<Record> {
+fn record(call: &Call, comm_size: i32) -> Result<Record> {
     let name = call.name();
     let op = super::SIGNATURES
         .iter()
@@ -193,7 +193,7 @@ fn record(call: &Call, library: &dyn Library, comm: Comm) -> Result<Record> {
         count: count as u64,
         root: call.optional_i64("root").map_or(-1, |r| r as i32),
         reduce_op,
-        comm_size: library.comm_size(comm)?,
+        comm_size,
         counts_total: if is_vector {
             counts.iter().sum::<i64>() as u64
         } else {
@@ -206,9 +206,9 @@ fn record(call: &Call, library: &dyn Library, comm: Comm) -> Result<Record> {
 /// Before a collective: every rank of `comm` learns what the others call, and all of them
 /// fail alike, naming each rank's call, if they differ.
 pub(super) fn collective(call: &Call, library: &dyn Library, comm: Comm) -> Result<()> {
-    let mine = record(call, library, comm)?.to_bytes();
-    let size = library.comm_size(comm)? as usize;
-    let mut all = vec![0u8; RECORD_BYTES * size];
+    let size = library.comm_size(comm)?;
+    let mine = record(call, size)?.to_bytes();
+    let mut all = vec![0u8; RECORD_BYTES * size as usize];
     library.backend().allgather(
         comm,
         Buf::from_bytes(&mine, Dtype::U8)?,
