@@ -11,11 +11,11 @@
 //! - ranks are ranks in `comm`; a buffer only significant at the root may be empty elsewhere;
 //! - every call returns MPI failures as `Err`, never aborts.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::{
     Broadcast, Buf, BufMut, Comm, Error, Input, LibraryInfo, Partition, PartitionMut, Peer,
-    ReduceOp, Result, Status, ThreadLevel,
+    Progress, ReduceOp, Request, Result, Status, ThreadLevel,
 };
 
 pub trait Library: Send + Sync {
@@ -61,29 +61,49 @@ pub trait Library: Send + Sync {
 }
 
 /// MPI errors on a communicator come back as codes while this lives, whatever error handler
-/// the user gave it; dropping it, also when the op body panics, puts that handler back. So
-/// a user's handler changes for the duration of one jaxmpi call only.
+/// the user gave it; dropping the last one alive on that communicator, also when the op
+/// body panics, puts that handler back. So a user's handler changes only while jaxmpi
+/// works on the communicator: a call, or a started request until it completes.
 pub struct ErrorsReturned<'a> {
     library: &'a dyn Library,
     comm: Comm,
-    previous: Option<usize>,
+}
+
+/// Communicators some `ErrorsReturned` holds: how many, and the handler to put back after
+/// the last. Counted, because a request completing on the progress agent's thread and an op
+/// on another thread may hold the same communicator: neither may put the handler back
+/// while the other still needs errors returned.
+static RETURNING: Mutex<Vec<(Comm, usize, usize)>> = Mutex::new(Vec::new());
+
+fn returning() -> MutexGuard<'static, Vec<(Comm, usize, usize)>> {
+    // Every update is one push, increment or removal: a panic cannot leave one half done.
+    RETURNING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<'a> ErrorsReturned<'a> {
     pub fn on(library: &'a dyn Library, comm: Comm) -> Result<Self> {
-        let previous = library.return_errors_on(comm)?;
-        Ok(ErrorsReturned {
-            library,
-            comm,
-            previous,
-        })
+        let mut held = returning();
+        if let Some(entry) = held.iter_mut().find(|(c, _, _)| *c == comm) {
+            entry.1 += 1;
+        } else if let Some(previous) = library.return_errors_on(comm)? {
+            held.push((comm, 1, previous));
+        }
+        Ok(ErrorsReturned { library, comm })
     }
 }
 
 impl Drop for ErrorsReturned<'_> {
     fn drop(&mut self) {
-        if let Some(handler) = self.previous.take() {
-            self.library.restore_errhandler(self.comm, handler);
+        let mut held = returning();
+        let Some(i) = held.iter().position(|(c, _, _)| *c == self.comm) else {
+            return; // errors already returned on it before: nothing to put back
+        };
+        held[i].1 -= 1;
+        if held[i].1 == 0 {
+            let (comm, _, previous) = held.swap_remove(i);
+            self.library.restore_errhandler(comm, previous);
         }
     }
 }
@@ -147,6 +167,33 @@ pub trait Backend: Send + Sync {
     /// `source` (kept as it was when `source` is `Peer::Null`); the library copies the
     /// outgoing message aside itself (MPI_Sendrecv_replace).
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status>;
+
+    // --- non-blocking point to point: start, then `test` until done (or `wait`) ---
+    /// Starts sending `buf`.
+    ///
+    /// # Safety
+    /// `buf`'s memory must stay alive and unchanged until the request has completed.
+    unsafe fn isend(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<Request>;
+    /// Starts receiving into `buf`; `tag: None` is MPI_ANY_TAG.
+    ///
+    /// # Safety
+    /// `buf`'s memory must stay alive, and nobody else may touch it, until the request has
+    /// completed.
+    unsafe fn irecv(
+        &self,
+        comm: Comm,
+        buf: BufMut,
+        source: Peer,
+        tag: Option<i32>,
+    ) -> Result<Request>;
+    /// Completes the request if its transfer is done (MPI_Test); never blocks. A request
+    /// that completed, also with an error, must not be tested again.
+    fn test(&self, request: &mut Request) -> Result<Progress>;
+    /// Blocks until the request completes (MPI_Wait).
+    fn wait(&self, request: &mut Request) -> Result<Progress>;
+    /// Gives up a request nobody will wait for (at exit): a receive is cancelled, and the
+    /// library frees the request once it is done (MPI_Cancel, MPI_Request_free).
+    fn abandon(&self, request: Request) -> Result<()>;
 }
 
 static LIBRARY: OnceLock<Result<Box<dyn Library>, Error>> = OnceLock::new();

@@ -215,6 +215,23 @@ impl fmt::Display for Peer {
     }
 }
 
+/// A started non-blocking transfer, as its library's `MPI_Request` handle (an integer or an
+/// address, carried as `usize`); `receives` is the dtype of the buffer a receive fills
+/// (what its status counts in), `None` for a send.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub raw: usize,
+    pub receives: Option<Dtype>,
+}
+
+/// Where a started transfer stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    Pending,
+    Sent,
+    Received(Status),
+}
+
 /// What a receive reports about the message it matched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Status {

@@ -11,6 +11,7 @@ from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS
 from ._errors import MPIError, raise_mpi_errors
 from ._native import __version__ as __version__  # the crate's version: the wheel's
+from ._nonblocking import Request, after, irecv, isend, wait, waitall
 from ._ops import (
     allgather,
     allreduce,
@@ -67,6 +68,8 @@ __all__ = [
     "Comm",
     "MPIError",
     "Op",
+    "Request",
+    "after",
     "allgather",
     "allgatherv",
     "allreduce",
@@ -80,6 +83,8 @@ __all__ = [
     "gatherv",
     "has_cuda_support",
     "has_sycl_support",
+    "irecv",
+    "isend",
     "ragged_all_to_all",
     "raise_mpi_errors",
     "recv",
@@ -90,4 +95,6 @@ __all__ = [
     "scatterv",
     "send",
     "sendrecv",
+    "wait",
+    "waitall",
 ]  # fmt: skip

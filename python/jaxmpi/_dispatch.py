@@ -67,6 +67,7 @@ class FastDispatch:
         self.lowering = threading.local()
         self.on_fast: list = []  # called once, when the first program is lowered fast
         self.on_barrier: list = []  # called after every effects_barrier
+        self.program_checks: list = []  # check(jaxpr) on every program lowered with MPI
         self.check = self_check
 
     def mode(self) -> tuple[str, str]:
@@ -170,6 +171,8 @@ def _refusal(closed_jaxpr) -> ValueError:
 def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
     if not _jax_shim.has_mpi_effect(closed_jaxpr.effects):
         return lower(closed_jaxpr, *args, **kwargs)
+    for check in policy.program_checks:
+        check(closed_jaxpr.jaxpr)
     if policy.mode()[0] != "fast":
         try:
             return lower(closed_jaxpr, *args, **kwargs)

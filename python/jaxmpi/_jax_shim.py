@@ -193,6 +193,24 @@ def is_tracing() -> bool:
     return not _core.trace_state_clean()
 
 
+def current_trace():
+    """The trace JAX records into now (its identity tells one function, branch or loop
+    body being traced from another)."""
+    return _core.trace_ctx.trace
+
+
+def jaxprs_in(eqn) -> list:
+    """The jaxprs nested in an equation (cond branches, loop bodies, inner jits)."""
+    return [getattr(j, "jaxpr", j) for j in _core.jaxprs_in_params(eqn.params)]
+
+
+def where(eqn) -> str:
+    """The user's line that made an equation, as JAX reports it."""
+    from jax._src import source_info_util
+
+    return source_info_util.summarize(eqn.source_info)
+
+
 # --- Dispatch hooks (the policy is `_dispatch.py`) ------------------------------------------
 # Each install_* wraps one JAX internal: `wrapper(original, *args, **kwargs)` is called in
 # its place with the original function first.

@@ -77,18 +77,25 @@ def _none(**_):
     return {}
 
 
-def _host_only(name: str):
+def _host_only(name: str, why: str):
     def refuse(ctx, *operands, **params):
-        raise NotImplementedError(
-            f"jaxmpi.{name}: counts computed inside jit are read by the CPU at run time; "
-            "on GPU arrays, use static counts (without recv_capacity=)"
-        )
+        raise NotImplementedError(f"jaxmpi.{name}: {why}")
 
     return refuse
 
 
+RUN_TIME_COUNTS = (
+    "counts computed inside jit are read by the CPU at run time; on GPU arrays, use static "
+    "counts (without recv_capacity=)"
+)
+NON_BLOCKING = (
+    "non-blocking transfers of GPU arrays are not supported yet: use jaxmpi.sendrecv, or "
+    "move the array to the host first"
+)
+
+
 def define(
-    name: str, shapes, aliases=_none, unread=_none, shape_params=(), host_only=False
+    name: str, shapes, aliases=_none, unread=_none, shape_params=(), host_only: str = ""
 ) -> Primitive:
     """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name, passing the
     attributes its declaration lists. `shapes(*avals, **params)` is its shape rule;
@@ -98,8 +105,8 @@ def define(
     their shape matters). Those stay operands for JAX (its AD and batching rules see them)
     but are left out of the XLA call: XLA then never computes them, never keeps them alive
     for the call, and places the fresh result wherever is cheapest (in a loop, straight
-    into the carry). `host_only`: the op reads operands on the CPU (run-time counts), so
-    it refuses to lower for GPU arrays."""
+    into the carry). `host_only`: why the op refuses to lower for GPU arrays (it reads
+    operands on the CPU, or is not built for device memory); empty: it lowers there too."""
     target = f"jaxmpi_{name}"
     primitive = _jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
     encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
@@ -114,7 +121,7 @@ def define(
         return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
 
     _jax_shim.register_lowering(primitive, lowering, platform="cpu")
-    cuda = _host_only(name) if host_only else lowering
+    cuda = _host_only(name, host_only) if host_only else lowering
     _jax_shim.register_lowering(primitive, cuda, platform="cuda")
     PRIMITIVES[name] = primitive
     return primitive
@@ -246,7 +253,36 @@ ragged_alltoallv = define(
     "ragged_alltoallv",
     lambda x, output, *counts, **_: _like(output),
     lambda **_: {1: 0},
-    host_only=True,
+    host_only=RUN_TIME_COUNTS,
+)
+
+# Non-blocking (see _nonblocking.py). A start returns the request value (8 bytes: its key
+# in the core's table) and the buffer of its transfer: a send's operand itself (aliased, no
+# copy), a receive's fresh buffer (its operand is a template). `wait` takes both and
+# returns the buffer again, aliased: what was received, readable only after the wait.
+# The request is float32 so that derivatives can carry the tangent's and cotangent's own
+# requests from one rule to the next (see _rules.py); its bits are never computed on.
+REQUEST = ShapedArray((2,), np.float32)
+isend = define(
+    "isend",
+    lambda x, **_: [REQUEST, _same(x)],
+    lambda **_: {0: 1},
+    host_only=NON_BLOCKING,
+)
+irecv = define(
+    "irecv",
+    lambda x, **_: [REQUEST, _same(x)],
+    unread=lambda **_: {0},
+    host_only=NON_BLOCKING,
+)
+# `sends`, `peer` and `tag` say what the request does, for the rules: they never reach the
+# handler, which knows its request.
+wait = define(
+    "wait",
+    lambda request, buffer, **_: _like(buffer),
+    lambda **_: {1: 0},
+    shape_params=("sends", "peer", "tag"),
+    host_only=NON_BLOCKING,
 )
 
 # The transpose of allreduce-SUM under mpi4jax's convention: the identity on each rank,

@@ -372,6 +372,84 @@ def _barrier_batching(args, dims, **params):
     return prim.barrier.bind(**params), []
 
 
+# --- Non-blocking: the tangent and the cotangent travel as requests of their own --------
+# A start's derivative starts a second transfer for the tangent; the request value, a
+# float32 array, carries that transfer's request to the wait's derivative, which waits for
+# it. Transposed (reverse mode), the program runs backwards: a wait becomes the start of
+# the reverse transfer (a send's wait starts receiving the cotangent, a receive's wait
+# starts sending it), whose request travels back as the cotangent of the request value to
+# the transposed start, which waits for it. So the backward exchange overlaps the
+# transposed interior just as the forward one overlaps the interior.
+
+
+def _start_jvp(primitive, name: str):
+    def jvp(primals, tangents, **params):
+        outs = primitive.bind(*primals, **params)
+        if not _differentiable(primals[0]):
+            return outs, [jnp.zeros_like(o) for o in outs]
+        if primitive is prim.irecv and params["source"] == PEER_ANY:
+            raise NotImplementedError(
+                f"jaxmpi.{name}: cannot differentiate a receive from ANY_SOURCE; give the source rank"
+            )
+        quiet = dict(params, status=0) if "status" in params else params
+        return outs, primitive.bind(*tangents, **quiet)
+
+    return jvp
+
+
+def _wait_jvp(primitive, name: str):
+    def jvp(primals, tangents, **params):
+        outs = primitive.bind(*primals, **params)
+        if not _differentiable(primals[1]):
+            return outs, [jnp.zeros_like(o) for o in outs]
+        return outs, primitive.bind(*tangents, **params)
+
+    return jvp
+
+
+def _wait_transpose(cts, value, buffer, *, comm, sends, peer, tag):
+    """The reverse transfer starts here: its request and buffer are the cotangents of the
+    wait's request value and buffer, for the transposed start to wait for."""
+    if sends:
+        back = prim.irecv.bind(
+            _zeros_like_arg(buffer), comm=comm, source=peer, tag=TAG_ANY, status=0
+        )
+    else:
+        (ct,) = cts
+        back = prim.isend.bind(ct, comm=comm, dest=peer, tag=0 if tag == TAG_ANY else tag)
+    return list(back)
+
+
+def _start_transpose(primitive):
+    def transpose(cts, x, *, comm, tag, **params):
+        sends = primitive is prim.isend
+        peer = params["dest"] if sends else params["source"]
+        (received,) = prim.wait.bind(*cts, comm=comm, sends=not sends, peer=peer, tag=tag)
+        return [received if sends else _zeros_like_arg(x)]
+
+    return transpose
+
+
+def _start_batching(primitive):
+    """The batch axis in front: one message for the whole batch; the request is one."""
+
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        x = jnp.moveaxis(x, d, 0) if d is not None else x
+        return primitive.bind(x, **params), [None, 0 if d is not None else None]
+
+    return rule
+
+
+def _wait_batching(args, dims, **params):
+    if dims[0] is not None:
+        raise NotImplementedError(
+            "jaxmpi.wait: a batch of requests (vmap over isend/irecv calls made outside "
+            "the vmapped function) cannot be waited for; start and wait inside vmap"
+        )
+    return prim.wait.bind(*args, **params), [dims[1]]
+
+
 # --- The table: every primitive's rules, one row each ------------------------------------
 
 
@@ -406,6 +484,9 @@ RULES: dict[str, Rules] = {
     "sendrecv": Rules(_named_source_jvp, _sendrecv_transpose, (_front, _front)),
     "barrier": Rules(None, None, _barrier_batching),
     "ragged_alltoallv": Rules(_ragged_jvp, _ragged_alltoallv_transpose, _ragged_alltoallv_batching),
+    "isend": Rules(_start_jvp, _start_transpose(prim.isend), _start_batching(prim.isend)),
+    "irecv": Rules(_start_jvp, _start_transpose(prim.irecv), _start_batching(prim.irecv)),
+    "wait": Rules(_wait_jvp, _wait_transpose, _wait_batching),
     "allreduce_transposed": Rules(_linear_jvp, _allreduce_transposed_transpose, (_front, _front)),
 }  # fmt: skip
 

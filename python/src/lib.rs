@@ -9,8 +9,8 @@ use jaxmpi_backends::device::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL,
-    SIGNATURES, TAG_ANY, USER_OP,
+    checked, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER,
+    PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -113,6 +113,9 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
+    let (progress, why) = in_flight::progress_mode(library);
+    dict.set_item("progress", progress)?;
+    dict.set_item("progress_reason", why)?;
     Ok(dict)
 }
 
@@ -328,15 +331,26 @@ fn ragged_origins() -> Vec<&'static str> {
     ragged::ORIGINS.to_vec()
 }
 
-/// Finalizes MPI if jaxmpi initialized it (called at interpreter exit).
+/// Waits for a request started outside jit (`value`: the bits of its request value) whose
+/// transfer uses the buffer at `buffer`.
 #[pyfunction]
-fn finalize(py: Python<'_>) -> PyResult<()> {
+fn wait_request(py: Python<'_>, value: [u32; 2], buffer: usize) -> PyResult<()> {
+    py.detach(|| nonblocking::wait_eager(value, buffer))
+        .map_err(to_py)
+}
+
+/// At interpreter exit: stops the progress agent and gives up the requests nobody waited
+/// for (returned, described, for a warning), then finalizes MPI if jaxmpi initialized it.
+#[pyfunction]
+fn finalize(py: Python<'_>) -> PyResult<Vec<String>> {
     match library() {
         Ok(library) => {
+            let abandoned = py.detach(|| in_flight::shut_down(library));
             cuda::release();
-            py.detach(|| library.finalize()).map_err(to_py)
+            py.detach(|| library.finalize()).map_err(to_py)?;
+            Ok(abandoned)
         }
-        Err(_) => Ok(()),
+        Err(_) => Ok(Vec::new()),
     }
 }
 
@@ -362,6 +376,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(allgather_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_request, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
     m.add_function(wrap_pyfunction!(checked_mode, m)?)?;

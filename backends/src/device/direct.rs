@@ -4,7 +4,7 @@
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, Partition, PartitionMut, Peer,
-    ReduceOp, Result, Status,
+    Progress, ReduceOp, Request, Result, Status,
 };
 
 use super::DeviceMemory;
@@ -95,4 +95,5 @@ impl Backend for Direct<'_> {
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
         self.call(|b| b.sendrecv(sendbuf, recvbuf, envelope))
     }
+    host_requests_only!();
 }

@@ -2,6 +2,29 @@
 //! of pinned host buffers staging reuses, and the two backend decorators that take device
 //! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware MPI).
 
+/// The non-blocking ops of a device decorator: a started request is only a host handle
+/// (test, wait and abandon go to the host backend), but starting one on device memory is
+/// refused: the buffer would need staging that lives until the wait, not built yet.
+macro_rules! host_requests_only {
+    () => {
+        unsafe fn isend(&self, _: Comm, _: Buf, _: Peer, _: i32) -> Result<Request> {
+            Err(super::device_requests_refused("isend"))
+        }
+        unsafe fn irecv(&self, _: Comm, _: BufMut, _: Peer, _: Option<i32>) -> Result<Request> {
+            Err(super::device_requests_refused("irecv"))
+        }
+        fn test(&self, request: &mut Request) -> Result<Progress> {
+            self.inner.test(request)
+        }
+        fn wait(&self, request: &mut Request) -> Result<Progress> {
+            self.inner.wait(request)
+        }
+        fn abandon(&self, request: Request) -> Result<()> {
+            self.inner.abandon(request)
+        }
+    };
+}
+
 pub mod cuda;
 mod direct;
 #[cfg(test)]
@@ -13,7 +36,15 @@ pub use direct::Direct;
 pub use pool::{PinnedBuffer, PinnedPool};
 pub use staged::Staged;
 
-use jaxmpi_core::{BufMut, Result};
+use jaxmpi_core::{BufMut, Error, Result};
+
+fn device_requests_refused(op: &'static str) -> Error {
+    Error::unsupported(
+        op,
+        "non-blocking transfers of GPU arrays are not supported yet: use jaxmpi.sendrecv, \
+         or move the array to the host (jax.device_put(x, jax.devices(\"cpu\")[0]))",
+    )
+}
 
 /// A point in a stream's work queue: waiting on it waits for everything enqueued before.
 #[derive(Clone, Copy, Debug)]

@@ -8,7 +8,7 @@
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Partition, PartitionMut, Peer,
-    ReduceOp, Result, Status,
+    Progress, ReduceOp, Request, Result, Status,
 };
 
 use super::{DeviceMemory, PinnedBuffer, PinnedPool};
@@ -346,6 +346,7 @@ impl Backend for Staged<'_> {
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
         self.staged_input(sendbuf, recvbuf, |s, r| self.inner.sendrecv(s, r, envelope))
     }
+    host_requests_only!();
 }
 
 #[cfg(test)]

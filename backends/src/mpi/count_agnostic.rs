@@ -293,6 +293,50 @@ impl<A: Abi> MpiLibrary<A> {
         self.check(f, rc)
     }
 
+    /// MPI_Isend: the request it starts is written to `request`.
+    pub(super) fn mpi_isend(
+        &self,
+        p: *const c_void,
+        t: &Typed<A>,
+        (dest, tag): (c_int, c_int),
+        comm: A::Handle,
+        request: &mut A::Handle,
+    ) -> Result<()> {
+        let (f, rc) = match self.width(&[t.count as usize])? {
+            // SAFETY: as the note above the impl says; `request` is one writable handle.
+            Width::Int => ("MPI_Isend", unsafe {
+                (self.fns.MPI_Isend)(p, int(t.count), t.datatype, dest, tag, comm, request)
+            }),
+            // SAFETY: as the note above the impl says; `request` is one writable handle.
+            Width::Large(l) => ("MPI_Isend_c", unsafe {
+                (l.MPI_Isend_c)(p, t.count, t.datatype, dest, tag, comm, request)
+            }),
+        };
+        self.check(f, rc)
+    }
+
+    /// MPI_Irecv: the request it starts is written to `request`.
+    pub(super) fn mpi_irecv(
+        &self,
+        p: *mut c_void,
+        t: &Typed<A>,
+        (source, tag): (c_int, c_int),
+        comm: A::Handle,
+        request: &mut A::Handle,
+    ) -> Result<()> {
+        let (f, rc) = match self.width(&[t.count as usize])? {
+            // SAFETY: as the note above the impl says; `request` is one writable handle.
+            Width::Int => ("MPI_Irecv", unsafe {
+                (self.fns.MPI_Irecv)(p, int(t.count), t.datatype, source, tag, comm, request)
+            }),
+            // SAFETY: as the note above the impl says; `request` is one writable handle.
+            Width::Large(l) => ("MPI_Irecv_c", unsafe {
+                (l.MPI_Irecv_c)(p, t.count, t.datatype, source, tag, comm, request)
+            }),
+        };
+        self.check(f, rc)
+    }
+
     /// MPI_Sendrecv, or MPI_Sendrecv_replace when `s` is `None` (the message to send is
     /// in `r`, as `tr` describes it).
     #[allow(clippy::too_many_arguments)]

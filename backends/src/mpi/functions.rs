@@ -132,6 +132,12 @@ function_table! {
             *mut c_void, c_int, H, c_int, c_int, H, StatusPtr,
         );
         MPI_Sendrecv_replace(*mut c_void, c_int, H, c_int, c_int, c_int, c_int, H, StatusPtr);
+        MPI_Isend(*const c_void, c_int, H, c_int, c_int, H, *mut H);
+        MPI_Irecv(*mut c_void, c_int, H, c_int, c_int, H, *mut H);
+        MPI_Test(*mut H, *mut c_int, StatusPtr);
+        MPI_Wait(*mut H, StatusPtr);
+        MPI_Cancel(*mut H);
+        MPI_Request_free(*mut H);
 
         // Not used by the ops; the probe cross-checks the handle tables with them.
         MPI_Type_size(H, *mut c_int);
@@ -164,6 +170,8 @@ function_table! {
             *mut c_void, Count, H, c_int, c_int, H, StatusPtr,
         );
         MPI_Sendrecv_replace_c(*mut c_void, Count, H, c_int, c_int, c_int, c_int, H, StatusPtr);
+        MPI_Isend_c(*const c_void, Count, H, c_int, c_int, H, *mut H);
+        MPI_Irecv_c(*mut c_void, Count, H, c_int, c_int, H, *mut H);
     }
 }
 

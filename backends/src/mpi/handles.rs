@@ -156,7 +156,8 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// A completed receive's status as jaxmpi reports it.
-    pub(super) fn status(&self, status: &mut RawStatus, recv: &BufMut) -> Result<Status> {
+    /// `dtype`: the receive buffer's, what the count is in.
+    pub(super) fn status(&self, status: &mut RawStatus, dtype: Dtype) -> Result<Status> {
         let source = status.field(A::STATUS_SOURCE);
         let source = if source == A::PROC_NULL {
             Peer::Null
@@ -167,7 +168,7 @@ impl<A: Abi> MpiLibrary<A> {
             source,
             tag: (source != Peer::Null).then(|| status.field(A::STATUS_TAG)),
             error: status.field(A::STATUS_ERROR),
-            count: self.received(status, recv.dtype())?,
+            count: self.received(status, dtype)?,
             native: NativeStatus {
                 bytes: status.bytes(),
                 len: A::STATUS_SIZE,

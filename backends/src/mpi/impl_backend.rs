@@ -4,7 +4,7 @@
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Input, Partition, PartitionMut, Peer,
-    ReduceOp, Result, Status,
+    Progress, ReduceOp, Request, Result, Status,
 };
 
 use super::abi::Abi;
@@ -74,5 +74,28 @@ impl<A: Abi> Backend for MpiLibrary<A> {
     }
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
         p2p::sendrecv(self, sendbuf, recvbuf, envelope)
+    }
+    unsafe fn isend(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<Request> {
+        // SAFETY: forwarded from the caller.
+        unsafe { p2p::isend(self, comm, buf, dest, tag) }
+    }
+    unsafe fn irecv(
+        &self,
+        comm: Comm,
+        buf: BufMut,
+        source: Peer,
+        tag: Option<i32>,
+    ) -> Result<Request> {
+        // SAFETY: forwarded from the caller.
+        unsafe { p2p::irecv(self, comm, buf, source, tag) }
+    }
+    fn test(&self, request: &mut Request) -> Result<Progress> {
+        p2p::test(self, request)
+    }
+    fn wait(&self, request: &mut Request) -> Result<Progress> {
+        p2p::wait(self, request)
+    }
+    fn abandon(&self, request: Request) -> Result<()> {
+        p2p::abandon(self, request)
     }
 }

@@ -207,8 +207,26 @@ pub struct StreamGetArgs {
     pub stream: *mut c_void,
 }
 
+/// `XLA_FFI_Future`: opaque, created by XLA (`Api::future_create`), completed once by us.
+#[repr(C)]
+pub struct FfiFuture {
+    _opaque: [u8; 0],
+}
+
+/// The arguments of `Future_Create`, `Future_SetAvailable` and `Future_SetError`: the
+/// same header, the future (written by Create, read by the others) and, for SetError, the
+/// error, whose ownership passes to XLA.
+#[repr(C)]
+pub struct FutureArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub future: *mut FfiFuture,
+    pub error: *mut FfiError,
+}
+
 pub type ErrorCreate = unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut FfiError;
 pub type StreamGet = unsafe extern "C" fn(*mut StreamGetArgs) -> *mut FfiError;
+pub type FutureCall = unsafe extern "C" fn(*mut FutureArgs) -> *mut FfiError;
 
 /// The leading part of `XLA_FFI_Api` up to the entries jaxmpi calls.
 #[repr(C)]
@@ -222,7 +240,14 @@ pub struct Api {
     pub error_destroy: *mut c_void,
     pub handler_register: *mut c_void,
     pub stream_get: Option<StreamGet>,
+    /// Entries jaxmpi does not call (TypeId_Register .. ThreadPool_NumThreads).
+    pub _unused: [*mut c_void; 8],
+    pub future_create: Option<FutureCall>,
+    pub future_set_available: Option<FutureCall>,
+    pub future_set_error: Option<FutureCall>,
 }
+/// The least `Api::struct_size` that holds the future entries (jaxlib 0.6.2 reports 192).
+pub const API_WITH_FUTURES: usize = 176;
 
 /// The C type of an FFI handler.
 pub type Handler = unsafe extern "C" fn(*mut CallFrame) -> *mut FfiError;
@@ -288,5 +313,13 @@ mod tests {
         assert_eq!(offset_of!(Api, error_destroy), 64);
         assert_eq!(offset_of!(Api, handler_register), 72);
         assert_eq!(offset_of!(Api, stream_get), 80);
+        assert_eq!(offset_of!(Api, future_create), 152);
+        assert_eq!(offset_of!(Api, future_set_available), 160);
+        assert_eq!(offset_of!(Api, future_set_error), 168);
+        assert_eq!(size_of::<Api>(), API_WITH_FUTURES);
+        // Create's declared size is 16, SetAvailable's 24 and SetError's 32: one struct of
+        // 32 bytes is at least as large as each, with `future` and `error` where they are.
+        assert_eq!(offset_of!(FutureArgs, future), 16);
+        assert_eq!(offset_of!(FutureArgs, error), 24);
     }
 }

@@ -104,19 +104,23 @@ impl Monitor {
             let outcome = if result.is_ok() { "" } else { " FAILED" };
             // SAFETY: the call is still running: its frame is alive.
             let what = unsafe { (call.describe)(call.frame, call.name) };
-            let line = format!(
+            self.note(format!(
                 "jaxmpi: rank {}: {what} {:.1} us{outcome}",
                 self.rank,
                 took.as_secs_f64() * 1e6
-            );
-            eprintln!("{line}");
-            let mut history = lock(&self.history);
-            if history.len() == HISTORY {
-                history.pop_front();
-            }
-            history.push_back(line);
+            ));
         }
         result
+    }
+
+    /// Shows a debug line and keeps it for the watchdog's report.
+    pub fn note(&self, line: String) {
+        eprintln!("{line}");
+        let mut history = lock(&self.history);
+        if history.len() == HISTORY {
+            history.pop_front();
+        }
+        history.push_back(line);
     }
 
     /// The call in flight longest, described, if it has waited more than `timeout`.

@@ -44,7 +44,8 @@ pub(crate) fn start(monitor: &'static Monitor, library: &'static dyn Library, ti
     }
 }
 
-fn report_and_abort(
+/// Says which call waits and since when, then ends the job (see the module's comment).
+pub(crate) fn report_and_abort(
     monitor: &Monitor,
     library: &dyn Library,
     call: &str,

@@ -3,6 +3,7 @@
 
 use std::ffi::c_void;
 
+use super::deferred::Deferred;
 use crate::xla::ffi::{
     ArgType, Args, AttrType, Buffer, CallFrame, DataType, ExecutionStage, Scalar,
     CALL_FRAME_STRUCT_SIZE,
@@ -11,6 +12,8 @@ use crate::{Buf, BufMut, Dtype, Error, Input, Result};
 
 pub struct Call<'a> {
     frame: &'a CallFrame,
+    /// The same frame, for the one field a handler writes (`future`).
+    raw: *mut CallFrame,
     /// The op being run (`allreduce`): what its errors are named after.
     name: &'static str,
 }
@@ -129,6 +132,7 @@ impl<'a> Call<'a> {
     /// # Safety
     /// `frame` must be a call frame from XLA, valid for `'a`.
     pub unsafe fn new(frame: *mut CallFrame, name: &'static str) -> Result<Self> {
+        let raw = frame;
         // SAFETY: the caller guarantees a valid frame.
         let frame = unsafe { &*frame };
         // Frames smaller than the declared size come from an XLA this file does not know.
@@ -147,7 +151,7 @@ impl<'a> Call<'a> {
                 format!("called for execution stage {}, not EXECUTE", frame.stage.0),
             ));
         }
-        Ok(Call { frame, name })
+        Ok(Call { frame, raw, name })
     }
 
     pub fn name(&self) -> &'static str {
@@ -156,6 +160,13 @@ impl<'a> Call<'a> {
 
     pub(super) fn frame(&self) -> &'a CallFrame {
         self.frame
+    }
+
+    /// Makes this call complete later: XLA gets a future instead of the handler's return
+    /// (`None` where this XLA has no futures). The call must then return `Ok`.
+    pub fn defer(&self) -> Option<Deferred> {
+        // SAFETY: `raw` is this call's live frame (Call::new), which the handler may write.
+        unsafe { Deferred::create(self.raw) }
     }
 
     /// The data buffers (tokens skipped) of `list`.

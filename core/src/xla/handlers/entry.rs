@@ -9,7 +9,7 @@ use super::lifecycle::{self, CallInfo};
 use super::signature::Attrs;
 use super::{pending, Call};
 use crate::xla::ffi::{
-    CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, MetadataExtension,
+    Api, CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, MetadataExtension,
     API_VERSION_STRUCT_SIZE, METADATA_STRUCT_SIZE,
 };
 use crate::{library, Backend, Error, ErrorKind, Library, Result};
@@ -90,7 +90,7 @@ pub(super) unsafe fn handle<A: Attrs>(
 
 /// Errors that did not come from MPI do not name the rank yet; a user with 100 ranks
 /// needs it.
-fn with_rank(err: Error, library: &dyn Library) -> Error {
+pub(super) fn with_rank(err: Error, library: &dyn Library) -> Error {
     if err.mpi_class().is_some() {
         return err;
     }
@@ -112,12 +112,20 @@ fn error_code(err: &Error) -> ErrorCode {
 /// # Safety
 /// `frame` must be a call frame from XLA.
 unsafe fn create_error(frame: *mut CallFrame, err: &Error) -> *mut FfiError {
+    // SAFETY: outside the metadata probe XLA always sets `api`.
+    unsafe { ffi_error((*frame).api, err) }
+}
+
+/// XLA's error for `err`, as the handler of its op returns it (or a future reports it).
+///
+/// # Safety
+/// `api` must be XLA's API table or NULL.
+pub(super) unsafe fn ffi_error(api: *const Api, err: &Error) -> *mut FfiError {
     let text = format!("jaxmpi.{err}").replace('\0', " ");
     let message = CString::new(text).unwrap_or_default();
-    // SAFETY: outside the metadata probe XLA always sets `api`; Error_Create copies the
-    // message before returning.
+    // SAFETY: XLA's table lives as long as the process; Error_Create copies the message
+    // before returning.
     unsafe {
-        let api = (*frame).api;
         let Some(create) = api.as_ref().and_then(|api| api.error_create) else {
             return std::ptr::null_mut();
         };

@@ -15,8 +15,9 @@ use crate::xla::monitor::{self, Monitor, Tracked};
 use crate::xla::watchdog;
 use crate::{ErrorsReturned, Library, Result, ThreadLevel};
 
-/// The ops that are no collective: checked mode checks them in their bodies (`ops.rs`).
-const POINT_TO_POINT: [&str; 3] = ["send", "recv", "sendrecv"];
+/// The ops that are no collective: checked mode checks the blocking ones in their bodies
+/// (`ops.rs`).
+const POINT_TO_POINT: [&str; 6] = ["send", "recv", "sendrecv", "isend", "irecv", "wait"];
 
 /// Attributes that say whom a call talks to, in the order they are shown.
 const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
@@ -69,6 +70,11 @@ unsafe fn describe(frame: *const c_void, name: &'static str) -> String {
 
 /// The process's monitor; absent when nothing is tracked.
 static MONITOR: OnceLock<Option<&'static Monitor>> = OnceLock::new();
+
+/// The process's monitor, once the first call has decided whether there is one.
+pub(super) fn monitor() -> Option<&'static Monitor> {
+    MONITOR.get().copied().flatten()
+}
 
 fn monitor_from_env(library: &'static dyn Library) -> Option<&'static Monitor> {
     let timeout = monitor::timeout_from_env();

@@ -5,9 +5,12 @@
 
 mod call;
 pub mod checked;
+mod deferred;
 mod device;
 mod entry;
+pub mod in_flight;
 mod lifecycle;
+pub mod nonblocking;
 mod ops;
 pub mod pending;
 pub mod ragged;
@@ -51,6 +54,14 @@ declare_ops! {
         comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
     },
     barrier: Barrier () -> () { comm: Comm },
+    // Non-blocking (`nonblocking.rs`): a start returns a request value and the buffer its
+    // transfer uses (a send's operand, aliased); `wait` takes both, and its result is the
+    // buffer again (aliased): the received data, readable once the wait has completed.
+    isend: Isend (x) -> (request, buffer) { comm: Comm, dest: Peer, tag: i32 },
+    irecv: Irecv (x) -> (request, buffer) {
+        comm: Comm, source: Peer, tag: Option<i32>, status: Address,
+    },
+    wait: Wait (request, buffer) -> (y) { comm: Comm },
     // Counts computed inside jit: operands, read at run time (`ragged.rs`); `output` is
     // the result's initial contents (aliased: rows nobody sends to stay as they are).
     ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)

@@ -4,6 +4,7 @@
 //! (the Python side returns the input), so the presence of a result is what tells a body
 //! whether this rank receives.
 
+pub use super::nonblocking::{irecv, isend, wait};
 pub use super::ragged::ragged_alltoallv;
 
 use super::attrs;
@@ -31,7 +32,7 @@ fn is_root(library: &dyn Library, comm: Comm, root: i32) -> Result<bool> {
 
 /// Copies the library's MPI_Status into the mpi4py `Status` whose address the lowering
 /// passed, so `status.Get_source()` etc. work after a jitted receive.
-fn fill_status(Address(address): Address, status: &Status) {
+pub(super) fn fill_status(Address(address): Address, status: &Status) {
     if address != 0 {
         let native = status.native.as_bytes();
         // SAFETY: the lowering passes the address of the MPI_Status inside a live mpi4py

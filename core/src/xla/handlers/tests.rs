@@ -114,6 +114,10 @@ fn a_call_without_a_backend_returns_an_error_naming_the_op() {
         error_destroy: std::ptr::null_mut(),
         handler_register: std::ptr::null_mut(),
         stream_get: None,
+        _unused: [std::ptr::null_mut(); 8],
+        future_create: None,
+        future_set_available: None,
+        future_set_error: None,
     };
     let (_, barrier) = HANDLERS
         .iter()

@@ -1,0 +1,333 @@
+//! Requests between their start (`isend`, `irecv`) and their `wait`, and the progress agent
+//! that completes them meanwhile.
+//!
+//! MPI moves a message only inside MPI calls (on one node, the copy happens in whichever
+//! call of the receiver notices it): without help, a transfer started before the interior
+//! of a stencil step would still be waiting at its wait. The agent, a thread of jaxmpi's,
+//! tests the requests in flight while the program computes, and completes the future of a
+//! wait that XLA is already waiting on, so the program's other work goes on meanwhile.
+//! With nothing in flight it sleeps on a condition variable: it costs nothing.
+//!
+//! It needs MPI_THREAD_MULTIPLE (it calls MPI beside the ops). Below that, or with
+//! `JAXMPI_PROGRESS=none`, there is no agent and a wait blocks in MPI_Wait: the same
+//! results, with transfers advancing only inside MPI calls (or MPI's own progress thread,
+//! e.g. MPICH's `MPIR_CVAR_ASYNC_PROGRESS=1`).
+
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::deferred::Deferred;
+use super::signature::Address;
+use super::{lifecycle, ops};
+use crate::xla::{monitor, watchdog};
+use crate::{Backend, Error, ErrorsReturned, Library, Progress, Request, Result, ThreadLevel};
+
+/// A started request and what its wait needs to know.
+pub(super) struct Flight {
+    pub request: Request,
+    /// The request as a user would name it: "isend (comm 0x44000000, dest 1, tag 0, ...)".
+    pub what: String,
+    /// Where its data lives: the wait must be handed the same buffer.
+    pub buffer: usize,
+    /// An mpi4py Status to fill when a receive completes (0: none).
+    pub status: Address,
+    pub started: Instant,
+    /// Errors of the request's communicator come back as codes until it completes.
+    pub _errors: ErrorsReturned<'static>,
+}
+
+struct Entry {
+    flight: Flight,
+    /// Set once the request completed (by a test of the agent's or of the wait's).
+    outcome: Option<Result<Progress>>,
+    /// The wait's future, once the wait runs while the request is still in flight.
+    waiter: Option<(Deferred, Instant)>,
+}
+
+struct Table {
+    next: u64,
+    /// By key; a handful at a time, so a list.
+    entries: Vec<(u64, Entry)>,
+    /// Set at exit: the agent stops, no request may start.
+    closed: bool,
+}
+
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    next: 1,
+    entries: Vec::new(),
+    closed: false,
+});
+/// Signalled when a request starts or a wait begins to wait, and at exit.
+static WAKE: Condvar = Condvar::new();
+/// The agent's thread, if it runs (decided at the first start).
+static AGENT: OnceLock<Option<Mutex<Option<JoinHandle<()>>>>> = OnceLock::new();
+
+fn table() -> MutexGuard<'static, Table> {
+    // Every update of the table is a single insert, removal or field store.
+    TABLE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `JAXMPI_PROGRESS`: "thread" (the default where MPI allows it) or "none".
+pub fn progress_requested() -> Option<String> {
+    let value = std::env::var("JAXMPI_PROGRESS").ok()?;
+    let value = value.trim().to_ascii_lowercase();
+    (!value.is_empty()).then_some(value)
+}
+
+/// Whether waits complete through the agent: "thread" or "none", and why.
+pub fn progress_mode(library: &dyn Library) -> (&'static str, String) {
+    let level = library.thread_level();
+    match progress_requested().as_deref() {
+        Some("none") => ("none", "JAXMPI_PROGRESS=none".into()),
+        _ if level < ThreadLevel::Multiple => (
+            "none",
+            format!(
+                "MPI runs at {}: only MPI_THREAD_MULTIPLE allows a progress thread",
+                level.name()
+            ),
+        ),
+        Some("thread") => ("thread", "JAXMPI_PROGRESS=thread".into()),
+        _ => ("thread", "default under MPI_THREAD_MULTIPLE".into()),
+    }
+}
+
+fn agent_running(library: &'static dyn Library) -> bool {
+    let agent = AGENT.get_or_init(|| {
+        if progress_mode(library).0 != "thread" {
+            return None;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("jaxmpi-progress".into())
+            .spawn(move || progress_loop(library));
+        match spawned {
+            Ok(handle) => Some(Mutex::new(Some(handle))),
+            Err(err) => {
+                eprintln!("jaxmpi: no progress thread ({err}): waits will block in MPI_Wait");
+                None
+            }
+        }
+    });
+    agent.is_some()
+}
+
+/// Registers a started request; its key is what the start's request result holds.
+pub(super) fn start(library: &'static dyn Library, flight: Flight) -> Result<u64> {
+    let running = agent_running(library);
+    let mut table = table();
+    if table.closed {
+        return Err(Error::library(
+            "isend/irecv",
+            "started after jaxmpi shut down",
+        ));
+    }
+    let key = table.next;
+    table.next += 1;
+    let entry = Entry {
+        flight,
+        outcome: None,
+        waiter: None,
+    };
+    table.entries.push((key, entry));
+    if running {
+        WAKE.notify_all();
+    }
+    Ok(key)
+}
+
+/// The wait of the request `key`, handed `buffer`: done now if the request is, else later
+/// through the future `defer` gives (a call's), else (no agent, no futures) blocking until
+/// it is.
+pub(super) fn wait(
+    library: &'static dyn Library,
+    key: u64,
+    buffer: usize,
+    defer: impl FnOnce() -> Option<Deferred>,
+) -> Result<()> {
+    let backend = library.backend();
+    let mut table = table();
+    let Some(index) = table.entries.iter().position(|(k, _)| *k == key) else {
+        return Err(Error::invalid_argument(
+            "request",
+            format!(
+                "request {key} is not in flight: it was waited for already, or started \
+                 in another process"
+            ),
+        ));
+    };
+    let entry = &mut table.entries[index].1;
+    if entry.flight.buffer != buffer {
+        return Err(Error::invalid_argument(
+            "request",
+            format!(
+                "the wait of {} was handed another buffer than its start: the request \
+                 value was copied or rebuilt; pass the Request object itself",
+                entry.flight.what
+            ),
+        ));
+    }
+    if entry.outcome.is_none() {
+        let progress = backend.test(&mut entry.flight.request);
+        if !matches!(progress, Ok(Progress::Pending)) {
+            entry.outcome = Some(progress);
+        }
+    }
+    if entry.outcome.is_none() && agent_running(library) {
+        if let Some(deferred) = defer() {
+            entry.waiter = Some((deferred, Instant::now()));
+            WAKE.notify_all();
+            return Ok(());
+        }
+    }
+    let (_, mut entry) = table.entries.swap_remove(index);
+    drop(table);
+    let outcome = match entry.outcome.take() {
+        Some(outcome) => outcome,
+        None => backend.wait(&mut entry.flight.request),
+    };
+    finish(&entry.flight, outcome)
+}
+
+/// What a completed request leaves: its receive's status filled in, its debug line.
+fn finish(flight: &Flight, outcome: Result<Progress>) -> Result<()> {
+    if let Ok(Progress::Received(status)) = &outcome {
+        ops::fill_status(flight.status, status);
+    }
+    if let Some(monitor) = lifecycle::monitor().filter(|m| m.debug) {
+        let failed = if outcome.is_ok() { "" } else { " FAILED" };
+        monitor.note(format!(
+            "jaxmpi: rank {}: {} completed after {:.1} us{failed}",
+            monitor.rank,
+            flight.what,
+            flight.started.elapsed().as_secs_f64() * 1e6
+        ));
+    }
+    outcome.map(|_| ()).map_err(|err| err.context(&flight.what))
+}
+
+/// How long the agent sleeps between tests: short while a wait is waiting, growing to
+/// `IDLE_POLL` while requests are only in flight (the program is computing meanwhile, on
+/// cores the agent should not take).
+const WAITED_POLL: Duration = Duration::from_micros(20);
+const IDLE_POLL: Duration = Duration::from_micros(500);
+
+fn progress_loop(library: &'static dyn Library) {
+    let backend = library.backend();
+    let mut pause = WAITED_POLL;
+    loop {
+        let mut table = table();
+        while !table.closed && table.entries.iter().all(|(_, e)| e.outcome.is_some()) {
+            table = WAKE.wait(table).unwrap_or_else(|p| p.into_inner());
+            pause = WAITED_POLL;
+        }
+        if table.closed {
+            return;
+        }
+        let (done, waited) = test_all(&mut table, backend);
+        drop(table);
+        let progressed = !done.is_empty();
+        for (entry, deferred) in done {
+            complete(library, entry, deferred);
+        }
+        check_timeouts(library);
+        pause = match (waited, progressed) {
+            (true, _) | (_, true) => WAITED_POLL,
+            _ => (pause * 2).min(IDLE_POLL),
+        };
+        std::thread::sleep(pause);
+    }
+}
+
+/// Tests every request still in flight; returns the ones done whose wait is waiting, and
+/// whether any wait is still waiting.
+fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>, bool) {
+    let mut finished = Vec::new();
+    for (key, entry) in &mut table.entries {
+        if entry.outcome.is_some() {
+            continue;
+        }
+        match backend.test(&mut entry.flight.request) {
+            Ok(Progress::Pending) => {}
+            outcome => {
+                entry.outcome = Some(outcome);
+                if entry.waiter.is_some() {
+                    finished.push(*key);
+                }
+            }
+        }
+    }
+    let mut done = Vec::new();
+    for key in finished {
+        if let Some(index) = table.entries.iter().position(|(k, _)| *k == key) {
+            let (_, mut entry) = table.entries.swap_remove(index);
+            if let Some((deferred, _)) = entry.waiter.take() {
+                done.push((entry, deferred));
+            }
+        }
+    }
+    let waited = table.entries.iter().any(|(_, e)| e.waiter.is_some());
+    (done, waited)
+}
+
+/// Completes a wait's future. A failure of a send's wait reaches nobody through a result
+/// (the wait's result is unused), so it is kept for Python as other result-less failures.
+fn complete(library: &dyn Library, mut entry: Entry, deferred: Deferred) {
+    let outcome = entry.outcome.take().unwrap_or(Ok(Progress::Pending));
+    let result = finish(&entry.flight, outcome)
+        .map_err(|err| super::entry::with_rank(err.in_op("wait"), library));
+    let is_send = entry.flight.request.receives.is_none();
+    let result = super::pending::keep(result, !is_send);
+    deferred.finish(result);
+}
+
+/// A wait waiting longer than `JAXMPI_TIMEOUT` ends the job, as a blocked call does.
+fn check_timeouts(library: &dyn Library) {
+    let Some(timeout) = monitor::timeout_from_env() else {
+        return;
+    };
+    let table = table();
+    let stuck = table.entries.iter().find_map(|(_, e)| {
+        let (_, since) = e.waiter.as_ref()?;
+        (since.elapsed() > timeout).then(|| (e.flight.what.clone(), since.elapsed()))
+    });
+    drop(table);
+    if let (Some((what, waited)), Some(monitor)) = (stuck, lifecycle::monitor()) {
+        let call = format!("wait for {what}");
+        watchdog::report_and_abort(monitor, library, &call, waited, timeout);
+    }
+}
+
+/// At exit, before MPI_Finalize: stops the agent and gives up every request nobody waited
+/// for (started outside jit and never waited); returns them, described, for a warning.
+pub fn shut_down(library: &dyn Library) -> Vec<String> {
+    let handle = AGENT
+        .get()
+        .and_then(|agent| agent.as_ref())
+        .and_then(|agent| agent.lock().ok()?.take());
+    table().closed = true;
+    WAKE.notify_all();
+    if let Some(handle) = handle {
+        let _ = handle.join();
+    }
+    let entries: Vec<Entry> = table().entries.drain(..).map(|(_, e)| e).collect();
+    let mut left = Vec::new();
+    for mut entry in entries {
+        if let Some((deferred, _)) = entry.waiter.take() {
+            deferred.finish(Err(Error::library("wait", "jaxmpi shut down first")));
+        }
+        let what = entry.flight.what.clone();
+        if entry.outcome.is_some() {
+            left.push(format!("{what}: completed, never waited for"));
+            continue;
+        }
+        match library.backend().abandon(entry.flight.request) {
+            Ok(()) => left.push(format!("{what}: never waited for; cancelled")),
+            Err(err) => left.push(format!(
+                "{what}: never waited for; cancelling failed: {err}"
+            )),
+        }
+    }
+    left
+}

@@ -1,0 +1,207 @@
+"""Non-blocking point to point inside jit: `isend`, `irecv`, `wait`, `waitall`, and
+`after`, which places work between a start and its wait.
+
+A start returns a `Request`: the request value (which request, for the wait) and the
+buffer its transfer uses, both private to the request. `wait` hands both to the wait op,
+so XLA keeps the buffer alive and untouched until MPI is done with it, and everything that
+reads received data runs after the wait. Nothing else orders a start, a wait and the work
+between them: XLA runs independent work in any order. `after(requests, x)` makes `x` (the
+interior's input) available only once the requests have started, and
+`wait(request, after=y)` waits only once `y` (the interior's result) is computed; both
+through `lax.optimization_barrier`, the tool JAX's own docs give for psend/precv.
+
+Misuse is refused while tracing: a request waited twice, waited in another function,
+branch or loop body than the one that started it, or never waited (checked when the
+program is lowered: `check_program`). A Request is no JAX type: returning it from a jitted
+function or carrying it through a loop fails in JAX itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.typing import ArrayLike
+
+from . import _dispatch, _jax_shim, _native
+from . import _primitive as prim
+from ._comm import (
+    ANY_SOURCE,
+    ANY_TAG,
+    PEER_ANY,
+    PEER_NULL,
+    TAG_ANY,
+    CommArg,
+    encode_dest,
+    encode_source,
+    encode_tag,
+    resolve_comm,
+    status_address,
+)
+from ._errors import raise_mpi_errors
+from ._ops import array_arg
+from ._token import refuses_token
+
+
+def _peer_name(peer: int) -> str:
+    return {PEER_ANY: "ANY_SOURCE", PEER_NULL: "PROC_NULL"}.get(peer, str(peer))
+
+
+class Request:
+    """A started `isend` or `irecv`. Pass it to `jaxmpi.wait` (or `waitall`) exactly once,
+    in the function that started it (the same jitted function, branch or loop body)."""
+
+    __slots__ = ("_buffer", "_params", "_trace", "_value", "_waited")
+
+    def __init__(self, value, buffer, params: dict) -> None:
+        self._value, self._buffer, self._params = value, buffer, params
+        # Outside any trace, the start ran (its values are concrete): no place to match.
+        self._trace = _jax_shim.current_trace() if _jax_shim.is_tracing() else None
+        self._waited = False
+
+    @property
+    def sends(self) -> bool:
+        return self._params["sends"]
+
+    def __repr__(self) -> str:
+        p = self._params
+        op, toward = ("isend", "to") if p["sends"] else ("irecv", "from")
+        tag = "ANY_TAG" if p["tag"] == TAG_ANY else p["tag"]
+        return f"jaxmpi.Request({op} {toward} {_peer_name(p['peer'])}, tag {tag})"
+
+
+def _start(primitive, name: str, x, comm: CommArg, peer: int, tag: int, **attrs) -> Request:
+    c = resolve_comm(comm, name)
+    value, buffer = primitive.bind(x, comm=c.handle, tag=tag, **attrs)
+    params = {"comm": c.handle, "sends": primitive is prim.isend, "peer": peer, "tag": tag}
+    return Request(value, buffer, params)
+
+
+@refuses_token
+@raise_mpi_errors()
+def isend(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> Request:
+    """Starts sending `x` to rank `dest`; returns the request to `wait` for. `x` is not
+    copied: XLA keeps it alive until the wait."""
+    x = array_arg(x, "isend")
+    size = resolve_comm(comm, "isend").size
+    dest = encode_dest(dest, size, "isend")
+    tag = encode_tag(tag, "isend", allow_any=False)
+    return _start(prim.isend, "isend", x, comm, dest, tag, dest=dest)
+
+
+@refuses_token
+@raise_mpi_errors()
+def irecv(
+    x: ArrayLike,
+    source: int | None = None,
+    *,
+    tag: int | None = None,
+    comm: CommArg = None,
+    status: Any = None,
+) -> Request:
+    """Starts receiving an array shaped like `x` (a template; its values are ignored) from
+    `source` (default: any) with `tag` (default: any); `wait` returns it, and fills
+    `status` (an mpi4py Status) if given. For derivatives, give a named source, and a
+    template that depends on the differentiated values (such as the halo it replaces), as
+    for `recv`."""
+    x = array_arg(x, "irecv")
+    size = resolve_comm(comm, "irecv").size
+    source = encode_source(ANY_SOURCE if source is None else source, size, "irecv")
+    tag = encode_tag(ANY_TAG if tag is None else tag, "irecv", allow_any=True)
+    address = status_address(status, "irecv")
+    return _start(prim.irecv, "irecv", x, comm, source, tag, source=source, status=address)
+
+
+def _waitable(request: Any, op: str) -> Request:
+    if not isinstance(request, Request):
+        raise TypeError(
+            f"jaxmpi.{op}: expected a jaxmpi.Request (what isend and irecv return), got "
+            f"{type(request).__name__}"
+        )
+    if request._waited:
+        raise ValueError(f"jaxmpi.{op}: {request!r} was waited for already; wait once")
+    if request._trace is not None and request._trace is not _jax_shim.current_trace():
+        raise ValueError(
+            f"jaxmpi.{op}: {request!r} was started in another function, branch or loop "
+            "body than this one. Wait for a request in the function that started it (the "
+            "same jitted function, cond branch or loop body); to overlap across loop "
+            "iterations, start and wait within each iteration."
+        )
+    return request
+
+
+def after(first: Any, value: Any) -> Any:
+    """`value` (a pytree of arrays), made available only once `first` (requests, arrays,
+    or pytrees of them) is: `x = jaxmpi.after(requests, x)` before the interior makes the
+    transfers start before it, whatever order XLA would otherwise choose."""
+    leaves = jax.tree_util.tree_leaves(first, is_leaf=lambda r: isinstance(r, Request))
+    anchors = [r._value if isinstance(r, Request) else r for r in leaves]
+    _, value = jax.lax.optimization_barrier((anchors, value))
+    return value
+
+
+@refuses_token
+@raise_mpi_errors()
+def wait(request: Request, *, after: Any = None) -> jax.Array | None:
+    """Completes `request`: returns the received array for an irecv, None for an isend.
+    `after` (arrays, a pytree): wait only once they are computed (the interior's result),
+    so the transfer overlaps their computation."""
+    request = _waitable(request, "wait")
+    request._waited = True
+    value = request._value
+    if after is not None:
+        value = globals()["after"](after, value)
+    (y,) = prim.wait.bind(value, request._buffer, **request._params)
+    return None if request.sends else y
+
+
+def _wait_outside_jit(value, buffer, **_):
+    """`wait` on concrete arrays (a request started outside jit): a native wait on the
+    buffer itself, which MPI fills in place. A program would get a copy of the buffer."""
+    bits = np.asarray(value).view(np.uint32)
+    address = buffer.addressable_data(0).unsafe_buffer_pointer()
+    _native.wait_request((int(bits[0]), int(bits[1])), address)
+    return [buffer]
+
+
+prim.wait.def_impl(_wait_outside_jit)
+
+
+@refuses_token
+@raise_mpi_errors()
+def waitall(requests: Sequence[Request], *, after: Any = None) -> list:
+    """Completes every request, in order: what `wait` returns for each."""
+    requests = list(requests)
+    for request in requests:
+        _waitable(request, "waitall")
+    if len({id(r) for r in requests}) != len(requests):
+        raise ValueError("jaxmpi.waitall: the same request appears twice; wait once")
+    return [wait(r, after=after) for r in requests]
+
+
+_STARTS = ("jaxmpi_isend", "jaxmpi_irecv")
+
+
+def check_program(jaxpr, top: bool = True) -> None:
+    """Refuses, when a program is lowered, a request that its function started and never
+    waited for: its transfer buffer must go to a wait in the same jaxpr. (A start outside
+    jit is a program of its own, which returns the buffer: the wait comes later.)"""
+    waits = {id(eqn.invars[1]) for eqn in jaxpr.eqns if str(eqn.primitive) == "jaxmpi_wait"}
+    if top:
+        waits |= {id(v) for v in jaxpr.outvars}
+    for eqn in jaxpr.eqns:
+        for inner in _jax_shim.jaxprs_in(eqn):
+            check_program(inner, top=False)
+        if str(eqn.primitive) in _STARTS and id(eqn.outvars[1]) not in waits:
+            op = str(eqn.primitive).removeprefix("jaxmpi_")
+            raise ValueError(
+                f"jaxmpi.{op} started at {_jax_shim.where(eqn)} is never waited for in the "
+                "function (branch, loop body) that started it: call jaxmpi.wait (or "
+                "waitall) on its request there. A request left pending would let XLA "
+                "reuse its buffer while MPI still uses it."
+            )
+
+
+_dispatch.policy.program_checks.append(check_program)
