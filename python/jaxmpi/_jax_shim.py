@@ -12,6 +12,7 @@ sharding GSPMD wants on a side-effecting call. Each is written here once, for ev
 
 from __future__ import annotations
 
+import inspect
 import math
 from functools import partial
 
@@ -205,10 +206,17 @@ def jaxprs_in(eqn) -> list:
 
 
 def where(eqn) -> str:
-    """The user's line that made an equation, as JAX reports it."""
+    """The user's line that made an equation: the innermost frame outside JAX and jaxmpi."""
     from jax._src import source_info_util
 
-    return source_info_util.summarize(eqn.source_info)
+    package = __file__.rsplit("/", 1)[0] + "/"
+    # JAX 0.6 passes the SourceInfo, later releases its traceback.
+    takes = next(iter(inspect.signature(source_info_util.user_frames).parameters))
+    info = eqn.source_info.traceback if takes == "traceback" else eqn.source_info
+    for frame in source_info_util.user_frames(info):
+        if not frame.file_name.startswith(package):
+            return f"{frame.file_name}:{frame.start_line}"
+    return "an unknown line"
 
 
 # --- Dispatch hooks (the policy is `_dispatch.py`) ------------------------------------------

@@ -7,8 +7,11 @@ so XLA keeps the buffer alive and untouched until MPI is done with it, and every
 reads received data runs after the wait. Nothing else orders a start, a wait and the work
 between them: XLA runs independent work in any order. `after(requests, x)` makes `x` (the
 interior's input) available only once the requests have started, and
-`wait(request, after=y)` waits only once `y` (the interior's result) is computed; both
-through `lax.optimization_barrier`, the tool JAX's own docs give for psend/precv.
+`wait(request, after=y)` waits only once `y` (the interior's result) is computed. Both are
+data dependences XLA cannot remove: a run-time zero subtracted from `x`, and `y` as unread
+operands of the wait. (`lax.optimization_barrier`, which JAX's docs suggest for
+psend/precv, does not do it on the CPU: XLA drops the barrier and fuses the interior into
+a kernel after the wait.)
 
 Misuse is refused while tracing: a request waited twice, waited in another function,
 branch or loop body than the one that started it, or never waited (checked when the
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
@@ -132,14 +136,28 @@ def _waitable(request: Any, op: str) -> Request:
     return request
 
 
+def _tied(x, zero):
+    """`x`, bit for bit, computed from `zero` too: subtracting a zero keeps every value
+    (-0.0 and NaN included), XLA cannot fold it away (it is not known before run time),
+    and it fuses into the first kernel reading `x`."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        return x ^ (zero != zero)  # False: a request value is never NaN
+    return x - zero.astype(x.dtype)
+
+
 def after(first: Any, value: Any) -> Any:
-    """`value` (a pytree of arrays), made available only once `first` (requests, arrays,
-    or pytrees of them) is: `x = jaxmpi.after(requests, x)` before the interior makes the
-    transfers start before it, whatever order XLA would otherwise choose."""
+    """`value` (an array or a pytree of arrays), available only once `first` (requests,
+    or a pytree of them) has started: `u = jaxmpi.after(requests, u)` before the interior
+    makes the transfers start first, whatever order XLA would choose. Costs nothing: an
+    elementwise subtraction of a run-time zero, fused into the interior's first kernel."""
     leaves = jax.tree_util.tree_leaves(first, is_leaf=lambda r: isinstance(r, Request))
-    anchors = [r._value if isinstance(r, Request) else r for r in leaves]
-    _, value = jax.lax.optimization_barrier((anchors, value))
-    return value
+    if not all(isinstance(r, Request) for r in leaves):
+        raise TypeError("jaxmpi.after: `first` must be requests (what isend and irecv return)")
+    if not leaves:
+        return value
+    zero = sum((r._value[0] * 0 for r in leaves[1:]), leaves[0]._value[0] * 0)
+    return jax.tree_util.tree_map(lambda x: _tied(x, zero), value)
 
 
 @refuses_token
@@ -150,14 +168,14 @@ def wait(request: Request, *, after: Any = None) -> jax.Array | None:
     so the transfer overlaps their computation."""
     request = _waitable(request, "wait")
     request._waited = True
-    value = request._value
-    if after is not None:
-        value = globals()["after"](after, value)
-    (y,) = prim.wait.bind(value, request._buffer, **request._params)
+    # Operands of the wait, never read: XLA has to compute them before it, and cannot
+    # move their computation into a kernel after it.
+    follows = [jnp.asarray(a) for a in jax.tree_util.tree_leaves(after)]
+    (y,) = prim.wait.bind(request._value, request._buffer, *follows, **request._params)
     return None if request.sends else y
 
 
-def _wait_outside_jit(value, buffer, **_):
+def _wait_outside_jit(value, buffer, *after, **_):
     """`wait` on concrete arrays (a request started outside jit): a native wait on the
     buffer itself, which MPI fills in place. A program would get a copy of the buffer."""
     bits = np.asarray(value).view(np.uint32)

@@ -53,8 +53,12 @@ def _checked(name: str, shape_params: frozenset, shapes):
     declared = {attr for attr, _ in signature["attrs"]}
     operands = signature["operands"]
 
+    # An operand declared as `after` stands for any number of them (never read).
+    variadic = bool(operands) and operands[-1] == "after"
+    fixed = len(operands) - variadic
+
     def check(*avals, **params):
-        if len(avals) != len(operands):
+        if len(avals) != len(operands) and not (variadic and len(avals) >= fixed):
             raise TypeError(
                 f"jaxmpi.{name}: bound with {len(avals)} operands, but the op is declared "
                 f"with {len(operands)} ({', '.join(operands) or 'none'})"
@@ -276,10 +280,10 @@ irecv = define(
     host_only=NON_BLOCKING,
 )
 # `sends`, `peer` and `tag` say what the request does, for the rules: they never reach the
-# handler, which knows its request.
+# handler, which knows its request. Operands after the buffer: arrays the wait must follow.
 wait = define(
     "wait",
-    lambda request, buffer, **_: _like(buffer),
+    lambda request, buffer, *after, **_: _like(buffer),
     lambda **_: {1: 0},
     shape_params=("sends", "peer", "tag"),
     host_only=NON_BLOCKING,

@@ -398,6 +398,8 @@ def _start_jvp(primitive, name: str):
 
 
 def _wait_jvp(primitive, name: str):
+    """The tangent's wait follows the tangents of what the wait follows."""
+
     def jvp(primals, tangents, **params):
         outs = primitive.bind(*primals, **params)
         if not _differentiable(primals[1]):
@@ -407,9 +409,11 @@ def _wait_jvp(primitive, name: str):
     return jvp
 
 
-def _wait_transpose(cts, value, buffer, *, comm, sends, peer, tag):
+def _wait_transpose(cts, value, buffer, *after, comm, sends, peer, tag):
     """The reverse transfer starts here: its request and buffer are the cotangents of the
-    wait's request value and buffer, for the transposed start to wait for."""
+    wait's request value and buffer, for the transposed start to wait for. What the wait
+    followed gets zero cotangents, which the transposed interior adds to its own: so it
+    runs after this start, as the interior ran before the wait."""
     if sends:
         back = prim.irecv.bind(
             _zeros_like_arg(buffer), comm=comm, source=peer, tag=TAG_ANY, status=0
@@ -417,7 +421,7 @@ def _wait_transpose(cts, value, buffer, *, comm, sends, peer, tag):
     else:
         (ct,) = cts
         back = prim.isend.bind(ct, comm=comm, dest=peer, tag=0 if tag == TAG_ANY else tag)
-    return list(back)
+    return [*back, *(_zeros_like_arg(a) if _jax_shim.is_linear(a) else None for a in after)]
 
 
 def _start_transpose(primitive):
@@ -442,6 +446,7 @@ def _start_batching(primitive):
 
 
 def _wait_batching(args, dims, **params):
+    """What the wait follows keeps its batch axes: it is never read."""
     if dims[0] is not None:
         raise NotImplementedError(
             "jaxmpi.wait: a batch of requests (vmap over isend/irecv calls made outside "

@@ -57,11 +57,12 @@ declare_ops! {
     // Non-blocking (`nonblocking.rs`): a start returns a request value and the buffer its
     // transfer uses (a send's operand, aliased); `wait` takes both, and its result is the
     // buffer again (aliased): the received data, readable once the wait has completed.
+    // `after`: any number of arrays, never read, which XLA must compute before the wait.
     isend: Isend (x) -> (request, buffer) { comm: Comm, dest: Peer, tag: i32 },
     irecv: Irecv (x) -> (request, buffer) {
         comm: Comm, source: Peer, tag: Option<i32>, status: Address,
     },
-    wait: Wait (request, buffer) -> (y) { comm: Comm },
+    wait: Wait (request, buffer, after) -> (y) { comm: Comm },
     // Counts computed inside jit: operands, read at run time (`ragged.rs`); `output` is
     // the result's initial contents (aliased: rows nobody sends to stay as they are).
     ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)
