@@ -158,24 +158,29 @@ def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
         )
 
 
+# Set by jaxmpi.distributed.initialize: every process's JAX process index is its MPI world
+# rank, so a mesh's processes can be compared with a communicator's members. Started by
+# hand, jax.distributed may number its processes otherwise (README says how to map them).
+process_index_is_world_rank = False
+
+
 def _check_program_runs_on_every_rank(op: str, comm: int, processes: frozenset[int]) -> None:
     """A program over the devices of some processes runs only there: an op in it waits for
-    the ranks of `comm` whose process owns none of those devices. Checked in world ranks,
-    which are JAX's process indices under jaxmpi.distributed.initialize."""
-    world = _native.world()
-    index, rank = jax.process_index(), _native.comm_rank(world)
-    if index != rank:
-        raise ValueError(
-            f"jaxmpi.{op}: in a program over the devices of several processes, but JAX's "
-            f"process index {index} is not this process's MPI world rank {rank}: start "
-            "jax.distributed with process_id = the world rank (jaxmpi.distributed."
-            "initialize() does), so that a mesh's processes are the ranks that run it."
-        )
+    the ranks of `comm` whose process owns none of those devices."""
     mesh = f"the devices of processes {_listed(processes)} only"
-    size = _native.comm_size(comm)
-    members = _world_ranks(comm, size, _native.comm_size(world))
+    size, world_size = _native.comm_size(comm), _native.comm_size(_native.world())
+    if size == world_size:  # every process holds a rank of it, whatever their numbering
+        left_out = frozenset(range(jax.process_count())) - processes
+        if left_out:
+            raise ValueError(
+                f"jaxmpi.{op}: in a program over {mesh}, but its communicator has all "
+                f"{size} ranks of MPI's world: processes {_listed(left_out)} never run "
+                f"the program, and the op would wait for them forever. {_MESH_OVER_THE_COMM}."
+            )
+        return
+    members = _world_ranks(comm, size) if process_index_is_world_rank else None
     if members is None:  # only the count of its ranks is known, and that this one is in
-        if rank in processes and size > len(processes):
+        if jax.process_index() in processes and size > len(processes):
             raise ValueError(
                 f"jaxmpi.{op}: in a program over {mesh}, but its communicator has {size} "
                 f"ranks: at least {size - len(processes)} of them never run the program, and "
@@ -187,7 +192,7 @@ def _check_program_runs_on_every_rank(op: str, comm: int, processes: frozenset[i
         raise ValueError(
             f"jaxmpi.{op}: in a program over {mesh}, but its communicator has {size} "
             f"ranks (world ranks {_listed(members)}): world ranks {_listed(left_out)} "
-            f"never run the program, and the op would wait for them forever. "
+            "never run the program, and the op would wait for them forever. "
             f"{_MESH_OVER_THE_COMM}."
         )
 
@@ -207,11 +212,9 @@ _MESH_OVER_THE_COMM = (
 )
 
 
-def _world_ranks(comm: int, size: int, world_size: int) -> frozenset[int] | None:
-    """The world ranks of `comm`'s members: all of them when it is as large as the world,
-    else through mpi4py's groups if mpi4py (4.0 or later) is loaded; None if unknown."""
-    if size == world_size:
-        return frozenset(range(world_size))
+def _world_ranks(comm: int, size: int) -> frozenset[int] | None:
+    """The world ranks of `comm`'s members through mpi4py's groups, if mpi4py (4.0 or
+    later) is loaded; None if unknown."""
     from ._comm import _mpi4py  # _comm starts the runtime, which imports this module
 
     mpi = _mpi4py()
