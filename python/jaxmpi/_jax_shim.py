@@ -5,9 +5,9 @@ order on every rank without user-visible tokens), the default eager implementati
 primitive, a lowering that threads the effect's token through an XLA FFI call, JAX's rule
 registries, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
 lowers, compiles and drains a program, and, inside shard_map, the lowering's axis context
-(which devices share an op's block), the results' varying manual axes and the manual
-sharding GSPMD wants on a side-effecting call. Each is written here once, for every supported JAX
-(0.6.2 to the newest).
+(which devices share an op's block, which processes run the program), the results' varying
+manual axes and the manual sharding GSPMD wants on a side-effecting call. Each is written
+here once, for every supported JAX (0.6.2 to the newest).
 """
 
 from __future__ import annotations
