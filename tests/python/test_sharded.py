@@ -328,7 +328,7 @@ def test_a_mesh_of_one_process_is_refused_where_it_does_not_run():
     every other rank knows it never runs it while rank 0's allreduce waits for it."""
     refused = _refusal_when_lowered({0})
     if RANK == 0:
-        assert refused == ""
+        assert refused == "", refused
     else:
         assert refused.startswith(
             "jaxmpi.allreduce: in a program over the devices of processes [0] only"
