@@ -5,9 +5,9 @@ order on every rank without user-visible tokens), the default eager implementati
 primitive, a lowering that threads the effect's token through an XLA FFI call, JAX's rule
 registries, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
 lowers, compiles and drains a program, and, inside shard_map, the lowering's axis context
-(which devices share an op's block), the results' varying manual axes and the manual
-sharding GSPMD wants on a side-effecting call. Each is written here once, for every supported JAX
-(0.6.2 to the newest).
+(which devices share an op's block, which processes run the program), the results' varying
+manual axes and the manual sharding GSPMD wants on a side-effecting call. Each is written
+here once, for every supported JAX (0.6.2 to the newest).
 """
 
 from __future__ import annotations
@@ -292,20 +292,29 @@ def main_signature(result) -> str | None:
 # --- Programs over several devices (jax.distributed, shard_map) ---------------------------
 
 
-def program_devices(ctx) -> tuple[int, int]:
+def program_devices(ctx) -> tuple[int, int, frozenset[int] | None]:
     """(devices the program being lowered runs on, devices that share the block an op
-    lowered at `ctx` sees). Inside a shard_map manual over every mesh axis longer than 1
-    that block is one device's; at the top level of a program over global arrays, or in a
-    shard_map that leaves an axis automatic, it is spread over several."""
+    lowered at `ctx` sees, the JAX process indices that own the program's devices, or None
+    where the lowering does not name its devices). Inside a shard_map manual over every
+    mesh axis longer than 1 that block is one device's; at the top level of a program over
+    global arrays, or in a shard_map that leaves an axis automatic, it is spread over
+    several. Inside shard_map the program's devices are its mesh's."""
     context = ctx.module_context.axis_context
     if isinstance(context, _sharding_impls.SPMDAxisContext):
         shape = dict(context.mesh.shape)
         automatic = [n for axis, n in shape.items() if axis not in context.manual_axes]
-        return math.prod(shape.values()), math.prod(automatic)
+        # An abstract mesh (no devices) only where no concrete one was ever set.
+        named = context.mesh.devices.flat if isinstance(context.mesh, jax.sharding.Mesh) else None
+        return math.prod(shape.values()), math.prod(automatic), _processes(named)
     if isinstance(context, _sharding_impls.ShardingContext):
-        return context.num_devices, context.num_devices
+        devices = context.num_devices
+        return devices, devices, _processes(context.device_assignment)
     # pmap's replica context: JAX itself refuses ordered effects under pmap.
-    return 1, 1
+    return 1, 1, None
+
+
+def _processes(devices) -> frozenset[int] | None:
+    return None if devices is None else frozenset(d.process_index for d in devices)
 
 
 def refuses_ordered_effect_over_devices(err: ValueError) -> bool:

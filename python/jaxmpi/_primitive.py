@@ -116,7 +116,7 @@ def define(
     encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
 
     def lowering(ctx, *operands, **params):
-        _dispatch.check_sharded(name, *_jax_shim.program_devices(ctx))
+        _dispatch.check_sharded(name, params.get("comm"), *_jax_shim.program_devices(ctx))
         attrs = {attr: encode(params[attr]) for attr, encode in encoders}
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]

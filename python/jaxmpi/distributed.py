@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from . import _native
+from . import _dispatch, _native
 
 # What `initialize` decides itself, from the MPI job.
 _SET_HERE = ("coordinator_address", "num_processes", "process_id")
@@ -57,6 +57,7 @@ def initialize(**kwargs: Any) -> None:
             f"jaxmpi.distributed.initialize: JAX reports process {jax.process_index()} of "
             f"{jax.process_count()}, MPI rank {rank} of {size}"
         )
+    _dispatch.process_index_is_world_rank = True
 
 
 __all__ = ["initialize"]

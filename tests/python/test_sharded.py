@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxmpi
 import jaxmpi.distributed
-from helpers import RANK, SIZE, assert_array, needs_ranks
+from helpers import MPI, RANK, SIZE, assert_array, needs_mpi4py, needs_ranks
 
 jaxmpi.distributed.initialize()
 
@@ -296,6 +296,92 @@ def test_a_mesh_axis_left_automatic_is_refused():
     x = jax.device_put(np.ones((SIZE, 1)), NamedSharding(mesh, P(None, "one")))
     with pytest.raises(ValueError, match=r"jaxmpi\.allreduce: .*shard_map"):
         jax.jit(program)(x)
+
+
+def _allreduce_over(processes, comm=None):
+    """jit(shard_map) of an allreduce on `comm` over a mesh of the devices of `processes`
+    (one each), and its operand: a global array every process can make."""
+    mesh = Mesh(np.array([d for d in MESH.devices if d.process_index in processes]), ("x",))
+    program = _shard_map(
+        lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=comm),
+        mesh=mesh,
+        in_specs=P("x"),
+        out_specs=P("x"),
+        **_unchecked,
+    )
+    table = np.stack([rows(r) for r in sorted(processes)])
+    return jax.jit(program), jax.device_put(table, NamedSharding(mesh, P("x")))
+
+
+def _refusal_when_lowered(processes, comm=None) -> str:
+    """What lowering (never running) the allreduce over `processes` raises here, or ''."""
+    program, x = _allreduce_over(processes, comm)
+    try:
+        program.lower(x)
+    except ValueError as err:
+        return str(err)
+    return ""
+
+
+def test_a_mesh_of_one_process_is_refused_where_it_does_not_run():
+    """Rank 0's one device as the mesh: rank 0 cannot tell it from its own program, but
+    every other rank knows it never runs it while rank 0's allreduce waits for it."""
+    refused = _refusal_when_lowered({0})
+    if RANK == 0:
+        assert refused == "", refused
+    else:
+        assert refused.startswith(
+            "jaxmpi.allreduce: in a program over the devices of processes [0] only"
+        ), refused
+        assert f"has all {SIZE} ranks of MPI's world" in refused, refused
+        assert f"processes {list(range(1, SIZE))} never run the program" in refused, refused
+        assert "Mesh(jax.devices()" in refused and "Split" in refused, refused
+
+
+@needs_ranks(3)
+def test_a_mesh_that_leaves_out_ranks_of_the_world_is_refused_on_every_rank():
+    refused = _refusal_when_lowered({0, 1})
+    assert "jaxmpi.allreduce: in a program over the devices of processes [0, 1] only" in refused
+    assert f"its communicator has all {SIZE} ranks of MPI's world" in refused, refused
+    assert f"processes {list(range(2, SIZE))} never run the program" in refused, refused
+
+
+@needs_ranks(4)
+def test_a_communicator_of_the_meshs_processes_runs():
+    """A split of ranks {0, 1} and {2, 3} with a mesh over processes 0 and 1: ranks 0 and 1
+    run the allreduce between them, ranks 2 and 3 run nothing and wait for nobody."""
+    pairs = jaxmpi.COMM_WORLD.Split(RANK // 2)
+    program, x = _allreduce_over({0, 1}, pairs)
+    got = [np.asarray(shard.data) for shard in program(x).addressable_shards]
+    pairs.Free()
+    assert len(got) == (1 if RANK < 2 else 0)
+    if got:
+        assert_array(got[0][0], rows(0) + rows(1))
+
+
+@needs_ranks(4)
+@needs_mpi4py
+def test_a_communicator_across_the_mesh_edge_is_refused_through_mpi4py():
+    """Ranks {0, 2} and {1, 3} with a mesh over processes 0 and 1: each pair has one rank
+    inside and one outside. Their sizes fit the mesh; mpi4py's groups name the members."""
+    odd_even = MPI.COMM_WORLD.Split(RANK % 2)
+    refused = _refusal_when_lowered({0, 1}, odd_even)
+    odd_even.Free()
+    assert "its communicator has 2 ranks" in refused, refused
+    assert f"(world ranks [{RANK % 2}, {RANK % 2 + 2}]): world ranks [{RANK % 2 + 2}]" in refused
+
+
+@needs_ranks(4)
+def test_without_mpi4py_a_communicator_larger_than_the_mesh_is_refused(monkeypatch):
+    """Without mpi4py only a communicator's size is known: on the mesh's processes, one of
+    3 ranks over a mesh of 2 processes is refused."""
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", None)  # jaxmpi then looks no further
+    three = jaxmpi.COMM_WORLD.Split(0 if RANK < 3 else None)
+    refused = _refusal_when_lowered({0, 1}, three) if three is not None else ""
+    if three is not None:
+        three.Free()
+    if RANK < 2:
+        assert "its communicator has 3 ranks: at least 1 of them never run" in refused
 
 
 def test_distributed_initialize_refuses_what_it_sets_itself():
