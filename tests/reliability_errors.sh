@@ -58,10 +58,23 @@ expect "concurrent calls under MPI_THREAD_SERIALIZED are refused" \
 expect "JAXMPI_DEBUG=1 logs every call from inside jit" \
     "rank 0: sendrecv (comm |dest 1, source 1, sendtag 7, recvtag 7, 16 bytes)|rank 1: bcast (comm |root 0, 16 bytes)| us|DONE" \
     $run mpich 2 debug_lines JAXMPI_DEBUG=1
+waited="rank 0: wait for irecv (comm |source 1, tag 42, 20 bytes)|longer than JAXMPI_TIMEOUT=3 s|Aborting the job"
+for venv in mpich openmpi; do
+    expect "a never-matched irecv's wait ends the job ($venv)" "$waited" \
+        $run "$venv" 2 never_sent_nonblocking JAXMPI_TIMEOUT=3
+done
+expect "JAXMPI_DEBUG shows requests start and complete; unwaited ones are reported at exit" \
+    "rank 0: isend (comm |dest 1, tag 7, 16 bytes)|rank 1: irecv (comm |source 0, tag 7, 16 bytes) completed after|at exit, irecv (comm |source 1, tag 99, 8 bytes): never waited for; cancelled|DONE" \
+    $run mpich 2 nonblocking_lines_and_exit JAXMPI_DEBUG=1
+expect "below MPI_THREAD_MULTIPLE, waits block with the same values" \
+    "PROGRESS none: MPI runs at MPI_THREAD_SERIALIZED|VALUES right" \
+    $run mpich 2 serialized_nonblocking
 py="$root/.venvs/mpich/bin/python"
 expect "a bad JAXMPI_TIMEOUT is refused at import" "ValueError: JAXMPI_TIMEOUT='soon'" \
     env JAXMPI_TIMEOUT=soon "$py" -c "import jaxmpi"
 expect "a bad JAXMPI_DEBUG is refused at import" "ValueError: JAXMPI_DEBUG='yes'" \
     env JAXMPI_DEBUG=yes "$py" -c "import jaxmpi"
+expect "a bad JAXMPI_PROGRESS is refused at import" "ValueError: JAXMPI_PROGRESS='fast'" \
+    env JAXMPI_PROGRESS=fast "$py" -c "import jaxmpi"
 echo "$failed failed"
 ((failed == 0))

@@ -76,6 +76,72 @@ def debug_lines() -> None:
     print("DONE", flush=True)
 
 
+def never_sent_nonblocking() -> None:
+    """As never_sent, with irecv and wait: the progress agent's wait ends the job."""
+    import jax
+
+    import jaxmpi
+
+    rank = jaxmpi.COMM_WORLD.Get_rank()
+    jaxmpi.allreduce(np.float32(1), jaxmpi.SUM)
+    if rank == 0:
+        jax.jit(lambda x: jaxmpi.wait(jaxmpi.irecv(x, 1, tag=42)))(np.zeros(5, np.float32))
+        print("UNEXPECTED: the receive completed", flush=True)
+    else:
+        jaxmpi.COMM_WORLD.Barrier()
+
+
+def nonblocking_lines_and_exit() -> None:
+    """JAXMPI_DEBUG shows each request's start and completion; requests started outside
+    jit and never waited for are reported at exit, and the job still ends cleanly."""
+    import jax
+
+    import jaxmpi
+
+    other = 1 - jaxmpi.COMM_WORLD.Get_rank()
+
+    @jax.jit
+    def exchange(x):
+        sent = jaxmpi.isend(x, other, tag=7)
+        got = jaxmpi.wait(jaxmpi.irecv(x, other, tag=7))
+        jaxmpi.wait(sent)
+        return got
+
+    jax.block_until_ready(exchange(np.zeros(4, np.float64)))
+    jaxmpi.irecv(np.zeros(2), other, tag=99)  # never sent, never waited
+    jaxmpi.barrier()
+    print("DONE", flush=True)
+
+
+def serialized_nonblocking() -> None:
+    """Under MPI_THREAD_SERIALIZED there is no progress thread: waits block, same values."""
+    import mpi4py
+
+    mpi4py.rc.thread_level = "serialized"
+    import jax
+
+    import jaxmpi
+
+    other = 1 - jaxmpi.COMM_WORLD.Get_rank()
+    x = np.full(1 << 18, float(jaxmpi.COMM_WORLD.Get_rank()), np.float32)
+
+    @jax.jit
+    def exchange(x):
+        sent = jaxmpi.isend(x, other, tag=1)
+        received = jaxmpi.irecv(x, other, tag=1)
+        interior = jaxmpi.after([sent, received], x) * 2
+        got, _ = jaxmpi.waitall([received, sent], after=interior)
+        return got + interior
+
+    y = jax.device_get(exchange(x))
+    from jaxmpi._runtime import info
+
+    print(f"PROGRESS {info['progress']}: {info['progress_reason']}", flush=True)
+    print(f"VALUES {'right' if np.all(y == other + 2.0 * x) else 'WRONG'}", flush=True)
+
+
 if __name__ == "__main__":
     {"never_sent": never_sent, "serialized_threads": serialized_threads,
-     "debug_lines": debug_lines}[sys.argv[1]]()  # fmt: skip
+     "debug_lines": debug_lines, "never_sent_nonblocking": never_sent_nonblocking,
+     "nonblocking_lines_and_exit": nonblocking_lines_and_exit,
+     "serialized_nonblocking": serialized_nonblocking}[sys.argv[1]]()  # fmt: skip

@@ -29,6 +29,7 @@ def info_lines() -> list[str]:
         f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}: {info['cuda_aware_reason']}",
         f"CUDA            {_cuda_line(cuda)}",
         "dispatch        {}: {}".format(*dispatch_mode()),
+        f"progress        {info['progress']}: {info['progress_reason']}",
         f"checked mode    {_checked_line()}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",

@@ -77,6 +77,13 @@ def _check_environment() -> None:
             f"JAXMPI_DISPATCH={dispatch!r}: expected fast (no runtime token between jitted "
             "calls; the default on CPU) or ordered (JAX's ordered effect)"
         )
+    progress = os.environ.get("JAXMPI_PROGRESS", "").strip().lower()
+    if progress not in ("", "thread", "none"):
+        raise ValueError(
+            f"JAXMPI_PROGRESS={progress!r}: expected thread (a thread of jaxmpi's moves "
+            "non-blocking transfers along while the program computes; the default under "
+            "MPI_THREAD_MULTIPLE) or none (waits block in MPI_Wait)"
+        )
 
 
 def _rank_gpu(devices: int, node_rank: int) -> int | None:
@@ -186,4 +193,6 @@ def _shutdown() -> None:
         jax.effects_barrier()
     finally:
         _dispatch.stop_draining()
-        _native.finalize()
+        # Requests started outside jit and never waited for: cancelled, and said.
+        for request in _native.finalize():
+            print(f"jaxmpi: at exit, {request}", file=sys.stderr)

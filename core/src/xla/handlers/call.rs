@@ -272,11 +272,12 @@ impl<'a> Call<'a> {
     }
 
     /// Bytes of the first data operand: what the call sends; for a receive, which has no
-    /// operand, of its result: what it can receive.
+    /// operand, of its last result: what it can receive (an irecv's first result is its
+    /// request).
     pub fn operand_bytes(&self) -> usize {
         Self::data_buffers(&self.frame.args)
-            .chain(Self::data_buffers(&self.frame.rets))
             .next()
+            .or_else(|| Self::data_buffers(&self.frame.rets).last())
             .map_or(0, |buffer| {
                 let count = Operand {
                     buffer,
