@@ -50,8 +50,9 @@ TOKEN_MESSAGE = (
 )
 
 
-def _valid_calls() -> dict:
-    """Arguments every op would accept on this rank: the token must be the only fault."""
+def _valid_calls(request=None) -> dict:
+    """Arguments every op would accept on this rank: the token must be the only fault.
+    `request`: what `wait` is given (the `null_request` fixture)."""
     x, rows = jnp.ones(3, jnp.float32), jnp.ones((SIZE, 3), jnp.float32)
     counts = (1,) * SIZE
     one = jnp.ones((1, 3), jnp.float32)
@@ -66,6 +67,8 @@ def _valid_calls() -> dict:
         "exscan": (x, jaxmpi.SUM),
         "gather": (x, 0),
         "gatherv": (one, counts, 0),
+        "irecv": (x, jaxmpi.PROC_NULL),
+        "isend": (x, jaxmpi.PROC_NULL),
         "ragged_all_to_all": (rows, rows, *[jnp.zeros(SIZE, jnp.int32)] * 4),
         "recv": (x, RANK),
         "reduce": (x, jaxmpi.SUM, 0),
@@ -75,6 +78,8 @@ def _valid_calls() -> dict:
         "scatterv": (rows if RANK == 0 else one, counts, 0),
         "send": (x, RANK),
         "sendrecv": (x, x, RANK, RANK),
+        "wait": (request,),
+        "waitall": ([],),
     }
 
 
@@ -87,10 +92,18 @@ def test_every_public_op_is_covered():
         for name in jaxmpi.__all__
         if callable(getattr(jaxmpi, name))
         and name[0].islower()
-        and name not in {"raise_mpi_errors", *MPI4JAX_OTHERS}
+        and name not in {"raise_mpi_errors", "after", *MPI4JAX_OTHERS}
     )
     assert public == OPS
-    assert len(OPS) == 19
+    assert len(OPS) == 23
+
+
+@pytest.fixture(scope="module")
+def null_request():
+    """A request for `wait` to be called with: to PROC_NULL, so nothing travels."""
+    request = jaxmpi.isend(jnp.ones(1), jaxmpi.PROC_NULL)
+    yield request
+    jaxmpi.wait(request)
 
 
 def test_every_mpi4jax_name_exists():
@@ -117,8 +130,8 @@ def test_signature_shows_token_after_the_op_s_own_parameters(name):
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 @pytest.mark.parametrize("token", [None, object(), "a token"])
 @pytest.mark.parametrize("name", OPS)
-def test_token_is_refused_as_mpi4jax_refuses_it(name, token, mode):
-    op, args = getattr(jaxmpi, name), _valid_calls()[name]
+def test_token_is_refused_as_mpi4jax_refuses_it(name, token, mode, null_request):
+    op, args = getattr(jaxmpi, name), _valid_calls(null_request)[name]
 
     def run():
         return op(*args, token=token)
