@@ -18,16 +18,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::deferred::Deferred;
+use super::lifecycle::{self, CallInfo};
+use super::ops;
 use super::signature::Address;
-use super::{lifecycle, ops};
 use crate::xla::{monitor, watchdog};
 use crate::{Backend, Error, ErrorsReturned, Library, Progress, Request, Result, ThreadLevel};
 
 /// A started request and what its wait needs to know.
 pub(super) struct Flight {
     pub request: Request,
-    /// The request as a user would name it: "isend (comm 0x44000000, dest 1, tag 0, ...)".
-    pub what: String,
+    /// Which start, and its call (shown by `what`, only when needed).
+    pub op: &'static str,
+    pub call: CallInfo,
     /// Where its data lives: the wait must be handed the same buffer.
     pub buffer: usize,
     /// An mpi4py Status to fill when a receive completes (0: none).
@@ -35,6 +37,13 @@ pub(super) struct Flight {
     pub started: Instant,
     /// Errors of the request's communicator come back as codes until it completes.
     pub _errors: ErrorsReturned<'static>,
+}
+
+impl Flight {
+    /// The request as a user would name it: "isend (comm 0x44000000, dest 1, tag 0, ...)".
+    fn what(&self) -> String {
+        format!("{} ({})", self.op, self.call)
+    }
 }
 
 struct Entry {
@@ -164,14 +173,19 @@ pub(super) fn wait(
             format!(
                 "the wait of {} was handed another buffer than its start: the request \
                  value was copied or rebuilt; pass the Request object itself",
-                entry.flight.what
+                entry.flight.what()
             ),
         ));
     }
-    if entry.outcome.is_none() {
+    // A message that is about to arrive (a small one, or one the agent has nearly moved)
+    // costs less to wait for here than through a future and a wake-up of the agent.
+    let spin = Instant::now();
+    while entry.outcome.is_none() {
         let progress = backend.test(&mut entry.flight.request);
         if !matches!(progress, Ok(Progress::Pending)) {
             entry.outcome = Some(progress);
+        } else if spin.elapsed() > SPIN {
+            break;
         }
     }
     if entry.outcome.is_none() && agent_running(library) {
@@ -200,27 +214,34 @@ fn finish(flight: &Flight, outcome: Result<Progress>) -> Result<()> {
         monitor.note(format!(
             "jaxmpi: rank {}: {} completed after {:.1} us{failed}",
             monitor.rank,
-            flight.what,
+            flight.what(),
             flight.started.elapsed().as_secs_f64() * 1e6
         ));
     }
-    outcome.map(|_| ()).map_err(|err| err.context(&flight.what))
+    outcome
+        .map(|_| ())
+        .map_err(|err| err.context(flight.what()))
 }
 
-/// How long the agent sleeps between tests: short while a wait is waiting, growing to
-/// `IDLE_POLL` while requests are only in flight (the program is computing meanwhile, on
-/// cores the agent should not take).
-const WAITED_POLL: Duration = Duration::from_micros(20);
+/// How long a wait tests its request itself before handing it to the agent.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// How long the agent sleeps between tests while requests are only in flight: from
+/// `FIRST_POLL`, doubling up to `IDLE_POLL` (the program is computing meanwhile, on cores
+/// the agent should not take). While a wait is waiting, the agent tests without sleeping
+/// (yielding its core between tests), as MPI_Wait itself would: the program has nothing
+/// better to do, and a sleep would add the timer's slack (~60 us) to every message.
+const FIRST_POLL: Duration = Duration::from_micros(20);
 const IDLE_POLL: Duration = Duration::from_micros(500);
 
 fn progress_loop(library: &'static dyn Library) {
     let backend = library.backend();
-    let mut pause = WAITED_POLL;
+    let mut pause = FIRST_POLL;
     loop {
         let mut table = table();
         while !table.closed && table.entries.iter().all(|(_, e)| e.outcome.is_some()) {
             table = WAKE.wait(table).unwrap_or_else(|p| p.into_inner());
-            pause = WAITED_POLL;
+            pause = FIRST_POLL;
         }
         if table.closed {
             return;
@@ -232,11 +253,18 @@ fn progress_loop(library: &'static dyn Library) {
             complete(library, entry, deferred);
         }
         check_timeouts(library);
-        pause = match (waited, progressed) {
-            (true, _) | (_, true) => WAITED_POLL,
-            _ => (pause * 2).min(IDLE_POLL),
+        if waited {
+            std::thread::yield_now();
+            continue;
+        }
+        pause = if progressed {
+            FIRST_POLL
+        } else {
+            (pause * 2).min(IDLE_POLL)
         };
-        std::thread::sleep(pause);
+        // A start or a new wait (WAKE) ends the pause early.
+        let guard = self::table();
+        let _ = WAKE.wait_timeout(guard, pause);
     }
 }
 
@@ -284,13 +312,14 @@ fn complete(library: &dyn Library, mut entry: Entry, deferred: Deferred) {
 
 /// A wait waiting longer than `JAXMPI_TIMEOUT` ends the job, as a blocked call does.
 fn check_timeouts(library: &dyn Library) {
-    let Some(timeout) = monitor::timeout_from_env() else {
+    static TIMEOUT: OnceLock<Option<Duration>> = OnceLock::new();
+    let Some(timeout) = *TIMEOUT.get_or_init(monitor::timeout_from_env) else {
         return;
     };
     let table = table();
     let stuck = table.entries.iter().find_map(|(_, e)| {
         let (_, since) = e.waiter.as_ref()?;
-        (since.elapsed() > timeout).then(|| (e.flight.what.clone(), since.elapsed()))
+        (since.elapsed() > timeout).then(|| (e.flight.what(), since.elapsed()))
     });
     drop(table);
     if let (Some((what, waited)), Some(monitor)) = (stuck, lifecycle::monitor()) {
@@ -317,7 +346,7 @@ pub fn shut_down(library: &dyn Library) -> Vec<String> {
         if let Some((deferred, _)) = entry.waiter.take() {
             deferred.finish(Err(Error::library("wait", "jaxmpi shut down first")));
         }
-        let what = entry.flight.what.clone();
+        let what = entry.flight.what();
         if entry.outcome.is_some() {
             left.push(format!("{what}: completed, never waited for"));
             continue;

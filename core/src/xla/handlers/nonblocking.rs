@@ -20,7 +20,8 @@ fn register(call: &Call, request: Request, buffer: usize, status: Address) -> Re
     let library = library()?;
     let flight = Flight {
         request,
-        what: format!("{} ({})", call.name(), CallInfo::of(call)),
+        op: call.name(),
+        call: CallInfo::of(call),
         buffer,
         status,
         started: Instant::now(),
