@@ -265,7 +265,7 @@ matrix_cells pytest run_pytest_cell "${pytest_cells[@]}"
 # change: results that depend on it (roots other than 0 and the last, prefix reductions,
 # alltoall blocks, uneven counts, pairs with one rank left over, communicator splits,
 # the decomposed model, random sequences of ops, control flow, derivatives and vmap
-# across ranks, node-local ranks). Left out there, because the number of ranks does not
+# across ranks, node-local ranks, non-blocking pairs with one rank left over). Left out there, because the number of ranks does not
 # enter them and 1 and 2 ranks on every build already run them: the dtype tables
 # (test_dtypes: how each dtype and op maps to MPI), errors raised while tracing
 # (test_errors) and MPI's own failures (test_mpi_errors: between pairs of ranks), the
@@ -278,7 +278,7 @@ RANK_DEPENDENT_FILES="tests/python/test_collectives.py tests/python/test_varcoun
     tests/python/test_p2p.py tests/python/test_comms.py tests/python/test_randomized.py
     tests/python/test_shallow_water.py tests/python/test_control_flow.py
     tests/python/test_autodiff.py tests/python/test_vmap.py tests/python/test_node_local.py
-    tests/python/test_checked.py tests/python/test_ragged.py"
+    tests/python/test_checked.py tests/python/test_ragged.py tests/python/test_nonblocking.py"
 RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not bfloat16 and not float32 and not complex64"
 rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
 matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"
