@@ -125,7 +125,9 @@ def ragged_all_to_all(
     rows `operand[input_offsets[i]:][:send_sizes[i]]`, goes to rank `i // k`, where it
     lands at row `output_offsets[i]` of that rank's result; `recv_sizes[i]` is the size
     of the slice received from rank `i // k`. The result is `output` with the received
-    slices written in, its other rows kept. One MPI exchange per slice index."""
+    slices written in, its other rows kept. One MPI exchange per slice index, each checked
+    on its own: slices of different indices landing on the same rows are written in index
+    order (the last one kept)."""
     op = "ragged_all_to_all"
     c = resolve_comm(comm, op)
     x, out = array_arg(operand, op), array_arg(output, op)
