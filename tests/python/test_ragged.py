@@ -203,6 +203,23 @@ def test_ragged_all_to_all_two_slices_per_rank():
     assert_array(got, expected)
 
 
+def test_ragged_all_to_all_slices_of_two_indices_on_the_same_rows_keep_the_last():
+    """Each sender's two slices for a rank land on the same row: one exchange per slice
+    index, so the second index's slice is what stays (documented; each index on its own
+    has no overlap)."""
+    k, n = 2, 2 * SIZE
+    operands = [rows_of(r, n) for r in range(SIZE)]
+    outputs = [-rows_of(r, SIZE) for r in range(SIZE)]
+    ss = [[1] * n for _ in range(SIZE)]
+    io = [list(range(n)) for _ in range(SIZE)]  # slice i is row i
+    oo = [[s] * n for s in range(SIZE)]  # sender s's slices land on row s
+    rs = [[1] * n for _ in range(SIZE)]
+    args = [np.asarray(a[RANK], np.int32) for a in (io, ss, oo, rs)]
+    got = jax.jit(jaxmpi.ragged_all_to_all)(operands[RANK], outputs[RANK], *args)
+    expected = np.stack([operands[s][RANK * k + 1] for s in range(SIZE)])
+    assert_array(got, expected)
+
+
 # --- Loops: counts change every iteration ------------------------------------------------
 
 
