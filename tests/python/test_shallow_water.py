@@ -85,6 +85,8 @@ def test_overlap_gives_the_same_bits(decomposed, request):
     """--overlap (isend/irecv started before the interior, waited after it) computes what
     the blocking exchange (sendrecv) does, bit for bit, on every rank's block."""
     blocking, _, _, layout = decomposed
+    if SIZE == 1:
+        pytest.skip("on one rank no halo travels")
     if request.node.callspec.params["decomposed"] == "auto" and layout.px in (SIZE, 1):
         pytest.skip("the automatic layout is the row or the column one here")
     overlapped = _run(jaxmpi.COMM_WORLD, layout.px, overlap=True)[0]
