@@ -5,10 +5,13 @@ The domain is a channel: periodic in x, walls in y. The ranks form a process gri
 (px * py = number of ranks) and each owns a block of cells with a one-cell halo. One
 jitted time step computes the tendencies, takes a third-order Adams-Bashforth step and
 refreshes the halos with `jaxmpi.sendrecv` (PROC_NULL beyond the walls); `lax.fori_loop`
-runs a chunk of steps per call, so a progress bar can follow.
+runs a chunk of steps per call, so a progress bar can follow. With `--overlap` the halos
+travel while the block's interior is computed (`jaxmpi.isend`/`irecv` before it,
+`jaxmpi.wait` after it), with the same results bit for bit.
 
     mpirun -n 4 python examples/shallow_water.py                 # 10 model days, PNG
     mpirun -n 2 python examples/shallow_water.py --benchmark     # prints the solve time
+    mpirun -n 2 python examples/shallow_water.py --benchmark --overlap
     mpirun -n 6 python examples/shallow_water.py --nx 300 --ny 120 --days 2 --float64
 
 Numerics: an Arakawa C grid (h at cell centres, u on east faces, v on north faces) and
@@ -142,6 +145,12 @@ class Layout:
         return Layout(self.nx, self.ny, self.px, self.py, rank)
 
 
+def glue(axis, *parts):
+    """h, u, v of `parts` (each three arrays, or one array of the three) joined along
+    `axis`: the pieces of a window of the haloed fields, or of the tendencies."""
+    return tuple(jnp.concatenate([part[k] for part in parts], axis) for k in range(3))
+
+
 # ---------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------
@@ -152,9 +161,20 @@ class Model:
     holds this rank's block of h, u, v (no halo); history, shape (3, 3, ny, nx), the
     tendencies of the last three steps, step k's in slot k % 3 (a ring: XLA updates one
     slot in place, where shifting two arrays down every step would cost copies); step
-    counts the steps taken."""
+    counts the steps taken. With `overlap`, the halos travel while the block computes
+    (isend/irecv before, wait after), with the same results bit for bit."""
 
-    def __init__(self, nx=360, ny=180, *, comm=None, physics=Physics(), dtype=jnp.float32, px=None):
+    def __init__(
+        self,
+        nx=360,
+        ny=180,
+        *,
+        comm=None,
+        physics=Physics(),
+        dtype=jnp.float32,
+        px=None,
+        overlap=False,
+    ):
         self.comm = jaxmpi.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         if px is None:
@@ -164,6 +184,12 @@ class Model:
         else:
             py = self.size // px
         self.layout = Layout(nx, ny, px, py, self.rank)
+        if min(block(nx, px, px - 1)[1], block(ny, py, py - 1)[1]) < 2:
+            raise ValueError(
+                f"{nx} x {ny} cells over {px} x {py} ranks leaves a block less than 2 cells "
+                "wide, too thin for its boundary rows and columns: use fewer ranks"
+            )
+        self.overlap = overlap
         self.physics, self.dtype = physics, jnp.dtype(dtype)
         self.steps = jax.jit(self._steps, donate_argnums=0)
 
@@ -197,60 +223,102 @@ class Model:
 
     # --- Halos --------------------------------------------------------------------------
 
-    def _with_halo(self, fields):
-        """h, u, v with a one-cell halo from the neighbours: columns first, then whole
-        rows (so the corners come along). Each transfer moves the three fields at once."""
-        lay, comm = self.layout, self.comm
-
-        def sendrecv(send, template, source, dest, tag):
-            return jaxmpi.sendrecv(
-                send, template, source=source, dest=dest, sendtag=tag, recvtag=tag, comm=comm
-            )
-
-        east_edge = jnp.stack([f[:, -1] for f in fields])  # (3, ny) this block's columns
-        west_edge = jnp.stack([f[:, 0] for f in fields])
-        if lay.px == 1:  # periodic onto itself
-            from_west, from_east = east_edge, west_edge
-        else:
-            from_west = sendrecv(east_edge, east_edge, lay.west, lay.east, TAG_EAST)
-            from_east = sendrecv(west_edge, west_edge, lay.east, lay.west, TAG_WEST)
-        wide = [
-            jnp.concatenate([from_west[k][:, None], f, from_east[k][:, None]], axis=1)
-            for k, f in enumerate(fields)
+    def _exchange(self, transfers, work, inputs):
+        """(halos, work(inputs)): the halos that `transfers` bring, each transfer a
+        (send, template, source, dest, tag) as for `sendrecv`, and `work` computed on
+        `inputs` meanwhile. Blocking: one sendrecv each. With --overlap: the transfers
+        start before the work (`jaxmpi.after` ties its inputs to the requests) and are
+        waited for after it (`after=` its result), so they travel while it runs."""
+        comm = self.comm
+        if not self.overlap:
+            halos = [
+                jaxmpi.sendrecv(s, t, source=src, dest=dst, sendtag=tag, recvtag=tag, comm=comm)
+                for s, t, src, dst, tag in transfers
+            ]
+            return halos, work(inputs)
+        # Beyond a wall (PROC_NULL) nothing travels: the halo is the template, as sendrecv
+        # returns it there (an irecv returns a fresh buffer).
+        sends = [
+            jaxmpi.isend(s, dst, tag=tag, comm=comm)
+            for s, _, _, dst, tag in transfers
+            if dst != jaxmpi.PROC_NULL
         ]
-        north_edge = jnp.stack([w[-1] for w in wide])  # (3, nx + 2), corners included
-        south_edge = jnp.stack([w[0] for w in wide])
-        # The walls' halo rows: h and u mirrored (free slip), v = 0 on the wall. They are
-        # the templates of the receives, and beyond a wall the neighbour is PROC_NULL:
-        # sendrecv then receives nothing and returns its template, the wall row.
-        zero = jnp.zeros_like(north_edge[2:])
-        from_south = sendrecv(
-            north_edge, jnp.concatenate([south_edge[:2], zero]), lay.south, lay.north, TAG_NORTH
-        )
-        from_north = sendrecv(
-            south_edge, jnp.concatenate([north_edge[:2], zero]), lay.north, lay.south, TAG_SOUTH
-        )
-        full = [
-            jnp.concatenate([from_south[k][None], w, from_north[k][None]], axis=0)
-            for k, w in enumerate(wide)
+        receives = [
+            t if src == jaxmpi.PROC_NULL else jaxmpi.irecv(t, src, tag=tag, comm=comm)
+            for _, t, src, _, tag in transfers
         ]
-        # Materialize the haloed fields once: left to itself, XLA fuses the concatenations
-        # into every consumer and the step takes twice as long.
-        return jax.lax.optimization_barrier(full)
+        started = sends + [r for r in receives if isinstance(r, jaxmpi.Request)]
+        result = work(jaxmpi.after(started, inputs))
+        jaxmpi.waitall(sends, after=result)
+        halos = [
+            jaxmpi.wait(r, after=result) if isinstance(r, jaxmpi.Request) else r for r in receives
+        ]
+        return halos, result
 
     # --- Dynamics -----------------------------------------------------------------------
 
-    def _coriolis_at_corners(self, nyl):
+    def _tendencies(self, fields):
+        """d(h, u, v)/dt of this block, in two rounds of halo exchange as in a blocking
+        code: the columns (x) first, then whole rows (y) widened by them, so the corners
+        come along. The interior, which needs no halo, is computed during the first round,
+        the western and eastern columns during the second, the southern and northern rows
+        last. Each piece is `_stencil` on a window of the haloed block."""
+        lay = self.layout
+        east_edge = jnp.stack([f[:, -1] for f in fields])  # (3, ny) this block's columns
+        west_edge = jnp.stack([f[:, 0] for f in fields])
+        columns = [
+            (east_edge, east_edge, lay.west, lay.east, TAG_EAST),
+            (west_edge, west_edge, lay.east, lay.west, TAG_WEST),
+        ]
+        halos, interior = self._exchange(
+            columns if lay.px > 1 else [], lambda f: self._stencil(*f, row0=1), fields
+        )
+        from_west, from_east = halos or (east_edge, west_edge)  # px == 1: periodic onto itself
+
+        def wide(rows):  # these block rows with the column halos on either side
+            return glue(
+                1, from_west[:, rows, None], [f[rows] for f in fields], from_east[:, rows, None]
+            )
+
+        south_rows, north_rows = wide(slice(0, 2)), wide(slice(-2, None))  # (2, nx + 2) each
+        north_edge = jnp.stack([w[-1] for w in north_rows])  # corners included
+        south_edge = jnp.stack([w[0] for w in south_rows])
+        # The walls' halo rows: h and u mirrored (free slip), v = 0 on the wall. They are
+        # the templates of the receives, and beyond a wall the neighbour is PROC_NULL:
+        # nothing is received there and the halo is the template, the wall row.
+        zero = jnp.zeros_like(north_edge[2:])
+        rows = [
+            (north_edge, jnp.concatenate([south_edge[:2], zero]), lay.south, lay.north, TAG_NORTH),
+            (south_edge, jnp.concatenate([north_edge[:2], zero]), lay.north, lay.south, TAG_SOUTH),
+        ]
+
+        def west_and_east(args):  # the block's first and last columns, less the corners
+            f, west, east = args
+            west_window = glue(1, west[:, :, None], [c[:, :2] for c in f])
+            east_window = glue(1, [c[:, -2:] for c in f], east[:, :, None])
+            return self._stencil(*west_window, row0=1), self._stencil(*east_window, row0=1)
+
+        (from_south, from_north), (west, east) = self._exchange(
+            rows, west_and_east, (fields, from_west, from_east)
+        )
+        south = self._stencil(*glue(0, from_south[:, None], south_rows), row0=0)
+        north = self._stencil(*glue(0, north_rows, from_north[:, None]), row0=lay.y_block[1] - 1)
+        return glue(0, south, glue(1, west, interior, east), north)
+
+    def _coriolis_at_corners(self, row0, rows):
+        """f at the corners of `rows` block rows from `row0` on: their southern faces and
+        the last one's northern face."""
         p, lay = self.physics, self.layout
-        j0 = lay.y_block[0]
-        y = (j0 + np.arange(nyl + 1)) * p.dy  # corner rows 0..nyl: south face of row 1 on
+        y = (lay.y_block[0] + row0 + np.arange(rows + 1)) * p.dy
         f = p.f0 + p.beta * (y - 0.5 * lay.ny * p.dy)
         return jnp.asarray(f[:, None], self.dtype)
 
-    def _tendencies(self, fields):
-        """d(h, u, v)/dt of this block."""
+    def _stencil(self, h, u, v, *, row0):
+        """d(h, u, v)/dt of the cells of a window of the haloed block: h, u, v of shape
+        (rows + 2, cols + 2), whose first inner row is block row `row0`; the result has
+        shape (rows, cols). Each cell's tendency depends on its 3 x 3 neighbourhood only,
+        so any window gives the same bits for the cells it covers."""
         p = self.physics
-        h, u, v = self._with_halo(fields)  # (ny + 2, nx + 2); block cells at [1:-1, 1:-1]
         dx, dy, g = p.dx, p.dy, p.gravity
         # Mass fluxes: U on the u points of columns 0..nx, V on the v points of rows 0..ny.
         U = u[:, :-1] * 0.5 * (h[:, :-1] + h[:, 1:])
@@ -259,7 +327,7 @@ class Model:
         # Potential vorticity at the corners (j + 1/2, i + 1/2), j = 0..ny, i = 0..nx.
         zeta = (v[:-1, 1:] - v[:-1, :-1]) / dx - (u[1:, :-1] - u[:-1, :-1]) / dy
         h_corner = 0.25 * (h[:-1, :-1] + h[:-1, 1:] + h[1:, :-1] + h[1:, 1:])
-        q = (self._coriolis_at_corners(h.shape[0] - 2) + zeta) / h_corner
+        q = (self._coriolis_at_corners(row0, h.shape[0] - 2) + zeta) / h_corner
         # Bernoulli function g h + K at centres (j, i), j = 1..ny + 1, i = 1..nx + 1.
         ke = 0.25 * (u[1:, 1:] ** 2 + u[1:, :-1] ** 2 + v[1:, 1:] ** 2 + v[:-1, 1:] ** 2)
         bern = g * h[1:, 1:] + ke
@@ -276,7 +344,8 @@ class Model:
 
         du = du + p.viscosity * laplacian(u)
         dv = dv + p.viscosity * laplacian(v)
-        if self.layout.north == jaxmpi.PROC_NULL:  # the wall's v stays 0
+        last_row = row0 + h.shape[0] - 2 == self.layout.y_block[1]
+        if last_row and self.layout.north == jaxmpi.PROC_NULL:  # the wall's v stays 0
             dv = dv.at[-1].set(0)
         return dh, du, dv
 
@@ -425,6 +494,11 @@ def main(argv=None) -> None:
     parser.add_argument("--chunk", type=int, default=100, help="steps per jitted call")
     parser.add_argument("--float64", action="store_true", help="compute in float64")
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="exchange the halos with isend/irecv/wait while the interior computes",
+    )
+    parser.add_argument(
         "--benchmark",
         action="store_true",
         help="no progress bar and no picture; print the solve time",
@@ -433,7 +507,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.float64:
         jax.config.update("jax_enable_x64", True)
-    model = Model(args.nx, args.ny, px=args.px, dtype=jnp.float64 if args.float64 else jnp.float32)
+    dtype = jnp.float64 if args.float64 else jnp.float32
+    model = Model(args.nx, args.ny, px=args.px, dtype=dtype, overlap=args.overlap)
     lay = model.layout
     if model.rank == 0 and not args.benchmark:
         print(
