@@ -273,10 +273,12 @@ isend = define(
     lambda **_: {0: 1},
     host_only=NON_BLOCKING,
 )
+# From PROC_NULL nothing arrives: the template is the buffer (as for recv).
 irecv = define(
     "irecv",
     lambda x, **_: [REQUEST, _same(x)],
-    unread=lambda **_: {0},
+    lambda *, source, **_: {} if _receives(source) else {0: 1},
+    unread=_recv_unread,
     host_only=NON_BLOCKING,
 )
 # `sends`, `peer` and `tag` say what the request does, for the rules: they never reach the

@@ -93,6 +93,19 @@ def test_rank_asymmetric_one_way_traffic(mode):
             assert_array(array, np.asarray(x) * k)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_proc_null_moves_nothing_and_returns_the_template(mode):
+    x = jnp.arange(6.0)
+
+    def f(x):
+        sent = jaxmpi.isend(x, jaxmpi.PROC_NULL)
+        (got,) = jaxmpi.waitall([jaxmpi.irecv(x * 2, jaxmpi.PROC_NULL)])
+        jaxmpi.wait(sent)
+        return got
+
+    assert_array(call(mode, f, x), np.asarray(x) * 2)
+
+
 @needs_ranks(2)
 @needs_mpi4py
 def test_status_names_source_and_tag_of_any_source_receive():

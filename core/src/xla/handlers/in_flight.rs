@@ -13,6 +13,7 @@
 //! results, with transfers advancing only inside MPI calls (or MPI's own progress thread,
 //! e.g. MPICH's `MPIR_CVAR_ASYNC_PROGRESS=1`).
 
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -226,45 +227,79 @@ fn finish(flight: &Flight, outcome: Result<Progress>) -> Result<()> {
 /// How long a wait tests its request itself before handing it to the agent.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// How long the agent sleeps between tests while requests are only in flight: from
-/// `FIRST_POLL`, doubling up to `IDLE_POLL` (the program is computing meanwhile, on cores
-/// the agent should not take). While a wait is waiting, the agent tests without sleeping
-/// (yielding its core between tests), as MPI_Wait itself would: the program has nothing
-/// better to do, and a sleep would add the timer's slack (~60 us) to every message.
-const FIRST_POLL: Duration = Duration::from_micros(20);
-const IDLE_POLL: Duration = Duration::from_micros(500);
+/// How long the agent sleeps between tests while requests are in flight and no wait waits
+/// yet: the program computes meanwhile, and a large message moves a piece per test (MPI's
+/// shared-memory cells, or its pipelined copies), so the tests must come often; each
+/// costs ~1 us, ~5% of a core at this interval. While a wait waits, the agent tests
+/// without sleeping (yielding its core between tests), as MPI_Wait itself would.
+const POLL: Duration = Duration::from_micros(20);
+
+extern "C" {
+    /// Linux `prctl` (every libc has it).
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+}
+
+/// Lets the agent's sleeps last what they ask: Linux stretches a thread's timed sleeps by
+/// its timer slack (50 us by default), which would quadruple `POLL`.
+fn tight_sleeps() {
+    const PR_SET_TIMERSLACK: i32 = 29;
+    // SAFETY: PR_SET_TIMERSLACK takes a number of nanoseconds and changes only the calling
+    // thread's timer slack; no pointer is passed.
+    unsafe { prctl(PR_SET_TIMERSLACK, 1_000, 0, 0, 0) };
+}
+
+type Completion = (Entry, Deferred);
+
+fn completer(library: &'static dyn Library) -> Option<(Sender<Completion>, JoinHandle<()>)> {
+    let (sender, completions) = channel::<Completion>();
+    let spawned = std::thread::Builder::new()
+        .name("jaxmpi-complete".into())
+        .spawn(move || {
+            for (entry, deferred) in completions {
+                complete(library, entry, deferred);
+            }
+        });
+    spawned.ok().map(|handle| (sender, handle))
+}
 
 fn progress_loop(library: &'static dyn Library) {
     let backend = library.backend();
-    let mut pause = FIRST_POLL;
+    let completer = completer(library);
+    tight_sleeps();
     loop {
         let mut table = table();
         while !table.closed && table.entries.iter().all(|(_, e)| e.outcome.is_some()) {
             table = WAKE.wait(table).unwrap_or_else(|p| p.into_inner());
-            pause = FIRST_POLL;
         }
         if table.closed {
+            drop(table);
+            if let Some((sender, handle)) = completer {
+                drop(sender);
+                let _ = handle.join();
+            }
             return;
         }
         let (done, waited) = test_all(&mut table, backend);
         drop(table);
-        let progressed = !done.is_empty();
         for (entry, deferred) in done {
-            complete(library, entry, deferred);
+            match &completer {
+                Some((sender, _)) => {
+                    if let Err(unsent) = sender.send((entry, deferred)) {
+                        let (entry, deferred) = unsent.0;
+                        complete(library, entry, deferred);
+                    }
+                }
+                None => complete(library, entry, deferred),
+            }
         }
         check_timeouts(library);
-        if waited {
+        if waited || std::env::var_os("JAXMPI_SPIN").is_some() {
             std::thread::yield_now();
             continue;
         }
-        pause = if progressed {
-            FIRST_POLL
-        } else {
-            (pause * 2).min(IDLE_POLL)
-        };
         // A start or a new wait (WAKE) ends the pause early.
         let guard = self::table();
-        let _ = WAKE.wait_timeout(guard, pause);
+        let _ = WAKE.wait_timeout(guard, POLL);
     }
 }
 
