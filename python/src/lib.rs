@@ -331,6 +331,12 @@ fn ragged_origins() -> Vec<&'static str> {
     ragged::ORIGINS.to_vec()
 }
 
+/// The CPU cores each rank of this node may use: whether a progress thread has one to spare.
+#[pyfunction]
+fn set_cores_per_rank(cores: f64) {
+    in_flight::set_cores_per_rank(cores);
+}
+
 /// Waits for a request started outside jit (`value`: the bits of its request value) whose
 /// transfer uses the buffer at `buffer`.
 #[pyfunction]
@@ -377,6 +383,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(wait_request, m)?)?;
+    m.add_function(wrap_pyfunction!(set_cores_per_rank, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
     m.add_function(wrap_pyfunction!(checked_mode, m)?)?;

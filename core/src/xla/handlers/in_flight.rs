@@ -87,9 +87,21 @@ pub fn progress_requested() -> Option<String> {
     (!value.is_empty()).then_some(value)
 }
 
-/// Whether waits complete through the agent: "thread" or "none", and why.
+/// The CPU cores each rank of this node may use (set once at start-up by Python, which
+/// knows the process's CPU set and the ranks sharing the node).
+static CORES_PER_RANK: OnceLock<f64> = OnceLock::new();
+
+pub fn set_cores_per_rank(cores: f64) {
+    let _ = CORES_PER_RANK.set(cores);
+}
+
+/// Whether waits complete through the agent: "thread" or "none", and why. By default the
+/// agent runs only where each rank has a core to spare for it: where ranks fill the
+/// cores, its tests take time from the computation it should overlap (measured in
+/// benches/RESULTS.md: slower than blocking waits on a 2-core machine at 2 ranks).
 pub fn progress_mode(library: &dyn Library) -> (&'static str, String) {
     let level = library.thread_level();
+    let cores = CORES_PER_RANK.get().copied().unwrap_or(1.0);
     match progress_requested().as_deref() {
         Some("none") => ("none", "JAXMPI_PROGRESS=none".into()),
         _ if level < ThreadLevel::Multiple => (
@@ -100,7 +112,17 @@ pub fn progress_mode(library: &dyn Library) -> (&'static str, String) {
             ),
         ),
         Some("thread") => ("thread", "JAXMPI_PROGRESS=thread".into()),
-        _ => ("thread", "default under MPI_THREAD_MULTIPLE".into()),
+        _ if cores < 2.0 => (
+            "none",
+            format!(
+                "{cores:.1} CPU cores per rank on this node: a progress thread would take \
+                 time from the rank's own computation (JAXMPI_PROGRESS=thread forces it)"
+            ),
+        ),
+        _ => (
+            "thread",
+            format!("{cores:.1} CPU cores per rank on this node, MPI_THREAD_MULTIPLE"),
+        ),
     }
 }
 
@@ -225,7 +247,7 @@ fn finish(flight: &Flight, outcome: Result<Progress>) -> Result<()> {
 }
 
 /// How long a wait tests its request itself before handing it to the agent.
-const SPIN: Duration = Duration::from_micros(50);
+const SPIN: Duration = Duration::from_micros(200);
 
 /// How long the agent sleeps between tests while requests are in flight and no wait waits
 /// yet: the program computes meanwhile, and a large message moves a piece per test (MPI's
