@@ -83,7 +83,11 @@ def test_decomposed_equals_one_rank(decomposed, one_rank):
 
 def test_overlap_gives_the_same_bits(decomposed, request):
     """--overlap (isend/irecv started before the interior, waited after it) computes what
-    the blocking exchange (sendrecv) does, bit for bit, on every rank's block."""
+    the blocking exchange (sendrecv) does, on every rank's block: bit for bit on JAX
+    0.10; on JAX 0.6.2, 0.11 and 0.12, whose XLA compiles the two programs' kernels
+    differently (the interior is a kernel of its own when it must be done before the
+    wait), values differ in their last bits (measured: 1 of 338 on 0.11 and 0.12, a
+    quarter on 0.6.2; at most 1.1e-14 absolute, with h near 100)."""
     blocking, _, _, layout = decomposed
     if SIZE == 1:
         pytest.skip("on one rank no halo travels")
@@ -92,7 +96,10 @@ def test_overlap_gives_the_same_bits(decomposed, request):
     overlapped = _run(jaxmpi.COMM_WORLD, layout.px, overlap=True)[0]
     if RANK == 0:
         for name, got, want in zip("huv", overlapped, blocking):
-            np.testing.assert_array_equal(got, want, err_msg=name)
+            if jax.__version__.startswith("0.10."):
+                np.testing.assert_array_equal(got, want, err_msg=name)
+            else:
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-13, err_msg=name)
 
 
 def test_mass_is_conserved(decomposed):
