@@ -22,6 +22,9 @@ pub const TIMEOUT_EXIT_CODE: i32 = 70;
 /// harm either: a rank that exits without MPI_Finalize makes every launcher end the job.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
 
+/// How long the report gets to reach the launcher before MPI_Abort.
+const REPORT_FORWARDING: Duration = Duration::from_millis(200);
+
 extern "C" {
     /// POSIX `_exit` (every libc has it): ends the process at once, running nothing.
     fn _exit(status: i32) -> !;
@@ -70,6 +73,9 @@ pub(crate) fn report_and_abort(
         report += &format!("jaxmpi: rank {rank}: set JAXMPI_DEBUG=1 to see the last calls.\n");
     }
     eprint!("{report}");
+    // The launcher forwards each rank's stderr through a pipe; MPI_Abort makes it tear the
+    // job down, and a report still in the pipe can be lost (seen once under load on MPICH).
+    std::thread::sleep(REPORT_FORWARDING);
     let spawned = std::thread::Builder::new()
         .name("jaxmpi-abort-grace".into())
         .spawn(move || {
