@@ -31,21 +31,9 @@ from jax.typing import ArrayLike
 
 from . import _dispatch, _jax_shim, _native
 from . import _primitive as prim
-from ._comm import (
-    ANY_SOURCE,
-    ANY_TAG,
-    PEER_ANY,
-    PEER_NULL,
-    TAG_ANY,
-    CommArg,
-    encode_dest,
-    encode_source,
-    encode_tag,
-    resolve_comm,
-    status_address,
-)
+from ._comm import PEER_ANY, PEER_NULL, TAG_ANY, CommArg, CommInfo
 from ._errors import raise_mpi_errors
-from ._ops import array_arg
+from ._ops import recv_args, send_args
 from ._token import refuses_token
 
 
@@ -76,8 +64,7 @@ class Request:
         return f"jaxmpi.Request({op} {toward} {_peer_name(p['peer'])}, tag {tag})"
 
 
-def _start(primitive, name: str, x, comm: CommArg, peer: int, tag: int, **attrs) -> Request:
-    c = resolve_comm(comm, name)
+def _start(primitive, x, c: CommInfo, peer: int, tag: int, **attrs) -> Request:
     value, buffer = primitive.bind(x, comm=c.handle, tag=tag, **attrs)
     params = {"comm": c.handle, "sends": primitive is prim.isend, "peer": peer, "tag": tag}
     return Request(value, buffer, params)
@@ -88,11 +75,8 @@ def _start(primitive, name: str, x, comm: CommArg, peer: int, tag: int, **attrs)
 def isend(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> Request:
     """Starts sending `x` to rank `dest`; returns the request to `wait` for. `x` is not
     copied: XLA keeps it alive until the wait."""
-    x = array_arg(x, "isend")
-    size = resolve_comm(comm, "isend").size
-    dest = encode_dest(dest, size, "isend")
-    tag = encode_tag(tag, "isend", allow_any=False)
-    return _start(prim.isend, "isend", x, comm, dest, tag, dest=dest)
+    x, c, dest, tag = send_args(x, dest, tag, comm, "isend")
+    return _start(prim.isend, x, c, dest, tag, dest=dest)
 
 
 @refuses_token
@@ -110,12 +94,8 @@ def irecv(
     `status` (an mpi4py Status) if given. For derivatives, give a named source, and a
     template that depends on the differentiated values (such as the halo it replaces), as
     for `recv`."""
-    x = array_arg(x, "irecv")
-    size = resolve_comm(comm, "irecv").size
-    source = encode_source(ANY_SOURCE if source is None else source, size, "irecv")
-    tag = encode_tag(ANY_TAG if tag is None else tag, "irecv", allow_any=True)
-    address = status_address(status, "irecv")
-    return _start(prim.irecv, "irecv", x, comm, source, tag, source=source, status=address)
+    x, c, source, tag, address = recv_args(x, source, tag, comm, status, "irecv")
+    return _start(prim.irecv, x, c, source, tag, source=source, status=address)
 
 
 def _waitable(request: Any, op: str) -> Request:

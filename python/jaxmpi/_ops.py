@@ -172,14 +172,31 @@ def alltoall(x: ArrayLike, *, comm: CommArg = None) -> jax.Array:
     return y
 
 
+def send_args(x: ArrayLike, dest: int, tag: int, comm: CommArg, op: str) -> tuple:
+    """A send's arguments checked and encoded: (array, communicator, dest, tag)."""
+    x = array_arg(x, op)
+    c = resolve_comm(comm, op)
+    return x, c, encode_dest(dest, c.size, op), encode_tag(tag, op, allow_any=False)
+
+
+def recv_args(
+    x: ArrayLike, source: int | None, tag: int | None, comm: CommArg, status: Any, op: str
+) -> tuple:
+    """A receive's arguments checked and encoded: (template, communicator, source, tag,
+    status address); no source or tag means any."""
+    x = array_arg(x, op)
+    c = resolve_comm(comm, op)
+    source = encode_source(ANY_SOURCE if source is None else source, c.size, op)
+    tag = encode_tag(ANY_TAG if tag is None else tag, op, allow_any=True)
+    return x, c, source, tag, status_address(status, op)
+
+
 @refuses_token
 @raise_mpi_errors()
 def send(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> list:
     """Sends `x` to rank `dest`."""
-    x = array_arg(x, "send")
-    c = resolve_comm(comm, "send")
-    dest = encode_dest(dest, c.size, "send")
-    return prim.send.bind(x, comm=c.handle, dest=dest, tag=encode_tag(tag, "send", allow_any=False))
+    x, c, dest, tag = send_args(x, dest, tag, comm, "send")
+    return prim.send.bind(x, comm=c.handle, dest=dest, tag=tag)
 
 
 @refuses_token
@@ -194,13 +211,8 @@ def recv(
 ) -> jax.Array:
     """Receives an array shaped like `x` (a template; its values are ignored) from
     `source` (default: any) with `tag` (default: any); fills `status` if given."""
-    x = array_arg(x, "recv")
-    c = resolve_comm(comm, "recv")
-    source = encode_source(ANY_SOURCE if source is None else source, c.size, "recv")
-    tag = encode_tag(ANY_TAG if tag is None else tag, "recv", allow_any=True)
-    (y,) = prim.recv.bind(
-        x, comm=c.handle, source=source, tag=tag, status=status_address(status, "recv")
-    )
+    x, c, source, tag, address = recv_args(x, source, tag, comm, status, "recv")
+    (y,) = prim.recv.bind(x, comm=c.handle, source=source, tag=tag, status=address)
     return y
 
 

@@ -382,21 +382,6 @@ def _barrier_batching(args, dims, **params):
 # transposed interior just as the forward one overlaps the interior.
 
 
-def _start_jvp(primitive, name: str):
-    def jvp(primals, tangents, **params):
-        outs = primitive.bind(*primals, **params)
-        if not _differentiable(primals[0]):
-            return outs, [jnp.zeros_like(o) for o in outs]
-        if primitive is prim.irecv and params["source"] == PEER_ANY:
-            raise NotImplementedError(
-                f"jaxmpi.{name}: cannot differentiate a receive from ANY_SOURCE; give the source rank"
-            )
-        quiet = dict(params, status=0) if "status" in params else params
-        return outs, primitive.bind(*tangents, **quiet)
-
-    return jvp
-
-
 def _wait_jvp(primitive, name: str):
     """The tangent's wait follows the tangents of what the wait follows."""
 
@@ -489,8 +474,8 @@ RULES: dict[str, Rules] = {
     "sendrecv": Rules(_named_source_jvp, _sendrecv_transpose, (_front, _front)),
     "barrier": Rules(None, None, _barrier_batching),
     "ragged_alltoallv": Rules(_ragged_jvp, _ragged_alltoallv_transpose, _ragged_alltoallv_batching),
-    "isend": Rules(_start_jvp, _start_transpose(prim.isend), _start_batching(prim.isend)),
-    "irecv": Rules(_start_jvp, _start_transpose(prim.irecv), _start_batching(prim.irecv)),
+    "isend": Rules(_linear_jvp, _start_transpose(prim.isend), _start_batching(prim.isend)),
+    "irecv": Rules(_named_source_jvp, _start_transpose(prim.irecv), _start_batching(prim.irecv)),
     "wait": Rules(_wait_jvp, _wait_transpose, _wait_batching),
     "allreduce_transposed": Rules(_linear_jvp, _allreduce_transposed_transpose, (_front, _front)),
 }  # fmt: skip

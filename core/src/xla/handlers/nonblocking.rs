@@ -10,13 +10,19 @@ use super::in_flight::{self, Flight};
 use super::lifecycle::CallInfo;
 use super::signature::Address;
 use super::{attrs, Call};
-use crate::{library, Backend, ErrorsReturned, Library, Request, Result};
+use crate::{library, Backend, Comm, ErrorsReturned, Library, Request, Result};
 
 /// Results of a start: the request value, then the buffer of the transfer.
 const REQUEST: usize = 0;
 const TRANSFER: usize = 1;
 
-fn register(call: &Call, request: Request, buffer: usize, status: Address) -> Result<()> {
+fn register(
+    call: &Call,
+    comm: Comm,
+    request: Request,
+    buffer: usize,
+    status: Address,
+) -> Result<()> {
     let library = library()?;
     let flight = Flight {
         request,
@@ -25,7 +31,7 @@ fn register(call: &Call, request: Request, buffer: usize, status: Address) -> Re
         buffer,
         status,
         started: Instant::now(),
-        _errors: ErrorsReturned::on(library, comm_of(call)?)?,
+        _errors: ErrorsReturned::on(library, comm)?,
     };
     let key = in_flight::start(library, flight)?;
     let value = call.ret(REQUEST)?;
@@ -64,17 +70,13 @@ fn decode(value: [u32; 2]) -> Option<u64> {
     Some(part(lo)? | part(hi)? << 23)
 }
 
-fn comm_of(call: &Call) -> Result<crate::Comm> {
-    Ok(crate::Comm(call.scalar_i64("comm")? as u64 as usize))
-}
-
 pub fn isend(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Isend) -> Result<()> {
     let buffer = call.ret(TRANSFER)?;
     // SAFETY: the transfer buffer (the operand, aliased) is an operand of the request's wait
     // and of nothing that writes it: XLA keeps it alive and unchanged until the wait has
     // completed, which only happens once MPI is done with it.
     let request = unsafe { backend.isend(a.comm, buffer.buf()?, a.dest, a.tag) }?;
-    register(call, request, buffer.data() as usize, Address(0))
+    register(call, a.comm, request, buffer.data() as usize, Address(0))
 }
 
 pub fn irecv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Irecv) -> Result<()> {
@@ -82,7 +84,7 @@ pub fn irecv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Ire
     // SAFETY: the buffer is a result only the request's wait reads (and aliases to its own
     // result): alive until the wait has completed, written by nobody but MPI.
     let request = unsafe { backend.irecv(a.comm, buffer.buf_mut()?, a.source, a.tag) }?;
-    register(call, request, buffer.data() as usize, a.status)
+    register(call, a.comm, request, buffer.data() as usize, a.status)
 }
 
 pub fn wait(call: &Call, _: &dyn Library, _: &dyn Backend, _: &attrs::Wait) -> Result<()> {
