@@ -7,8 +7,9 @@ jitted time step computes the tendencies, takes a third-order Adams-Bashforth st
 refreshes the halos with `jaxmpi.sendrecv` (PROC_NULL beyond the walls); `lax.fori_loop`
 runs a chunk of steps per call, so a progress bar can follow. With `--overlap` the halos
 travel while the block's interior is computed (`jaxmpi.isend`/`irecv` before it,
-`jaxmpi.wait` after it), with the same results (bit for bit on JAX 0.10; within
-1e-13 on 0.6, 0.11 and 0.12, whose XLA rounds the cut kernels differently).
+`jaxmpi.wait` after it), with the same results: bit for bit on JAX 0.10; on 0.6, 0.11
+and 0.12 the last bits of some values move (at most 1e-14 in float64): XLA compiles the
+two programs' kernels differently (on 0.6 it contracts other products into FMAs).
 
     mpirun -n 4 python examples/shallow_water.py                 # 10 model days, PNG
     mpirun -n 2 python examples/shallow_water.py --benchmark     # prints the solve time
