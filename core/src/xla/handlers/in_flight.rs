@@ -189,17 +189,21 @@ pub(super) fn wait(
             ),
         ));
     };
-    let entry = &mut table.entries[index].1;
-    if entry.flight.buffer != buffer {
+    let flight = &table.entries[index].1.flight;
+    if flight.buffer != buffer {
         return Err(Error::invalid_argument(
             "request",
             format!(
                 "the wait of {} was handed another buffer than its start: the request \
                  value was copied or rebuilt; pass the Request object itself",
-                entry.flight.what()
+                flight.what()
             ),
         ));
     }
+    // Out of the table the request is this wait's alone: it is tested without the lock,
+    // so the agent and other threads' starts and waits go on meanwhile.
+    let (_, mut entry) = table.entries.swap_remove(index);
+    drop(table);
     // A message that is about to arrive (a small one, or one the agent has nearly moved)
     // costs less to wait for here than through a future and a wake-up of the agent.
     let spin = Instant::now();
@@ -212,14 +216,16 @@ pub(super) fn wait(
         }
     }
     if entry.outcome.is_none() && agent_running(library) {
-        if let Some(deferred) = defer() {
-            entry.waiter = Some((deferred, Instant::now()));
-            WAKE.notify_all();
-            return Ok(());
+        let mut table = self::table();
+        if !table.closed {
+            if let Some(deferred) = defer() {
+                entry.waiter = Some((deferred, Instant::now()));
+                table.entries.push((key, entry));
+                WAKE.notify_all();
+                return Ok(());
+            }
         }
     }
-    let (_, mut entry) = table.entries.swap_remove(index);
-    drop(table);
     let outcome = match entry.outcome.take() {
         Some(outcome) => outcome,
         None => backend.wait(&mut entry.flight.request),
