@@ -181,7 +181,7 @@ def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).
     node = _native.node_local_rank(_native.world())
     _native.set_cores_per_rank(_cores_per_rank(node[1]))
-    mpi = _native.info()
+    mpi = _native.info()  # read again: its progress mode follows the cores per rank
     for name, capsule in _native.handlers("cpu"):
         _jax_shim.register_ffi_target(name, capsule, platform="cpu")
     _dispatch.configure(

@@ -217,13 +217,17 @@ pub(super) fn wait(
     }
     if entry.outcome.is_none() && agent_running(library) {
         let mut table = self::table();
-        if !table.closed {
-            if let Some(deferred) = defer() {
-                entry.waiter = Some((deferred, Instant::now()));
-                table.entries.push((key, entry));
-                WAKE.notify_all();
-                return Ok(());
-            }
+        if table.closed {
+            // Exit came during the spin: what shut_down does to the requests it finds.
+            drop(table);
+            let _ = backend.abandon(entry.flight.request);
+            return Err(shut_down_first());
+        }
+        if let Some(deferred) = defer() {
+            entry.waiter = Some((deferred, Instant::now()));
+            table.entries.push((key, entry));
+            WAKE.notify_all();
+            return Ok(());
         }
     }
     let outcome = match entry.outcome.take() {
@@ -231,6 +235,11 @@ pub(super) fn wait(
         None => backend.wait(&mut entry.flight.request),
     };
     finish(&entry.flight, outcome)
+}
+
+/// The failure of a wait that exit overtook.
+fn shut_down_first() -> Error {
+    Error::library("wait", "jaxmpi shut down first")
 }
 
 /// What a completed request leaves: its receive's status filled in, its debug line.
@@ -407,7 +416,7 @@ pub fn shut_down(library: &dyn Library) -> Vec<String> {
     let mut left = Vec::new();
     for mut entry in entries {
         if let Some((deferred, _)) = entry.waiter.take() {
-            deferred.finish(Err(Error::library("wait", "jaxmpi shut down first")));
+            deferred.finish(Err(shut_down_first()));
         }
         let what = entry.flight.what();
         if entry.outcome.is_some() {
