@@ -3,9 +3,12 @@
 //! `select` chooses and loads the process's library; `mpi` is the one generic backend over
 //! the three ABI families; `device` runs the same ops on GPU buffers (staged through host
 //! memory, or passed straight to a CUDA-aware MPI), with `device::cuda` for NVIDIA GPUs.
+//! `xla_collectives` is the second front end: the MPI calls of JAX's own collectives,
+//! which jaxlib forwards to this library.
 
 pub mod device;
 pub mod mpi;
 pub mod select;
+pub mod xla_collectives;
 
 pub use select::{select, select_with};

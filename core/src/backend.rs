@@ -27,6 +27,8 @@ pub trait Library: Send + Sync {
     fn initialized_here(&self) -> bool;
     /// Finalizes MPI if this library initialized it and nobody finalized it yet.
     fn finalize(&self) -> Result<()>;
+    /// Whether MPI has been finalized in this process, by anyone (MPI_Finalized).
+    fn finalized(&self) -> bool;
     /// Whether the library can take device (CUDA) pointers directly.
     fn cuda_aware(&self) -> bool;
     /// Why the process passes device pointers to MPI or stages them, in words.

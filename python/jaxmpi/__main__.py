@@ -11,7 +11,7 @@ def info_lines() -> list[str]:
     import jax
     import jaxlib
 
-    from jaxmpi import _support
+    from jaxmpi import _support, _xla_collectives
     from jaxmpi._dispatch import dispatch_mode
     from jaxmpi._runtime import cuda, info
 
@@ -31,6 +31,7 @@ def info_lines() -> list[str]:
         "dispatch        {}: {}".format(*dispatch_mode()),
         f"progress        {info['progress']}: {info['progress_reason']}",
         f"checked mode    {_checked_line()}",
+        "JAX collectives {}: {}".format(*_xla_collectives.explain()),
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",
         f"jaxlib          {jaxlib.__version__}",

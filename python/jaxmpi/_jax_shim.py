@@ -6,8 +6,9 @@ primitive, a lowering that threads the effect's token through an XLA FFI call, J
 registries, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
 lowers, compiles and drains a program, and, inside shard_map, the lowering's axis context
 (which devices share an op's block, which processes run the program), the results' varying
-manual axes and the manual sharding GSPMD wants on a side-effecting call. Each is written
-here once, for every supported JAX (0.6.2 to the newest).
+manual axes and the manual sharding GSPMD wants on a side-effecting call, and whether
+jaxlib can run XLA's CPU collectives over MPI. Each is written here once, for every
+supported JAX (0.6.2 to the newest).
 """
 
 from __future__ import annotations
@@ -147,6 +148,12 @@ def register_lowering(primitive: Primitive, rule, platform: str) -> None:
 
 def register_ffi_target(name: str, capsule, platform: str) -> None:
     jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
+
+
+def jaxlib_has_mpi_collectives() -> bool:
+    """Whether this jaxlib builds XLA's MPI CPU collectives (`jax_cpu_collectives_implementation
+    ="mpi"`, through the MPItrampoline it carries)."""
+    return hasattr(_xc._xla, "make_mpi_collectives")
 
 
 # --- Autodiff and batching rules ----------------------------------------------------------

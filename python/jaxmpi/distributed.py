@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from . import _dispatch, _native
+from . import _dispatch, _native, _xla_collectives
 
 # What `initialize` decides itself, from the MPI job.
 _SET_HERE = ("coordinator_address", "num_processes", "process_id")
@@ -29,11 +29,19 @@ def _coordinator_address(one_host: bool) -> str:
     return f"{host}:{_free_port()}"
 
 
-def initialize(**kwargs: Any) -> None:
+def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     """Starts `jax.distributed` with process id = this rank of MPI's world, process count =
     the world's size, and a coordinator on rank 0 (a free port on loopback when every rank
     is on one host, else on rank 0's host name), its address sent to the other ranks over
     MPI. Collective over the world: every rank calls it, before any JAX computation.
+
+    `collectives` is what JAX's own cross-process collectives on the CPU run over (psum,
+    all_gather, ppermute in shard_map, and those XLA inserts into sharded programs):
+    "mpi", the job's MPI, through jaxmpi's library; "gloo", JAX's TCP default; or "auto"
+    (the default), MPI wherever it works (one CPU device per process, jaxlib loaded jaxmpi's
+    plug-in, MPI_THREAD_MULTIPLE), else gloo. "mpi" raises where MPI cannot work, saying
+    why; `python -m jaxmpi info` says which is used and why.
+
     Other keyword arguments (e.g. `initialization_timeout`, `local_device_ids`) go to
     `jax.distributed.initialize` unchanged."""
     taken = [name for name in _SET_HERE if name in kwargs]
@@ -43,6 +51,8 @@ def initialize(**kwargs: Any) -> None:
             "(rank 0's host, the world's size, this rank); leave it out, or call "
             "jax.distributed.initialize yourself"
         )
+    implementation, why = _xla_collectives.choose(collectives, kwargs.get("local_device_ids"))
+    jax.config.update("jax_cpu_collectives_implementation", implementation)
     world = _native.world()
     rank, size = _native.comm_rank(world), _native.comm_size(world)
     _, node_size = _native.node_local_rank(world)  # collective: every rank asks
@@ -58,6 +68,7 @@ def initialize(**kwargs: Any) -> None:
             f"{jax.process_count()}, MPI rank {rank} of {size}"
         )
     _dispatch.process_index_is_world_rank = True
+    _xla_collectives.chosen = (implementation, why)
 
 
 __all__ = ["initialize"]

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use jaxmpi_backends::device::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
+use jaxmpi_backends::xla_collectives;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
     checked, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER,
@@ -88,11 +89,21 @@ fn discard_failure(message: &str) {
 }
 
 /// Selects, loads and initializes the MPI library once per process; later calls return at
-/// once. `prefixes` are searched before the system path (sys.prefix and friends).
+/// once. `prefixes` are searched before the system path (sys.prefix and friends). From
+/// then on jaxmpi's exit (`finalize`), not XLA's, finalizes MPI.
 #[pyfunction]
 fn init(py: Python<'_>, prefixes: Vec<PathBuf>) -> PyResult<()> {
     py.detach(|| jaxmpi_backends::select_with(&SearchPath { prefixes }).map(|_| ()))
-        .map_err(to_py)
+        .map_err(to_py)?;
+    xla_collectives::finalize_at_runtime_exit();
+    Ok(())
+}
+
+/// Whether jaxlib's MPItrampoline loaded this module as its MPI library at `import jax`
+/// (`MPITRAMPOLINE_LIB`), so that XLA's MPI collectives would run through jaxmpi.
+#[pyfunction]
+fn xla_plugin_loaded() -> bool {
+    xla_collectives::loaded_by_jaxlib()
 }
 
 /// What was loaded and why: the content of `python -m jaxmpi info`.
@@ -368,6 +379,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(handlers, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_rank_device, m)?)?;

@@ -1,9 +1,8 @@
 """jaxmpi inside JAX's sharded programs: jax.distributed started by
 `jaxmpi.distributed.initialize`, a mesh over every process's one device, ops inside
-`shard_map` next to JAX's own collectives.
+`shard_map` next to JAX's own collectives (over MPI too: the default).
 
-jax.distributed must start before any JAX computation in the process, so this file runs
-in a pytest cell of its own (JAXMPI_TEST_SHARDED=1, this file only); elsewhere it skips.
+Runs in a pytest cell of its own (JAXMPI_TEST_SHARDED=1; see sharding.py).
 """
 
 from __future__ import annotations
@@ -11,31 +10,17 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
-if os.environ.get("JAXMPI_TEST_SHARDED") != "1":
-    pytest.skip("set JAXMPI_TEST_SHARDED=1 (a cell of its own)", allow_module_level=True)
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from sharding import MESH, UNCHECKED, shard_map, sharded
 
 import jaxmpi
 import jaxmpi.distributed
 from helpers import MPI, RANK, SIZE, assert_array, needs_mpi4py, needs_ranks
-
-jaxmpi.distributed.initialize()
-
-try:  # public from JAX 0.7 on
-    from jax import shard_map as _shard_map
-
-    _unchecked = {"check_vma": False}
-except ImportError:
-    from jax.experimental.shard_map import shard_map as _shard_map
-
-    _unchecked = {"check_rep": False}
 
 # For the tests that start their own processes: shard_map wherever this JAX has it, and a
 # jitted allreduce inside it over every device (`f`).
@@ -49,32 +34,7 @@ _ALLREDUCE_OVER_EVERY_DEVICE = (
     "                      in_specs=P('x'), out_specs=P('x'), **kw))\n"
 )
 
-# Block i of the mesh is process i, which jaxmpi.distributed.initialize made MPI rank i.
-MESH = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))
 pytestmark = needs_ranks(2)
-
-
-def sharded(body, *local_inputs):
-    """`body` on this rank's `local_inputs` inside jit(shard_map) over the mesh of every
-    process; this rank's block of each result, as numpy."""
-
-    def blocks(*xs):
-        outs = body(*(x[0] for x in xs))
-        return jax.tree.map(lambda y: y[None], outs)
-
-    program = jax.jit(
-        _shard_map(blocks, mesh=MESH, in_specs=P("x"), out_specs=P("x"), **_unchecked)
-    )
-    sharding = NamedSharding(MESH, P("x"))
-    device = jax.local_devices()[0]
-    global_inputs = [
-        jax.make_array_from_single_device_arrays(
-            (SIZE, *np.shape(x)), sharding, [jax.device_put(np.asarray(x)[None], device)]
-        )
-        for x in local_inputs
-    ]
-    outs = program(*global_inputs)
-    return jax.tree.map(lambda y: np.asarray(y.addressable_shards[0].data)[0], outs)
 
 
 def rows(rank, n=3):
@@ -142,7 +102,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("op", sorted(CASES))
-def test_op_inside_shard_map(op):
+def test_op_insideshard_map(op):
     body, local, expected = CASES[op]
     assert_array(sharded(body, local), np.asarray(expected, np.float64), op)
 
@@ -189,12 +149,12 @@ def test_a_loop_carrying_an_op_result_passes_shard_maps_checks():
 
         return jax.lax.fori_loop(0, SIZE, step, x)
 
-    program = jax.jit(_shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P("x")))
+    program = jax.jit(shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P("x")))
     x = jax.make_array_from_process_local_data(NamedSharding(MESH, P("x")), rows(RANK))
     assert_array(program(x).addressable_data(0), rows(RANK))
 
 
-def test_many_iterations_of_a_loop_inside_shard_map():
+def test_many_iterations_of_a_loop_insideshard_map():
     steps = 200
 
     def body(x):
@@ -218,7 +178,7 @@ def test_successive_programs_keep_their_order():
         assert_array(got, sum(ALL) * k, f"program {k}")
 
 
-def test_grad_through_an_op_inside_shard_map():
+def test_grad_through_an_op_insideshard_map():
     def loss(x):
         return jnp.sum(jaxmpi.allreduce(x * x, jaxmpi.SUM))
 
@@ -227,7 +187,7 @@ def test_grad_through_an_op_inside_shard_map():
     assert_array(grad, 2 * rows(RANK))
 
 
-def test_vmap_through_an_op_inside_shard_map():
+def test_vmap_through_an_op_insideshard_map():
     def body(x):
         return jax.vmap(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM))(x)
 
@@ -276,22 +236,22 @@ def test_a_mesh_axis_left_automatic_is_refused():
     axis only: the block the op sees still spans the processes."""
     mesh = Mesh(MESH.devices.reshape(SIZE, 1), ("procs", "one"))
     try:
-        program = _shard_map(
+        program = shard_map(
             lambda v: jaxmpi.allreduce(v, jaxmpi.SUM),
             mesh=mesh,
             in_specs=P(None, "one"),
             out_specs=P(None, "one"),
             axis_names={"one"},
-            **_unchecked,
+            **UNCHECKED,
         )
     except TypeError:  # JAX 0.6's shard_map names its automatic axes instead
-        program = _shard_map(
+        program = shard_map(
             lambda v: jaxmpi.allreduce(v, jaxmpi.SUM),
             mesh=mesh,
             in_specs=P(None, "one"),
             out_specs=P(None, "one"),
             auto=frozenset({"procs"}),
-            **_unchecked,
+            **UNCHECKED,
         )
     x = jax.device_put(np.ones((SIZE, 1)), NamedSharding(mesh, P(None, "one")))
     with pytest.raises(ValueError, match=r"jaxmpi\.allreduce: .*shard_map"):
@@ -302,12 +262,12 @@ def _allreduce_over(processes, comm=None):
     """jit(shard_map) of an allreduce on `comm` over a mesh of the devices of `processes`
     (one each), and its operand: a global array every process can make."""
     mesh = Mesh(np.array([d for d in MESH.devices if d.process_index in processes]), ("x",))
-    program = _shard_map(
+    program = shard_map(
         lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=comm),
         mesh=mesh,
         in_specs=P("x"),
         out_specs=P("x"),
-        **_unchecked,
+        **UNCHECKED,
     )
     table = np.stack([rows(r) for r in sorted(processes)])
     return jax.jit(program), jax.device_put(table, NamedSharding(mesh, P("x")))
@@ -427,7 +387,7 @@ def test_readme_example():
         new = 0.5 * (jnp.concatenate([left, u[:-1]]) + jnp.concatenate([u[1:], right]))
         return new, jax.lax.psum(jnp.sum((new - u) ** 2), "x")
 
-    relax = jax.jit(_shard_map(relax, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P())))
+    relax = jax.jit(shard_map(relax, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P())))
     local = np.arange(4.0) + 4 * RANK
     u = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x")), local)
     new, residual = relax(u)

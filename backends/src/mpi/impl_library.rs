@@ -18,6 +18,12 @@ impl<A: Abi> Library for MpiLibrary<A> {
     fn finalize(&self) -> Result<()> {
         self.finalize_if_owned()
     }
+    fn finalized(&self) -> bool {
+        let mut finalized = 0;
+        // SAFETY: may be called at any time, also after MPI_Finalize; writes one int.
+        unsafe { (self.fns.MPI_Finalized)(&mut finalized) };
+        finalized != 0
+    }
     fn cuda_aware(&self) -> bool {
         self.cuda_aware.aware
     }

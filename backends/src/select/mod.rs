@@ -7,7 +7,7 @@
 pub mod detect;
 #[cfg(feature = "linked")]
 pub mod linked;
-mod loaded;
+pub(crate) mod loaded;
 
 use std::ffi::c_int;
 use std::path::Path;

@@ -1,8 +1,9 @@
 //! The XLA front end: what XLA calls (the FFI handlers and their C ABI) and what every call
 //! carries around its op body (the monitor behind `JAXMPI_DEBUG`, the watchdog behind
 //! `JAXMPI_TIMEOUT`). Nothing here is seen by a backend: backends implement the vocabulary
-//! at the crate's root.
+//! at the crate's root. `collectives` tracks the MPI calls XLA makes itself the same way.
 
+pub mod collectives;
 pub mod ffi;
 pub mod handlers;
 mod monitor;

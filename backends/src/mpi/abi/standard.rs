@@ -10,6 +10,49 @@ use super::{nonzero, Abi, Predefined};
 
 pub struct Standard;
 
+impl Standard {
+    /// The predefined handles, fixed by the standard (also the encoding of jaxmpi's plug-in
+    /// for jaxlib, `xla_collectives`, whose tests check it against `mpi_abi.h`).
+    pub const PREDEFINED: Predefined<Handle> = Predefined {
+        comm_world: 0x101,
+        comm_self: 0x102,
+        comm_null: 0x100,
+        op_null: 0x020,
+        datatype_null: 0x200,
+        errors_return: 0x143,
+        info_null: 0x130,
+        datatypes: [
+            0x238, // C_BOOL
+            0x240, // INT8_T
+            0x248, // INT16_T
+            0x250, // INT32_T
+            0x258, // INT64_T
+            0x241, // UINT8_T
+            0x249, // UINT16_T
+            0x251, // UINT32_T
+            0x259, // UINT64_T
+            0x249, // float16 as UINT16_T
+            0x249, // bfloat16 as UINT16_T
+            0x210, // FLOAT
+            0x214, // DOUBLE
+            0x212, // C_FLOAT_COMPLEX
+            0x216, // C_DOUBLE_COMPLEX
+        ],
+        ops: [
+            0x21, // SUM
+            0x24, // PROD
+            0x22, // MIN
+            0x23, // MAX
+            0x30, // LAND
+            0x31, // LOR
+            0x32, // LXOR
+            0x28, // BAND
+            0x29, // BOR
+            0x2a, // BXOR
+        ],
+    };
+}
+
 /// Pointer-sized handle; `usize` rather than a pointer type so it is `Send + Sync`.
 /// The C functions take it in the same register either way.
 pub type Handle = usize;
@@ -36,44 +79,7 @@ impl Abi for Standard {
     ];
 
     fn predefined(_lib: &Library) -> Result<Predefined<Handle>, String> {
-        Ok(Predefined {
-            comm_world: 0x101,
-            comm_self: 0x102,
-            comm_null: 0x100,
-            op_null: 0x020,
-            datatype_null: 0x200,
-            errors_return: 0x143,
-            info_null: 0x130,
-            datatypes: [
-                0x238, // C_BOOL
-                0x240, // INT8_T
-                0x248, // INT16_T
-                0x250, // INT32_T
-                0x258, // INT64_T
-                0x241, // UINT8_T
-                0x249, // UINT16_T
-                0x251, // UINT32_T
-                0x259, // UINT64_T
-                0x249, // float16 as UINT16_T
-                0x249, // bfloat16 as UINT16_T
-                0x210, // FLOAT
-                0x214, // DOUBLE
-                0x212, // C_FLOAT_COMPLEX
-                0x216, // C_DOUBLE_COMPLEX
-            ],
-            ops: [
-                0x21, // SUM
-                0x24, // PROD
-                0x22, // MIN
-                0x23, // MAX
-                0x30, // LAND
-                0x31, // LOR
-                0x32, // LXOR
-                0x28, // BAND
-                0x29, // BOR
-                0x2a, // BXOR
-            ],
-        })
+        Ok(Self::PREDEFINED)
     }
 
     fn handle_from_raw(raw: usize) -> Result<Handle, String> {

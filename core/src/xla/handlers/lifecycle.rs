@@ -76,6 +76,12 @@ pub(super) fn monitor() -> Option<&'static Monitor> {
     MONITOR.get().copied().flatten()
 }
 
+/// The process's monitor, deciding on the first call whether there is one (from the
+/// environment: `JAXMPI_DEBUG`, `JAXMPI_TIMEOUT`, the thread level).
+pub(crate) fn monitor_of(library: &'static dyn Library) -> Option<&'static Monitor> {
+    *MONITOR.get_or_init(|| monitor_from_env(library))
+}
+
 fn monitor_from_env(library: &'static dyn Library) -> Option<&'static Monitor> {
     let timeout = monitor::timeout_from_env();
     let debug = monitor::debug_from_env();
@@ -118,7 +124,7 @@ pub(super) fn run<A: Attrs>(
         }
         body(&attrs)
     };
-    match MONITOR.get_or_init(|| monitor_from_env(library)) {
+    match monitor_of(library) {
         None => with_errors_returned(),
         Some(monitor) => {
             let tracked = Tracked {

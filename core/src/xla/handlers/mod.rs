@@ -19,6 +19,7 @@ mod signature;
 mod tests;
 
 pub use call::Call;
+pub(crate) use lifecycle::monitor_of;
 pub use signature::{
     Address, AttrDecl, Counts, Kind, Signature, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
 };

@@ -1,0 +1,101 @@
+//! The MPI calls XLA makes itself, for JAX's own CPU collectives (`psum`, `all_gather`,
+//! `ppermute`, and those XLA inserts into sharded programs), when jaxlib's MPItrampoline
+//! forwards them to jaxmpi (the plug-in in `jaxmpi_backends::xla_collectives`). They are
+//! tracked by the same monitor as jaxmpi's own ops: a `JAXMPI_DEBUG` line each, the
+//! `JAXMPI_TIMEOUT` watchdog, and the refusal of concurrent calls below
+//! MPI_THREAD_MULTIPLE.
+
+use std::ffi::c_void;
+use std::fmt;
+
+use super::handlers::monitor_of;
+use super::monitor::Tracked;
+use crate::{Comm, Library, Result};
+
+/// One MPI call of XLA's, as the debug line and the watchdog's report name it.
+pub struct XlaCall {
+    /// The MPI function XLA called (`MPI_Allreduce`).
+    pub function: &'static str,
+    pub comm: Comm,
+    pub dest: Option<i32>,
+    pub source: Option<i32>,
+    /// What it sends (or, for a receive, can receive).
+    pub bytes: usize,
+}
+
+impl fmt::Display for XlaCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} for XLA (comm {:#x}", self.function, self.comm.0)?;
+        if let Some(dest) = self.dest {
+            write!(f, ", dest {dest}")?;
+        }
+        if let Some(source) = self.source {
+            write!(f, ", source {source}")?;
+        }
+        write!(f, ", {} bytes)", self.bytes)
+    }
+}
+
+/// # Safety
+/// `frame` must point to the `XlaCall` of a call still running (the monitor only describes
+/// calls in flight).
+unsafe fn describe(frame: *const c_void, _name: &'static str) -> String {
+    // SAFETY: forwarded from the caller.
+    unsafe { &*(frame as *const XlaCall) }.to_string()
+}
+
+/// Runs `body`, the whole of `call`, tracked by the process's monitor.
+pub fn track(
+    library: &'static dyn Library,
+    call: &XlaCall,
+    body: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    match monitor_of(library) {
+        None => body(),
+        Some(monitor) => {
+            let tracked = Tracked {
+                name: call.function,
+                frame: call as *const XlaCall as *const c_void,
+                describe,
+            };
+            monitor.run(tracked, body)
+        }
+    }
+}
+
+/// Shows `line` under `JAXMPI_DEBUG` (and keeps it for the watchdog's report).
+pub fn debug_note(library: &'static dyn Library, line: impl FnOnce() -> String) {
+    if let Some(monitor) = monitor_of(library).filter(|m| m.debug) {
+        monitor.note(format!("jaxmpi: rank {}: {}", monitor.rank, line()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_names_the_mpi_function_comm_peers_and_bytes() {
+        let call = XlaCall {
+            function: "MPI_Sendrecv",
+            comm: Comm(0x8400_0002),
+            dest: Some(1),
+            source: Some(0),
+            bytes: 64,
+        };
+        assert_eq!(
+            call.to_string(),
+            "MPI_Sendrecv for XLA (comm 0x84000002, dest 1, source 0, 64 bytes)"
+        );
+        let call = XlaCall {
+            function: "MPI_Allreduce",
+            dest: None,
+            source: None,
+            ..call
+        };
+        assert_eq!(
+            call.to_string(),
+            "MPI_Allreduce for XLA (comm 0x84000002, 64 bytes)"
+        );
+    }
+}

@@ -1,0 +1,81 @@
+"""jaxmpi's startup hook: points jaxlib at jaxmpi's MPI plug-in before `import jax`.
+
+jaxlib carries MPItrampoline, which dlopens the library named by MPITRAMPOLINE_LIB when jax
+is imported and sends XLA's MPI calls (JAX's own collectives, with
+`jax_cpu_collectives_implementation="mpi"`) there. jaxmpi's extension module is such a
+library, but most programs import jax before jaxmpi, so the wheel installs this module with
+a .pth file that Python runs at startup: it sets MPITRAMPOLINE_LIB for the processes of this
+environment. Loading the module at `import jax` runs none of its code and loads no MPI:
+programs that never use MPI collectives are untouched (`jaxmpi.distributed.initialize`
+chooses MPI or gloo). jaxmpi's own import calls `install()` too, for a jaxmpi imported
+before jax from a source tree.
+
+Nothing is set where MPITRAMPOLINE_LIB is set already (the user's plug-in wins), or where
+the jaxlib found is not one whose MPItrampoline jaxmpi's plug-in was checked against (a
+newer one could resolve names the plug-in lacks, and MPItrampoline ends the process at
+`import jax` when it cannot).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# jaxlib minor releases whose MPItrampoline (5.3.1: MPI ABI 2.9, 634 names) the plug-in
+# implements, checked by ci/xla_collectives_contract.py; keep the newest in step with
+# jaxmpi._support.NEWEST_TESTED.
+CHECKED_JAXLIB = ((0, 6), (0, 12))
+
+
+def _jaxlib_version(folder: str) -> tuple[int, int] | None:
+    """(major, minor) from jaxlib's version.py, read as text: importing jaxlib is not free."""
+    try:
+        with open(os.path.join(folder, "version.py"), encoding="utf-8") as source:
+            for line in source:
+                if line.startswith("_version"):
+                    text = line.split("=", 1)[1].strip().strip("'\"")
+                    major, minor = text.split(".")[:2]
+                    return int(major), int(minor)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _find(name: str) -> str | None:
+    """The folder of top-level package `name` on sys.path, without importing it."""
+    for entry in sys.path:
+        folder = os.path.join(entry or ".", name)
+        if os.path.isfile(os.path.join(folder, "__init__.py")):
+            return folder
+    return None
+
+
+def plugin() -> str | None:
+    """jaxmpi's extension module, the plug-in, if jaxmpi is installed beside this file or on
+    sys.path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (os.path.join(here, "jaxmpi"), _find("jaxmpi")):
+        if folder and os.path.isdir(folder):
+            for name in os.listdir(folder):
+                if name.startswith("_native.") and name.endswith(".so"):
+                    return os.path.join(folder, name)
+    return None
+
+
+def checked_jaxlib() -> bool:
+    """Whether the jaxlib on sys.path is one the plug-in's contract was checked against."""
+    folder = _find("jaxlib")
+    version = _jaxlib_version(folder) if folder else None
+    return version is not None and CHECKED_JAXLIB[0] <= version <= CHECKED_JAXLIB[1]
+
+
+def install() -> None:
+    """Sets MPITRAMPOLINE_LIB to jaxmpi's plug-in, where it can still take effect."""
+    if "MPITRAMPOLINE_LIB" in os.environ or "jax" in sys.modules:
+        return
+    path = plugin()
+    if path is not None and checked_jaxlib():
+        os.environ["MPITRAMPOLINE_LIB"] = path
+
+
+install()
