@@ -171,6 +171,22 @@ check_wheels() {
     ((bad == 0))
 }
 
+# The plug-in jaxlib loads for JAX's own collectives (backends/src/xla_collectives): every
+# name each jaxlib of the matrix resolves is in the generated contract, with the values it
+# was generated with, and the extension module the wheel installed exports all of them.
+check_xla_contract() {
+    local venv jaxlib module bad=0
+    module=$(echo "$ROOT"/.venvs/mpich/lib/python3.*/site-packages/jaxmpi/_native.abi3.so)
+    for venv in mpich jax-oldest py3.13-jax-0.11 py3.13-jax-0.12; do
+        jaxlib=$(echo "$ROOT/.venvs/$venv"/lib/python3.*/site-packages/jaxlib)
+        python3 "$ROOT/ci/xla_collectives_contract.py" --jaxlib "$jaxlib" \
+            --abi-header "$ROOT/.venvs/mpich/include/mpi_abi.h" --check || bad=$((bad + 1))
+        python3 "$ROOT/ci/xla_collectives_contract.py" --jaxlib "$jaxlib" --exports "$module" ||
+            bad=$((bad + 1))
+    done
+    ((bad == 0))
+}
+
 cargo_test() {
     # Unit tests that need a real MPI library find it through these.
     JAXMPI_TEST_LIBS_MPICH="$ROOT/.venvs/mpich/lib/libmpi.so.12" \
@@ -196,6 +212,7 @@ step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf check_needed
 # One wheel per architecture for every Python >= 3.10 and glibc >= 2.17.
 step "wheels: abi3, manylinux tag, size" wheel-check check_wheels
+step "XLA plug-in: the names of jaxlib 0.6.2 to 0.12 exported" xla-contract check_xla_contract
 
 # ---------------------------------------------------------------------------
 # The MPI matrix: the probe on every build at 1, 2 and 3 ranks, then the Python
@@ -283,13 +300,18 @@ RANK_DEPENDENT_K="not int8 and not int16 and not uint32 and not uint64 and not b
 rank_dependent_cell() { PYTEST_TARGETS=$RANK_DEPENDENT_FILES PYTEST_K=$RANK_DEPENDENT_K run_pytest_cell "$@"; }
 matrix_cells pytest-ranks rank_dependent_cell "${JAXMPI_MATRIX_BUILDS[0]} 3" "${JAXMPI_MATRIX_BUILDS[0]} 4"
 
-# Inside JAX's sharded programs (jax.distributed over loopback, ops inside shard_map):
-# jax.distributed must start before any JAX computation, so the file runs alone, at 2
-# ranks on every build (5-14 s a cell, most of it the processes' start: ~80 s in all),
-# and at 4 ranks on the first, where a mesh can leave out ranks of a communicator or cut
-# one in two; there without the two tests that start processes of their own on rank 0
-# (the number of ranks does not enter them; ~12 s of the cell's ~20 s).
-sharded_cell() { PYTEST_TARGETS=tests/python/test_sharded.py run_pytest_cell "$@" JAXMPI_TEST_SHARDED=1; }
+# Inside JAX's sharded programs (jax.distributed over loopback, ops inside shard_map) and
+# JAX's own collectives over MPI (test_xla_collectives.py: every collective XLA sends to
+# MPI, a 2 x 2 mesh at 4 ranks): jax.distributed must start before any JAX computation, so
+# the two files run in a pytest process of their own, at 2 ranks on every build (8-18 s a
+# cell, most of it the processes' start), and at 4 ranks on the first, where a mesh can
+# leave out ranks of a communicator or cut one in two; there without the two tests that
+# start processes of their own on rank 0 (the number of ranks does not enter them; ~12 s
+# of the cell's ~30 s).
+sharded_cell() {
+    PYTEST_TARGETS="tests/python/test_sharded.py tests/python/test_xla_collectives.py" \
+        run_pytest_cell "$@" JAXMPI_TEST_SHARDED=1
+}
 sharded_ranks_cell() { PYTEST_K="not several_local_devices and not process_count_that_differs" sharded_cell "$@"; }
 sharded_cells=()
 for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do sharded_cells+=("$build 2"); done
@@ -319,6 +341,12 @@ matrix_cells large large_cell "pypi-mpich-5 2" "debian-openmpi-4.1 2"
 
 GROUP=linked
 step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
+# JAX's collectives over MPI, a job per check: import and initialization orders on every
+# family (the usual order on every build), exit status, JAXMPI_DEBUG's lines, a stuck
+# collective under JAXMPI_TIMEOUT, the refusals, a program without MPI collectives.
+GROUP=xla-collectives
+step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" xla-jobs \
+    "$ROOT/tests/xla_collectives_jobs.sh"
 GROUP=reliability
 # Failures that end a job: a receive that never matches under JAXMPI_TIMEOUT, concurrent
 # calls below MPI_THREAD_MULTIPLE, JAXMPI_DEBUG's lines, bad values of the env vars.

@@ -11,15 +11,18 @@ include/), an encoding fixed before any MPI is chosen, which jaxmpi translates a
 out; every other one becomes a function that fails naming itself.
 
     python3 ci/xla_collectives_contract.py --jaxlib SITE/jaxlib --abi-header mpi_abi.h [--check]
+    python3 ci/xla_collectives_contract.py --jaxlib SITE/jaxlib --exports _native.abi3.so
 
 --check compares instead of writing, and fails naming each difference (ci/test.sh runs it
-against every jaxlib of the matrix).
+against every jaxlib of the matrix); --exports MODULE checks that a built extension module
+defines every name of the contract (and those MPItrampoline reads before it).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,7 +52,9 @@ def abi_values(header: Path) -> dict[str, tuple[str, str]]:
     raw: dict[str, str] = {}
     for m in re.finditer(r"^#define\s+(MPIX?_\w+)\s+(.+?)\s*(?:/\*.*)?$", text, re.M):
         raw[m.group(1)] = m.group(2)
-    for m in re.finditer(r"^\s+(MPIX?_\w+)\s*=\s*(-?(?:0x)?[0-9A-Fa-f]+)\s*(?:,|/\*|$)", text, re.M):
+    for m in re.finditer(
+        r"^\s+(MPIX?_\w+)\s*=\s*(-?(?:0x)?[0-9A-Fa-f]+)\s*(?:,|/\*|$)", text, re.M
+    ):
         raw.setdefault(m.group(1), m.group(2))
     values: dict[str, tuple[str, str]] = {}
 
@@ -132,12 +137,38 @@ def generate(jaxlib: Path, header: Path, source: str) -> str:
     )
 
 
+# What MPItrampoline reads before the table: the versions, and the call it makes once.
+PREAMBLE = [
+    "mpiabi_version_major", "mpiabi_version_minor", "mpiabi_version_patch",
+    "mpiwrapper_version_major", "mpiwrapper_version_minor", "mpiwrapper_version_patch",
+    "mpiwrapper_export_fortran_constants_",
+]  # fmt: skip
+
+
+def check_exports(module: Path, names: list[str]) -> int:
+    listed = subprocess.run(
+        ["nm", "-D", "--defined-only", str(module)], capture_output=True, text=True, check=True
+    ).stdout
+    defined = {line.split()[-1] for line in listed.splitlines() if line.strip()}
+    missing = [name for name in PREAMBLE + names if name not in defined]
+    if missing:
+        print(f"{module}: {len(missing)} names jaxlib resolves are not exported: {missing[:20]}")
+        return 1
+    print(f"{module}: exports all {len(PREAMBLE) + len(names)} names jaxlib's MPItrampoline reads")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jaxlib", type=Path, required=True, help="jaxlib's package folder")
-    parser.add_argument("--abi-header", type=Path, required=True, help="an MPI-5 mpi_abi.h")
+    parser.add_argument("--abi-header", type=Path, help="an MPI-5 mpi_abi.h (to generate)")
     parser.add_argument("--check", action="store_true", help="compare, do not write")
+    parser.add_argument("--exports", type=Path, help="a built module to check instead")
     args = parser.parse_args()
+    if args.exports:
+        return check_exports(args.exports, jaxlib_names(args.jaxlib))
+    if args.abi_header is None:
+        parser.error("--abi-header is needed to generate or --check")
     text = generate(args.jaxlib, args.abi_header, "MPICH 5's mpi_abi.h")
     if not args.check:
         OUTPUT.write_text(text)

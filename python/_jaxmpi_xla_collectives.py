@@ -41,30 +41,33 @@ def _jaxlib_version(folder: str) -> tuple[int, int] | None:
     return None
 
 
-def _find(name: str) -> str | None:
-    """The folder of top-level package `name` on sys.path, without importing it."""
-    for entry in sys.path:
+def _package(name: str, beside: str) -> str | None:
+    """The folder of top-level package `name`: beside this file (a wheel installs both into
+    one site-packages), else the first on sys.path; found without importing it."""
+    for entry in (beside, *sys.path):
         folder = os.path.join(entry or ".", name)
         if os.path.isfile(os.path.join(folder, "__init__.py")):
             return folder
     return None
 
 
-def plugin() -> str | None:
-    """jaxmpi's extension module, the plug-in, if jaxmpi is installed beside this file or on
-    sys.path."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (os.path.join(here, "jaxmpi"), _find("jaxmpi")):
-        if folder and os.path.isdir(folder):
-            for name in os.listdir(folder):
-                if name.startswith("_native.") and name.endswith(".so"):
-                    return os.path.join(folder, name)
+def plugin(beside: str = os.path.dirname(os.path.abspath(__file__))) -> str | None:
+    """jaxmpi's extension module, the plug-in (found as `_package` finds jaxmpi)."""
+    folder = _package("jaxmpi", beside)
+    if folder is None:
+        return None
+    wheel = os.path.join(folder, "_native.abi3.so")  # what maturin names it
+    if os.path.isfile(wheel):
+        return wheel
+    for name in os.listdir(folder):  # a source build may name it for one Python
+        if name.startswith("_native.") and name.endswith(".so"):
+            return os.path.join(folder, name)
     return None
 
 
-def checked_jaxlib() -> bool:
-    """Whether the jaxlib on sys.path is one the plug-in's contract was checked against."""
-    folder = _find("jaxlib")
+def checked_jaxlib(beside: str = os.path.dirname(os.path.abspath(__file__))) -> bool:
+    """Whether the jaxlib found is one the plug-in's contract was checked against."""
+    folder = _package("jaxlib", beside)
     version = _jaxlib_version(folder) if folder else None
     return version is not None and CHECKED_JAXLIB[0] <= version <= CHECKED_JAXLIB[1]
 

@@ -35,7 +35,8 @@ def _local_cpu_devices(local_device_ids: Any) -> int:
     """How many CPU devices this process will have, from what is set before JAX starts."""
     if local_device_ids is not None:
         return len(local_device_ids) if hasattr(local_device_ids, "__len__") else 1
-    configured = jax.config.jax_num_cpu_devices
+    # JAX's config has an attribute per option, made at run time (unknown to mypy).
+    configured = jax.config.jax_num_cpu_devices  # type: ignore[attr-defined]
     if configured and configured > 0:
         return int(configured)
     forced = re.search(
@@ -48,7 +49,7 @@ def _on_gpus() -> bool:
     """Whether JAX would run this process's arrays on GPUs (a CUDA plugin, not excluded)."""
     from ._runtime import cuda
 
-    platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+    platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")  # type: ignore[attr-defined]
     return bool(cuda["plugin"]) and platforms.strip().lower() not in ("cpu",)
 
 

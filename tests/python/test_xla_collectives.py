@@ -10,6 +10,8 @@ traffic went through MPI, the watchdog) are in tests/xla_collectives_jobs.sh.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -238,6 +240,44 @@ def test_a_thread_level_below_multiple_is_refused(monkeypatch):
     check_raises(
         RuntimeError, ["MPI_THREAD_SERIALIZED", "worker threads"], _xla_collectives.choose, "mpi"
     )
+
+
+def test_a_function_xla_never_calls_fails_naming_itself(capfd):
+    """Called for real through the symbol jaxlib would resolve: an error code, the message
+    on stderr and from MPI_Error_string, no crash."""
+    import ctypes
+
+    module = ctypes.CDLL(_xla_collectives.plugin_path())
+    code = module.MPIABI_Bsend(None, 0, 0, 0, 0, 0)
+    assert code == ctypes.c_int.in_dll(module, "MPIABI_ERR_UNSUPPORTED_OPERATION").value
+    text = ctypes.create_string_buffer(1024)
+    length = ctypes.c_int()
+    assert module.MPIABI_Error_string(code, text, ctypes.byref(length)) == 0
+    assert b"MPI_Bsend was called through jaxlib's MPI interface" in text.value[: length.value]
+    assert "MPI_Bsend was called" in capfd.readouterr().err
+
+
+def test_the_startup_hook_sets_mpitrampoline_lib_only_where_it_can_work(monkeypatch, tmp_path):
+    import _jaxmpi_xla_collectives as hook
+
+    from jaxmpi import _support
+
+    newest = _support.release(_support.NEWEST_TESTED)[:2]
+    assert hook.CHECKED_JAXLIB[1] == newest, "keep the hook's newest jaxlib in step"
+    assert hook.plugin() == _xla_collectives.plugin_path()
+    assert hook.checked_jaxlib()
+    for version, checked in [("0.12.9", True), ("0.13.0", False), ("0.5.3", False)]:
+        (tmp_path / "jaxlib").mkdir(exist_ok=True)
+        (tmp_path / "jaxlib" / "__init__.py").write_text("")
+        (tmp_path / "jaxlib" / "version.py").write_text(f'_version: str = "{version}"\n')
+        assert hook.checked_jaxlib(beside=str(tmp_path)) is checked, version
+    # Set already (the user's plug-in), or too late (jax imported): left alone.
+    monkeypatch.setenv("MPITRAMPOLINE_LIB", "/elsewhere/libmpiwrapper.so")
+    hook.install()
+    assert os.environ["MPITRAMPOLINE_LIB"] == "/elsewhere/libmpiwrapper.so"
+    monkeypatch.delenv("MPITRAMPOLINE_LIB")
+    hook.install()
+    assert "MPITRAMPOLINE_LIB" not in os.environ
 
 
 def test_info_says_which_and_why():

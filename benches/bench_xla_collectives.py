@@ -1,0 +1,335 @@
+"""JAX's own collectives over MPI through jaxmpi's plug-in, against gloo (JAX's default on
+the CPU) and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks:
+
+- `psum`, `all_gather` and `ppermute` inside shard_map at 1, 4 Ki and 4 Mi float32, each a
+  jitted `fori_loop`, next to the jaxmpi op doing the same (`allreduce`, `allgather`,
+  `sendrecv`) in the same processes;
+- one step of a data-parallel training loop written with shardings only (a 3-layer MLP,
+  parameters replicated, the batch split over the processes): XLA all-reduces the gradients
+  itself, no jaxmpi op anywhere;
+- what loading the plug-in costs: `import jax` with and without it (alternated, medians),
+  the startup hook's import and the module's dlopen alone.
+
+    python benches/bench_xla_collectives.py [--rounds 3] [--mpiwrapper LIB] [--launcher CMD]
+                                            [--imports 20] [--part all|collectives|import]
+
+(`benches/setup_mpiwrapper.sh` builds the stock MPIwrapper, for --mpiwrapper.)
+
+The driver starts one job per implementation and round (each implementation is fixed per
+process), alternating them; a case's time is the best of its rounds, rank 0's (the loops
+synchronize the ranks). Prints Markdown tables. `--worker IMPL` is what each job runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+SIZES = {"1": 1, "4 Ki": 4096, "4 Mi": 4 * 1024 * 1024}
+STEPS = {"1": 400, "4 Ki": 200, "4 Mi": 10}
+IMPLEMENTATIONS = {
+    "gloo": "gloo",
+    "mpi": "MPI via jaxmpi",
+    "mpiwrapper": "MPI via stock MPIwrapper",
+    "mpiwrapper-multiple": "stock MPIwrapper, MPI at MULTIPLE",
+}
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def _start(implementation: str):
+    """jax.distributed over the job, XLA's collectives as asked; jaxmpi (None for the stock
+    plug-in, whose MPI jaxmpi must not share) and this rank, size."""
+    import jax
+
+    if implementation.startswith("mpiwrapper"):
+        if implementation == "mpiwrapper-multiple":
+            # XLA asks for MPI_THREAD_FUNNELED; initialized first at MULTIPLE (what jaxmpi's
+            # plug-in runs at, for XLA's worker threads and jaxmpi's), the same library
+            # takes MPICH's locks on every call: that difference, measured on its own.
+            from mpi4py import MPI  # noqa: F401
+        rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+        size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+        jax.config.update("jax_cpu_collectives_implementation", "mpi")
+        jax.distributed.initialize(f"127.0.0.1:{os.environ['PORT']}", size, rank)
+        return None, rank, size
+    import jaxmpi
+    import jaxmpi.distributed
+
+    jaxmpi.distributed.initialize(collectives=implementation)
+    return jaxmpi, jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
+
+
+def _worker(implementation: str) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    jaxmpi, rank, size = _start(implementation)
+    try:
+        from jax import shard_map
+
+        unchecked = {"check_vma": False}
+    except ImportError:
+        from jax.experimental.shard_map import shard_map
+
+        unchecked = {"check_rep": False}
+    mesh = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))
+    blocks = NamedSharding(mesh, P("x"))
+    ring = [(r, (r + 1) % size) for r in range(size)]
+    up, down = (rank - 1) % size, (rank + 1) % size
+
+    steps_of = {
+        "psum": lambda x: jax.lax.psum(x, "x") * (1.0 / size),
+        # Row 0 of the gathered blocks: XLA:CPU's sum over the gathered axis would cost more
+        # than the gather at 4 Mi (148 ms against 22, measured).
+        "all_gather": lambda x: jax.lax.all_gather(x, "x")[0],
+        "ppermute": lambda x: jax.lax.ppermute(x, "x", ring),
+    }
+    if jaxmpi is not None:
+        steps_of |= {
+            "jaxmpi.allreduce": lambda x: jaxmpi.allreduce(x, jaxmpi.SUM) * (1.0 / size),
+            "jaxmpi.allgather": lambda x: jaxmpi.allgather(x)[0],
+            "jaxmpi.sendrecv": lambda x: jaxmpi.sendrecv(x, x, source=up, dest=down),
+        }
+
+    def report(case: str, label: str, seconds: float, per: int) -> None:
+        if rank == 0:
+            row = {"impl": implementation, "case": case, "size": label, "us": 1e6 * seconds / per}
+            print("ROW " + json.dumps(row), flush=True)
+
+    def best_of(program, x, repeat=3) -> float:
+        jax.block_until_ready(program(x))  # compiled, warm
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            jax.block_until_ready(program(x))
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    for label, n in SIZES.items():
+        x = jax.make_array_from_process_local_data(blocks, np.ones(n, np.float32))
+        steps = STEPS[label]
+        for case, step in steps_of.items():
+
+            def body(v, step=step, steps=steps):
+                return jax.lax.fori_loop(0, steps, lambda _, y: step(y), v)
+
+            program = jax.jit(
+                shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), **unchecked)
+            )
+            report(case, label, best_of(program, x), steps)
+
+    # Data parallel with shardings only: XLA inserts the gradients' all-reduce.
+    widths = [256, 512, 512, 64]
+    batch = 128
+    keys = jax.random.split(jax.random.PRNGKey(0), len(widths))
+    replicated = NamedSharding(mesh, P())
+    params = [
+        jax.device_put(jax.random.normal(k, (a, b)) / np.sqrt(a), replicated)
+        for k, a, b in zip(keys, widths[:-1], widths[1:])
+    ]
+    local = np.random.default_rng(rank).standard_normal((batch, widths[0])).astype(np.float32)
+    inputs = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x", None)), local)
+    targets = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("x", None)), np.tanh(local[:, : widths[-1]])
+    )
+
+    def loss(params, x, y):
+        for w in params[:-1]:
+            x = jnp.tanh(x @ w)
+        return jnp.mean((x @ params[-1] - y) ** 2)
+
+    @jax.jit
+    def train_step(params, x, y):
+        grads = jax.grad(loss)(params, x, y)
+        return [w - 0.01 * g for w, g in zip(params, grads)]
+
+    steps = 20
+
+    def train(params):
+        for _ in range(steps):
+            params = train_step(params, inputs, targets)
+        return params
+
+    hlo = train_step.lower(params, inputs, targets).compile().as_text()
+    assert "all-reduce" in hlo, "XLA inserted no all-reduce"
+    report(
+        "train step (MLP 256-512-512-64, batch 128 per rank)",
+        "~1.7 MB of gradients",
+        best_of(train, params),
+        steps,
+    )
+    final = float(jnp.sum(jnp.asarray([jnp.sum(w) for w in train(params)])))
+    if rank == 0:
+        print(f"CHECK {implementation} {final:.6f}", flush=True)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _job(launcher: list[str], implementation: str, mpiwrapper: str | None) -> list[dict]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PORT=str(_free_port()))
+    command = [
+        *launcher,
+        sys.executable,
+        "-u",
+        os.path.abspath(__file__),
+        "--worker",
+        implementation,
+    ]
+    if implementation.startswith("mpiwrapper"):
+        # Set: jaxmpi's startup hook leaves it as it is.
+        env["MPITRAMPOLINE_LIB"] = mpiwrapper
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    rows = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    checks = [line for line in done.stdout.splitlines() if line.startswith("CHECK ")]
+    if not rows:
+        sys.exit(
+            f"{implementation}: no results (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}"
+        )
+    print(
+        f"  {implementation}: {len(rows)} cases, exit {done.returncode}, {' '.join(checks)}",
+        file=sys.stderr,
+    )
+    return rows
+
+
+def _collectives(args) -> None:
+    stock = ["mpiwrapper", "mpiwrapper-multiple"] if args.mpiwrapper else []
+    implementations = ["gloo", "mpi", *stock]
+    best: dict[tuple[str, str, str], float] = {}
+    for round_ in range(args.rounds):
+        print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr)
+        for implementation in implementations:
+            for row in _job(shlex.split(args.launcher), implementation, args.mpiwrapper):
+                key = (row["impl"], row["case"], row["size"])
+                best[key] = min(best.get(key, float("inf")), row["us"])
+    cases = sorted(
+        {(case, size) for _, case, size in best},
+        key=lambda cs: (
+            cs[0].startswith("jaxmpi"),
+            cs[0].startswith("train"),
+            list(SIZES).index(cs[1]) if cs[1] in SIZES else 9,
+            cs[0],
+        ),
+    )
+    header = (
+        ["case", "size"] + [IMPLEMENTATIONS[i] for i in implementations] + ["gloo / MPI via jaxmpi"]
+    )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * 2 + "---:|" * (len(header) - 2))
+    for case, size in cases:
+        times = [best.get((impl, case, size)) for impl in implementations]
+        cells = [f"{t:.1f}" if t is not None else "-" for t in times]
+        ratio = f"{times[0] / times[1]:.1f}x" if None not in times[:2] else "-"
+        if case.startswith("jaxmpi."):
+            cells[0], ratio = f"({cells[0]})", "-"  # the jaxmpi op is the same in both jobs
+        print(f"| `{case}` | {size} | " + " | ".join(cells) + f" | {ratio} |")
+
+
+def _import_cost(args) -> None:
+    """`import jax` with jaxlib loading the plug-in and without, alternated, in processes
+    alike but for MPITRAMPOLINE_LIB (both -S: the startup hook would set it, and site's own
+    imports would differ); what loading it the way MPItrampoline does costs alone (dlopen and
+    a dlsym of each of its 641 names); the startup hook's import (`-X importtime`)."""
+    import site
+
+    import _jaxmpi_xla_collectives as hook
+
+    plugin = hook.plugin()
+    packages = site.getsitepackages()[0]
+    prelude = f"import sys, time; sys.path.append({packages!r}); t = time.perf_counter(); "
+    timed = prelude + "import jax; print(time.perf_counter() - t)"
+    names = [
+        line.split()[-1]
+        for line in subprocess.run(
+            ["nm", "-D", "--defined-only", plugin], capture_output=True, text=True
+        ).stdout.splitlines()
+        if line.split()[-1].startswith(("MPIABI_", "MPIXABI_", "mpiabi_", "mpiwrapper_"))
+    ]
+    # As MPItrampoline does it, through ctypes (whose ~1 us per call counts in too).
+    loaded = (
+        "import ctypes, os, time; dlsym = ctypes.CDLL(None).dlsym; "
+        "dlsym.restype, dlsym.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]; "
+        f"names = [n.encode() for n in {names!r}]; t = time.perf_counter(); "
+        f"lib = ctypes.CDLL({plugin!r}, os.RTLD_LAZY | os.RTLD_LOCAL | os.RTLD_DEEPBIND)._handle; "
+        "found = [dlsym(lib, n) for n in names]; assert all(found); "
+        "print(time.perf_counter() - t)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MPITRAMPOLINE_LIB"}
+
+    def seconds(code: str, **extra: str) -> float:
+        command = [sys.executable, "-S", "-c", code]
+        done = subprocess.run(command, env=env | extra, capture_output=True, text=True, check=True)
+        return float(done.stdout)
+
+    with_plugin, without_plugin, alone = [], [], []
+    for _ in range(args.imports):
+        with_plugin.append(seconds(timed, MPITRAMPOLINE_LIB=plugin))
+        without_plugin.append(seconds(timed))
+        alone.append(seconds(loaded))
+    startup = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"], env=env, capture_output=True, text=True
+    )
+    hook_us = [
+        line.split("|")[1].strip()
+        for line in startup.stderr.splitlines()
+        if "_jaxmpi_xla_collectives" in line
+    ]
+    a, b = statistics.median(with_plugin), statistics.median(without_plugin)
+    ms = lambda ts, digits=0: " ".join(f"{1e3 * t:.{digits}f}" for t in ts)  # noqa: E731
+    print()
+    print(f"| what ({args.imports} runs each, alternated) | median ms | runs, ms |")
+    print("|---|---:|---|")
+    print(f"| `import jax`, jaxlib loads the plug-in | {1e3 * a:.1f} | {ms(with_plugin)} |")
+    print(f"| `import jax`, no MPITRAMPOLINE_LIB | {1e3 * b:.1f} | {ms(without_plugin)} |")
+    print(
+        f"| the plug-in loaded alone (dlopen + {len(names)} dlsym) | {1e3 * statistics.median(alone):.2f} | {ms(alone, 2)} |"
+    )
+    print(
+        f"| the startup hook's import (`-X importtime`, self) | {'/'.join(hook_us) or '?'} us | |"
+    )
+    print(f"\n`import jax` with / without the plug-in: {a / b:.3f}x (medians)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", choices=list(IMPLEMENTATIONS), help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--imports", type=int, default=20, help="runs of `import jax` each way")
+    parser.add_argument("--part", choices=["all", "collectives", "import"], default="all")
+    parser.add_argument("--mpiwrapper", help="a stock libmpiwrapper.so to compare with")
+    parser.add_argument(
+        "--launcher",
+        default=f"{os.path.join(sys.prefix, 'bin', 'mpiexec')} -n 2",
+        help="the command that starts the 2 ranks (default: this environment's mpiexec)",
+    )
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.worker)
+        return
+    if args.part in ("all", "collectives"):
+        _collectives(args)
+    if args.part in ("all", "import"):
+        _import_cost(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The jobs of tests/xla_collectives_jobs.sh: JAX's own collectives over jaxmpi's MPI, each
+case a whole job (one MPI initialization, one exit), which pytest inside one job cannot
+make. Each prints what the script looks for (`RESULT ...`, `DONE rank r`).
+
+    python tests/xla_collectives_jobs.py CASE     (under the build's launcher)
+
+Cases (the order of the first imports and of MPI's initialization is the point of each):
+  jax_first     import jax, then jaxmpi; jaxmpi.distributed.initialize() (jaxmpi initializes)
+  jaxmpi_first  import jaxmpi, then jax
+  mpi4py_first  mpi4py initializes MPI, then jax, then jaxmpi
+  xla_first     jax.distributed started by hand with "mpi": XLA's MPI_Init_thread selects
+                and initializes the MPI; jaxmpi is imported only after JAX's first psum
+  gloo          jaxmpi.distributed.initialize(collectives="gloo")
+  stuck         rank 1 skips the second psum: under JAXMPI_TIMEOUT rank 0's MPI call for
+                XLA ends the job with a report naming it
+  refused       collectives="mpi" where MPI cannot serve (the environment says why): the
+                RuntimeError, before JAX starts
+  untouched     no MPI collectives: jaxlib loaded the plug-in, no MPI library is loaded,
+                and the results are JAX's
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+
+CASE = sys.argv[1]
+
+
+def launcher_rank_and_size() -> tuple[int, int]:
+    """This process's rank and the job's size from the launcher (no MPI call: XLA first)."""
+    for rank, size in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        if rank in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return 0, 1
+
+
+def shard_map_of(body):
+    """jit(shard_map(body)) over every process's one device, blocks on axis "x"."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    try:
+        from jax import shard_map
+
+        unchecked = {"check_vma": False}
+    except ImportError:
+        from jax.experimental.shard_map import shard_map
+
+        unchecked = {"check_rep": False}
+    mesh = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))
+    program = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), **unchecked))
+
+    def run(local):
+        from jax.sharding import NamedSharding
+
+        x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x")), local[None])
+        return np.asarray(program(x).addressable_data(0))[0]
+
+    return run
+
+
+def psum_and_allreduce(rank: int, size: int) -> None:
+    """JAX's psum and jaxmpi's allreduce in one program: both the sum of every rank's."""
+    import jax
+    import numpy as np
+
+    import jaxmpi
+
+    run = shard_map_of(
+        lambda x: jax.lax.psum(x, "x") - jaxmpi.allreduce(x, jaxmpi.SUM) + jax.lax.psum(x, "x")
+    )
+    got = run(np.arange(3.0) + rank)
+    expected = size * np.arange(3.0) + sum(range(size))
+    print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
+    from jaxmpi import _xla_collectives
+
+    print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}", flush=True)
+
+
+def started_by_jaxmpi(collectives: str = "auto") -> tuple[int, int]:
+    import jaxmpi.distributed
+
+    jaxmpi.distributed.initialize(collectives=collectives)
+    return jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
+
+
+def imported_in_order(*modules: str) -> None:
+    """Imports `modules` in this order (the point of the case: no sorting them)."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def main() -> None:
+    if CASE in ("jax_first", "jaxmpi_first", "mpi4py_first"):
+        first = {"jax_first": ["jax"], "jaxmpi_first": ["jaxmpi"], "mpi4py_first": ["mpi4py.MPI"]}
+        imported_in_order(*first[CASE], "jax", "jaxmpi")
+        if CASE == "mpi4py_first":
+            print(f"MPI4PY initialized MPI: {sys.modules['mpi4py.MPI'].Is_initialized()}")
+        rank, size = started_by_jaxmpi()
+        psum_and_allreduce(rank, size)
+    elif CASE == "xla_first":
+        import jax
+        import numpy as np
+
+        rank, size = launcher_rank_and_size()
+        jax.config.update("jax_cpu_collectives_implementation", "mpi")
+        jax.distributed.initialize(f"127.0.0.1:{os.environ['PORT']}", size, rank)
+        first = shard_map_of(lambda x: jax.lax.psum(x, "x"))(np.ones(2))
+        print(
+            f"XLA FIRST rank {rank} psum {first.tolist()} jaxmpi imported: {'jaxmpi' in sys.modules}"
+        )
+        psum_and_allreduce(rank, size)  # imports jaxmpi now
+    elif CASE == "gloo":
+        rank, size = started_by_jaxmpi("gloo")
+        psum_and_allreduce(rank, size)
+    elif CASE == "stuck":
+        import jax
+        import numpy as np
+
+        rank, size = started_by_jaxmpi()
+        run = shard_map_of(lambda x: jax.lax.psum(x, "x"))
+        run(np.ones(2))  # both ranks: XLA's communicator exists
+        if rank == 1:
+            time.sleep(60)  # never makes the second psum
+        run(np.ones(2))
+        print("UNEXPECTED: the second psum returned")
+    elif CASE == "refused":
+        imported_in_order("jax", "jaxmpi.distributed")  # jax first, as most programs
+        import jaxmpi.distributed
+
+        try:
+            jaxmpi.distributed.initialize(collectives="mpi")
+            print("UNEXPECTED: initialize accepted collectives='mpi'")
+        except RuntimeError as err:
+            print(f"REFUSED {err}")
+        from jaxmpi import _xla_collectives
+
+        print("AUTO {}: {}".format(*_xla_collectives.choose("auto")))
+    elif CASE == "untouched":
+        import jax
+        import jax.numpy as jnp
+
+        x = jnp.linspace(0.0, 1.0, 101)
+        value = jax.jit(jax.grad(lambda v: jnp.sum(jnp.sin(v) ** 2)))(x)
+        with open("/proc/self/maps") as maps:
+            files = {line.split()[-1] for line in maps if "/" in line}
+        print(f"PLUGIN LOADED {any('/jaxmpi/_native' in f for f in files)}")
+        print(f"MPI LIBRARIES {sorted(f for f in files if '/libmpi' in f)}")
+        print(f"JAXMPI IMPORTED {'jaxmpi' in sys.modules}")
+        print(f"VALUE {float(jnp.sum(value)):.15f} {jax.devices()}")
+    else:
+        raise SystemExit(f"unknown case {CASE!r}")
+    if CASE not in ("refused", "untouched"):
+        print(f"DONE rank {rank}", flush=True)
+
+
+main()
