@@ -251,7 +251,7 @@ def _import_cost(args) -> None:
     a dlsym of each of its 641 names); the startup hook's import (`-X importtime`)."""
     import site
 
-    import _jaxmpi_xla_collectives as hook
+    import _jaxmpi_startup as hook
 
     plugin = hook.plugin()
     packages = site.getsitepackages()[0]
@@ -291,7 +291,7 @@ def _import_cost(args) -> None:
     hook_us = [
         line.split("|")[1].strip()
         for line in startup.stderr.splitlines()
-        if "_jaxmpi_xla_collectives" in line
+        if "_jaxmpi_startup" in line
     ]
     a, b = statistics.median(with_plugin), statistics.median(without_plugin)
     ms = lambda ts, digits=0: " ".join(f"{1e3 * t:.{digits}f}" for t in ts)  # noqa: E731

@@ -266,7 +266,7 @@ _setup_install_wheel() {
 }
 
 # Exit status 0 if the installed jaxmpi package holds every file of the wheel (argv[1])
-# under jaxmpi/, and its startup hook (_jaxmpi_xla_collectives.*), with the same bytes
+# under jaxmpi/, and its startup hook (_jaxmpi_startup.*), with the same bytes
 # (files pip would leave alone are not looked at).
 # Run with -I (the current folder could hold a jaxmpi/); it does not import jaxmpi.
 _SETUP_SAME_FILES='
@@ -277,7 +277,7 @@ if spec is None or not spec.submodule_search_locations:
 site = pathlib.Path(spec.submodule_search_locations[0]).parent
 with zipfile.ZipFile(sys.argv[1]) as wheel:
     for entry in wheel.infolist():
-        ours = entry.filename.startswith(("jaxmpi/", "_jaxmpi_xla_collectives."))
+        ours = entry.filename.startswith(("jaxmpi/", "_jaxmpi_startup."))
         if ours and not entry.is_dir():
             path = site / entry.filename
             if not path.is_file() or path.read_bytes() != wheel.read(entry):

@@ -5,7 +5,7 @@ whatever MPI library the machine has. A drop-in for mpi4jax: `import jaxmpi as m
 # First of all, while jax may not be imported yet: MPITRAMPOLINE_LIB for jaxlib, where
 # jaxmpi's startup hook did not set it (a source tree); see the module.
 try:
-    import _jaxmpi_xla_collectives  # noqa: F401  # isort: skip
+    import _jaxmpi_startup  # noqa: F401  # isort: skip
 except ImportError:  # installed without the hook: JAX's collectives stay on gloo
     pass
 from . import _support  # noqa: F401  # isort: skip  (first: refuses an unsupported JAX)

@@ -32,11 +32,23 @@ def info_lines() -> list[str]:
         f"progress        {info['progress']}: {info['progress_reason']}",
         f"checked mode    {_checked_line()}",
         "JAX collectives {}: {}".format(*_xla_collectives.explain()),
+        f"mpi4jax name    {_mpi4jax_line()}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",
         f"jaxlib          {jaxlib.__version__}",
         f"python          {sys.version.split()[0]} ({sys.executable})",
     ]
+
+
+def _mpi4jax_line() -> str:
+    from jaxmpi import _mpi4jax
+
+    presented = _mpi4jax.presented()
+    if presented is not None:
+        return presented
+    return (
+        "`import jaxmpi as mpi4jax`; JAXMPI_AS_MPI4JAX=<version> makes `import mpi4jax` find jaxmpi"
+    )
 
 
 def _checked_line() -> str:

@@ -150,6 +150,14 @@ def register_ffi_target(name: str, capsule, platform: str) -> None:
     jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
 
 
+def is_token(value) -> bool:
+    """Whether `value` is a JAX token (`jax.lax.create_token()`, or a tracer of one)."""
+    try:
+        return isinstance(jax.typeof(value), _core.AbstractToken)
+    except TypeError:  # not a JAX type at all
+        return False
+
+
 def jaxlib_has_mpi_collectives() -> bool:
     """Whether this jaxlib builds XLA's MPI CPU collectives (`jax_cpu_collectives_implementation
     ="mpi"`, through the MPItrampoline it carries)."""
@@ -286,6 +294,13 @@ def lowering_still_carries_effect(result) -> bool:
         and has_mpi_effect(e for e in part if isinstance(e, _effects.Effect))
         for part in result
     )
+
+
+def program_tokens(closed_jaxpr) -> int:
+    """How many of a program's own inputs and outputs are tokens (a program written for
+    mpi4jax < 0.8 takes and returns them): `main` has exactly those."""
+    avals = (*closed_jaxpr.in_avals, *closed_jaxpr.out_avals)
+    return sum(isinstance(aval, _core.AbstractToken) for aval in avals)
 
 
 def main_signature(result) -> str | None:

@@ -3,7 +3,7 @@ collectives (psum, all_gather, ppermute, and those XLA inserts into sharded prog
 from `jaxmpi.distributed.initialize`, and why.
 
 jaxlib's MPItrampoline loads jaxmpi's extension module as its MPI library at `import jax`
-(MPITRAMPOLINE_LIB, set by jaxmpi's startup hook `_jaxmpi_xla_collectives`); with
+(MPITRAMPOLINE_LIB, set by jaxmpi's startup hook `_jaxmpi_startup`); with
 `jax_cpu_collectives_implementation="mpi"` XLA then makes its MPI calls through jaxmpi's
 library (backends/src/xla_collectives): one MPI, initialized once, debug lines and watchdog
 included. "auto" picks MPI wherever that works, else gloo; "mpi" refuses, before anything

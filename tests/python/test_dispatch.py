@@ -263,7 +263,7 @@ from jaxmpi import _dispatch
 sys.path.insert(0, {helpers!r})
 from helpers import count_python_dispatches
 # A JAX whose lowering differs from what fast dispatch assumes, as the self-check sees it.
-_dispatch.policy.check = lambda result, created, thorough: "simulated difference"
+_dispatch.policy.check = lambda result, created, thorough, own_tokens: "simulated difference"
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     f = jax.jit(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM) + 1)

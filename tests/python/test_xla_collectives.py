@@ -258,7 +258,7 @@ def test_a_function_xla_never_calls_fails_naming_itself(capfd):
 
 
 def test_the_startup_hook_sets_mpitrampoline_lib_only_where_it_can_work(monkeypatch, tmp_path):
-    import _jaxmpi_xla_collectives as hook
+    import _jaxmpi_startup as hook
 
     from jaxmpi import _support
 

@@ -1,0 +1,120 @@
+"""jaxmpi's startup hook: what must happen before a program imports anything. jaxmpi's wheel
+installs it with a .pth file, which Python runs at every start in the environment; each
+part costs nothing where it does not apply (about a millisecond in all, measured).
+
+JAX's own collectives over MPI. jaxlib carries MPItrampoline, which dlopens the library
+named by MPITRAMPOLINE_LIB when jax is imported and sends XLA's MPI calls (JAX's own
+collectives, with `jax_cpu_collectives_implementation="mpi"`) there. jaxmpi's extension
+module is such a library, but most programs import jax before jaxmpi: `install()` sets
+MPITRAMPOLINE_LIB for the processes of this environment. Loading the module at `import jax`
+runs none of its code and loads no MPI: programs that never use MPI collectives are
+untouched (`jaxmpi.distributed.initialize` chooses MPI or gloo). jaxmpi's own import calls
+`install()` too, for a jaxmpi imported before jax from a source tree. Nothing is set where
+MPITRAMPOLINE_LIB is set already (the user's plug-in wins), or where the jaxlib found is
+not one whose MPItrampoline jaxmpi's plug-in was checked against (a newer one could
+resolve names the plug-in lacks, and MPItrampoline ends the process at `import jax` when
+it cannot).
+
+The mpi4jax name. With JAXMPI_AS_MPI4JAX=<version> set, `import mpi4jax` gives jaxmpi
+presenting that mpi4jax release (`jaxmpi._mpi4jax`), whether or not mpi4jax is installed:
+a finder ahead of every other. Unset, nothing is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# jaxlib minor releases whose MPItrampoline (5.3.1: MPI ABI 2.9, 634 names) the plug-in
+# implements, checked by ci/xla_collectives_contract.py; keep the newest in step with
+# jaxmpi._support.NEWEST_TESTED.
+CHECKED_JAXLIB = ((0, 6), (0, 12))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _jaxlib_version(folder: str) -> tuple[int, int] | None:
+    """(major, minor) from jaxlib's version.py, read as text: importing jaxlib is not free."""
+    try:
+        with open(os.path.join(folder, "version.py"), encoding="utf-8") as source:
+            for line in source:
+                if line.startswith("_version"):
+                    text = line.split("=", 1)[1].strip().strip("'\"")
+                    major, minor = text.split(".")[:2]
+                    return int(major), int(minor)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _package(name: str, beside: str) -> str | None:
+    """The folder of top-level package `name`: beside this file (a wheel installs both into
+    one site-packages), else the first on sys.path; found without importing it."""
+    for entry in (beside, *sys.path):
+        folder = os.path.join(entry or ".", name)
+        if os.path.isfile(os.path.join(folder, "__init__.py")):
+            return folder
+    return None
+
+
+def plugin(beside: str = HERE) -> str | None:
+    """jaxmpi's extension module, the plug-in (found as `_package` finds jaxmpi)."""
+    folder = _package("jaxmpi", beside)
+    if folder is None:
+        return None
+    wheel = os.path.join(folder, "_native.abi3.so")  # what maturin names it
+    if os.path.isfile(wheel):
+        return wheel
+    for name in os.listdir(folder):  # a source build may name it for one Python
+        if name.startswith("_native.") and name.endswith(".so"):
+            return os.path.join(folder, name)
+    return None
+
+
+def checked_jaxlib(beside: str = HERE) -> bool:
+    """Whether the jaxlib found is one the plug-in's contract was checked against."""
+    folder = _package("jaxlib", beside)
+    version = _jaxlib_version(folder) if folder else None
+    return version is not None and CHECKED_JAXLIB[0] <= version <= CHECKED_JAXLIB[1]
+
+
+def install() -> None:
+    """Sets MPITRAMPOLINE_LIB to jaxmpi's plug-in, where it can still take effect."""
+    if "MPITRAMPOLINE_LIB" in os.environ or "jax" in sys.modules:
+        return
+    path = plugin()
+    if path is not None and checked_jaxlib():
+        os.environ["MPITRAMPOLINE_LIB"] = path
+
+
+class Mpi4jaxFinder:
+    """Finds `mpi4jax` and its submodules before any other finder: modules that
+    `jaxmpi._mpi4jax` makes for the release JAXMPI_AS_MPI4JAX names (which also refuses a
+    bad value, at the import)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "mpi4jax" and not name.startswith("mpi4jax."):
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(name, Mpi4jaxFinder, is_package=True)
+
+    @staticmethod
+    def create_module(spec):
+        from jaxmpi import _mpi4jax
+
+        return _mpi4jax.module(spec.name, os.environ["JAXMPI_AS_MPI4JAX"])
+
+    @staticmethod
+    def exec_module(module) -> None:
+        pass  # create_module made it whole
+
+
+def present_mpi4jax() -> None:
+    """With JAXMPI_AS_MPI4JAX set, `import mpi4jax` finds jaxmpi from now on."""
+    if os.environ.get("JAXMPI_AS_MPI4JAX", "").strip() and Mpi4jaxFinder not in sys.meta_path:
+        sys.meta_path.insert(0, Mpi4jaxFinder)
+
+
+install()
+present_mpi4jax()
