@@ -53,10 +53,25 @@ def _on_gpus() -> bool:
     return bool(cuda["plugin"]) and platforms.strip().lower() not in ("cpu",)
 
 
+def _startup_hook():
+    """jaxmpi's startup hook (`python/_jaxmpi_startup.py`, a top-level module)."""
+    import _jaxmpi_startup
+
+    return _jaxmpi_startup
+
+
 def _plugin_not_loaded() -> str:
     """Why jaxlib did not load the plug-in, and what to do."""
     ours = plugin_path()
     named = os.environ.get("MPITRAMPOLINE_LIB")
+    if named is None and not _startup_hook().checked_jaxlib():
+        newest = ".".join(map(str, _startup_hook().CHECKED_JAXLIB[1]))
+        return (
+            f"jaxlib {jax.lib.__version__} is newer than the newest whose MPI interface "
+            f"(MPItrampoline) jaxmpi's plug-in was checked against ({newest}), so jaxmpi's "
+            "startup hook left MPITRAMPOLINE_LIB unset (a plug-in that lacks a name it asks "
+            f"for ends `import jax`); to try it anyway, set MPITRAMPOLINE_LIB={ours}"
+        )
     if named is None:
         return (
             "jaxlib did not load jaxmpi's MPI plug-in: MPITRAMPOLINE_LIB was not set when jax "

@@ -224,6 +224,22 @@ def test_a_jaxlib_without_mpi_collectives_is_refused(monkeypatch):
     )
 
 
+def test_why_jaxlib_did_not_load_the_plug_in(monkeypatch, tmp_path):
+    """What `collectives="mpi"` says where jaxlib did not load the plug-in, for each cause."""
+    import _jaxmpi_startup as hook
+
+    monkeypatch.delenv("MPITRAMPOLINE_LIB", raising=False)
+    assert (
+        "MPITRAMPOLINE_LIB was not set when jax was imported"
+        in _xla_collectives._plugin_not_loaded()
+    )
+    monkeypatch.setattr(hook, "checked_jaxlib", lambda: False)
+    newer = _xla_collectives._plugin_not_loaded()
+    assert "newer than the newest" in newer and "set MPITRAMPOLINE_LIB=" in newer, newer
+    monkeypatch.setenv("MPITRAMPOLINE_LIB", str(tmp_path / "libmpiwrapper.so"))
+    assert "gives jaxlib another MPI library" in _xla_collectives._plugin_not_loaded()
+
+
 def test_a_gpu_process_is_refused(monkeypatch):
     """As a process whose jaxlib has CUDA sees it (no GPU needed: only the choice is made)."""
     monkeypatch.setitem(_runtime.cuda, "plugin", True)

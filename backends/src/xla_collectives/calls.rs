@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 
 use jaxmpi_core::xla::collectives::{debug_note, track, XlaCall};
 use jaxmpi_core::{
-    Buf, BufMut, Dtype, Envelope, Error, Input, Library, Peer, Progress, Request, Result, Status,
-    ThreadLevel,
+    Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Peer, Progress, Request, Result,
+    Status, ThreadLevel,
 };
 
 use super::encoding::{self, Started, COMM_NULL, IN_PLACE, REQUEST_NULL, STATUS_IGNORE};
@@ -55,6 +55,20 @@ fn put<T>(function: &'static str, out: *mut T, value: T) -> Result<()> {
     // SAFETY: XLA passes the address of a `T` it owns for the call (checked non-NULL).
     unsafe { out.write(value) };
     Ok(())
+}
+
+/// The communicator, element type and element count most calls pass.
+fn buffer_args(
+    function: &'static str,
+    library: &dyn Library,
+    (comm, datatype, n): (usize, usize, c_int),
+) -> Result<(Comm, Dtype, usize)> {
+    let comm = encoding::comm(function, comm, library)?;
+    Ok((
+        comm,
+        encoding::dtype(function, datatype)?,
+        count(function, n)?,
+    ))
 }
 
 fn count(function: &'static str, count: c_int) -> Result<usize> {
@@ -152,13 +166,7 @@ extern "C" fn MPIABI_Finalize() -> c_int {
             debug_note(library, || format!("{F} for XLA: left to jaxmpi's exit"));
             return Ok(());
         }
-        let call = XlaCall {
-            function: F,
-            comm: library.world(),
-            dest: None,
-            source: None,
-            bytes: 0,
-        };
+        let call = XlaCall::on(F, library.world(), 0);
         track(library, &call, || library.finalize())
     })
 }
@@ -188,31 +196,36 @@ extern "C" fn MPIABI_Is_thread_main(flag: *mut c_int) -> c_int {
     })
 }
 
-#[no_mangle]
-#[allow(non_snake_case)]
-extern "C" fn MPIABI_Comm_rank(comm: usize, rank: *mut c_int) -> c_int {
-    const F: &str = "MPI_Comm_rank";
-    answer(F, || {
+/// A communicator's rank or size, which XLA asks right after each split.
+fn comm_query(
+    function: &'static str,
+    comm: usize,
+    out: *mut c_int,
+    query: fn(&dyn Library, Comm) -> Result<i32>,
+) -> c_int {
+    answer(function, || {
         let library = installed()?;
         put(
-            F,
-            rank,
-            library.comm_rank(encoding::comm(F, comm, library)?)?,
+            function,
+            out,
+            query(library, encoding::comm(function, comm, library)?)?,
         )
     })
 }
 
 #[no_mangle]
 #[allow(non_snake_case)]
+extern "C" fn MPIABI_Comm_rank(comm: usize, rank: *mut c_int) -> c_int {
+    comm_query("MPI_Comm_rank", comm, rank, |library, comm| {
+        library.comm_rank(comm)
+    })
+}
+
+#[no_mangle]
+#[allow(non_snake_case)]
 extern "C" fn MPIABI_Comm_size(comm: usize, size: *mut c_int) -> c_int {
-    const F: &str = "MPI_Comm_size";
-    answer(F, || {
-        let library = installed()?;
-        put(
-            F,
-            size,
-            library.comm_size(encoding::comm(F, comm, library)?)?,
-        )
+    comm_query("MPI_Comm_size", comm, size, |library, comm| {
+        library.comm_size(comm)
     })
 }
 
@@ -223,13 +236,7 @@ extern "C" fn MPIABI_Comm_split(comm: usize, color: c_int, key: c_int, part: *mu
     answer(F, || {
         let library = installed()?;
         let comm = encoding::comm(F, comm, library)?;
-        let call = XlaCall {
-            function: F,
-            comm,
-            dest: None,
-            source: None,
-            bytes: 0,
-        };
+        let call = XlaCall::on(F, comm, 0);
         let mut split = None;
         track(library, &call, || {
             split = library.comm_split(comm, encoding::color(color), key)?;
@@ -258,13 +265,7 @@ extern "C" fn MPIABI_Comm_free(comm: *mut usize) -> c_int {
         // XLA frees its communicators when its client is destroyed, at exit, after JAX's
         // atexit finalized MPI: nothing is left to free then.
         if !library.finalized() {
-            let call = XlaCall {
-                function: F,
-                comm: part,
-                dest: None,
-                source: None,
-                bytes: 0,
-            };
+            let call = XlaCall::on(F, part, 0);
             track(library, &call, || library.comm_free(part))?;
         }
         put(F, comm, COMM_NULL)
@@ -284,11 +285,8 @@ extern "C" fn MPIABI_Allreduce(
     const F: &str = "MPI_Allreduce";
     answer(F, || {
         let library = installed()?;
-        let (comm, dtype) = (
-            encoding::comm(F, comm, library)?,
-            encoding::dtype(F, datatype)?,
-        );
-        let (op, n) = (encoding::reduce_op(F, op)?, count(F, n)?);
+        let (comm, dtype, n) = buffer_args(F, library, (comm, datatype, n))?;
+        let op = encoding::reduce_op(F, op)?;
         // XLA may reduce a buffer into itself; MPI wants MPI_IN_PLACE for that.
         let in_place = send as usize == IN_PLACE || (std::ptr::eq(send, recv) && n > 0);
         let input = if in_place {
@@ -299,13 +297,7 @@ extern "C" fn MPIABI_Allreduce(
         };
         // SAFETY: XLA's result buffer of `n` elements, alive for the call.
         let output = unsafe { recv_buf(recv, n, dtype) };
-        let call = XlaCall {
-            function: F,
-            comm,
-            dest: None,
-            source: None,
-            bytes: n * dtype.size(),
-        };
+        let call = XlaCall::on(F, comm, n * dtype.size());
         track(library, &call, || {
             library.backend().allreduce(comm, input, output, op)
         })
@@ -351,13 +343,7 @@ extern "C" fn MPIABI_Allgather(
         // SAFETY: XLA's buffers: `n` elements to send, `n` per rank to receive.
         let (input, output) =
             unsafe { (send_buf(send, n, dtype), recv_buf(recv, n * size, dtype)) };
-        let call = XlaCall {
-            function: F,
-            comm,
-            dest: None,
-            source: None,
-            bytes: n * dtype.size(),
-        };
+        let call = XlaCall::on(F, comm, n * dtype.size());
         track(library, &call, || {
             library.backend().allgather(comm, input, output)
         })
@@ -395,13 +381,7 @@ extern "C" fn MPIABI_Reduce_scatter(
         // SAFETY: XLA's buffers: `n` elements per rank to reduce, `n` to receive.
         let (input, output) =
             unsafe { (send_buf(send, n * size, dtype), recv_buf(recv, n, dtype)) };
-        let call = XlaCall {
-            function: F,
-            comm,
-            dest: None,
-            source: None,
-            bytes: n * size * dtype.size(),
-        };
+        let call = XlaCall::on(F, comm, n * size * dtype.size());
         track(library, &call, || {
             library.backend().reduce_scatter(comm, input, output, op)
         })
@@ -456,11 +436,9 @@ extern "C" fn MPIABI_Sendrecv(
             )
         };
         let call = XlaCall {
-            function: F,
-            comm,
             dest: shown(envelope.dest),
             source: shown(envelope.source),
-            bytes: n_send * send_dtype.size(),
+            ..XlaCall::on(F, comm, n_send * send_dtype.size())
         };
         let mut received = None;
         track(library, &call, || {
@@ -489,19 +467,14 @@ extern "C" fn MPIABI_Isend(
     const F: &str = "MPI_Isend";
     answer(F, || {
         let library = installed()?;
-        let (comm, dtype) = (
-            encoding::comm(F, comm, library)?,
-            encoding::dtype(F, datatype)?,
-        );
-        let (n, dest) = (count(F, n)?, encoding::peer(F, dest)?);
+        let (comm, dtype, n) = buffer_args(F, library, (comm, datatype, n))?;
+        let dest = encoding::peer(F, dest)?;
         // SAFETY: XLA keeps the buffer alive and unchanged until its MPI_Wait on the request.
         let input = unsafe { send_buf(buf, n, dtype) };
         let call = XlaCall {
-            function: F,
-            comm,
             dest: shown(dest),
             source: None,
-            bytes: n * dtype.size(),
+            ..XlaCall::on(F, comm, n * dtype.size())
         };
         let mut started = None;
         track(library, &call, || {
@@ -527,19 +500,14 @@ extern "C" fn MPIABI_Irecv(
     const F: &str = "MPI_Irecv";
     answer(F, || {
         let library = installed()?;
-        let (comm, dtype) = (
-            encoding::comm(F, comm, library)?,
-            encoding::dtype(F, datatype)?,
-        );
-        let (n, source) = (count(F, n)?, encoding::peer(F, source)?);
+        let (comm, dtype, n) = buffer_args(F, library, (comm, datatype, n))?;
+        let source = encoding::peer(F, source)?;
         // SAFETY: XLA keeps the buffer for this receive alone until its MPI_Wait.
         let output = unsafe { recv_buf(buf, n, dtype) };
         let call = XlaCall {
-            function: F,
-            comm,
             dest: None,
             source: shown(source),
-            bytes: n * dtype.size(),
+            ..XlaCall::on(F, comm, n * dtype.size())
         };
         let mut started = None;
         track(library, &call, || {

@@ -100,11 +100,16 @@ pub(super) fn thread_level(level: jaxmpi_core::ThreadLevel) -> c_int {
 /// nothing else, and an unknown handle is refused before the library sees it.
 static COMMUNICATORS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-fn communicators() -> MutexGuard<'static, Vec<usize>> {
-    // Every update is one push or removal: a panic cannot leave one half done.
-    COMMUNICATORS
+/// One of the registries below, locked. Every update is one push or removal: a panic
+/// cannot leave one half done, so a poisoned lock is taken over.
+fn locked<T>(registry: &'static Mutex<Vec<T>>) -> MutexGuard<'static, Vec<T>> {
+    registry
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn communicators() -> MutexGuard<'static, Vec<usize>> {
+    locked(&COMMUNICATORS)
 }
 
 pub(super) fn comm(function: &'static str, handle: usize, library: &dyn Library) -> Result<Comm> {
@@ -154,10 +159,7 @@ pub(super) struct Started {
 static REQUESTS: Mutex<Vec<Started>> = Mutex::new(Vec::new());
 
 fn requests() -> MutexGuard<'static, Vec<Started>> {
-    // As for COMMUNICATORS.
-    REQUESTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    locked(&REQUESTS)
 }
 
 pub(super) fn new_request(started: Started) -> usize {

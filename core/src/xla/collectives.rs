@@ -23,6 +23,19 @@ pub struct XlaCall {
     pub bytes: usize,
 }
 
+impl XlaCall {
+    /// A call without peers (a collective, or a communicator's creation and release).
+    pub fn on(function: &'static str, comm: Comm, bytes: usize) -> Self {
+        XlaCall {
+            function,
+            comm,
+            dest: None,
+            source: None,
+            bytes,
+        }
+    }
+}
+
 impl fmt::Display for XlaCall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} for XLA (comm {:#x}", self.function, self.comm.0)?;
@@ -87,12 +100,7 @@ mod tests {
             call.to_string(),
             "MPI_Sendrecv for XLA (comm 0x84000002, dest 1, source 0, 64 bytes)"
         );
-        let call = XlaCall {
-            function: "MPI_Allreduce",
-            dest: None,
-            source: None,
-            ..call
-        };
+        let call = XlaCall::on("MPI_Allreduce", call.comm, 64);
         assert_eq!(
             call.to_string(),
             "MPI_Allreduce for XLA (comm 0x84000002, 64 bytes)"
