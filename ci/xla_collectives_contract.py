@@ -10,12 +10,13 @@ include/), an encoding fixed before any MPI is chosen, which jaxmpi translates a
 (backends/src/xla_collectives/encoding.rs). Functions that calls.rs implements are left
 out; every other one becomes a function that fails naming itself.
 
-    python3 ci/xla_collectives_contract.py --jaxlib SITE/jaxlib --abi-header mpi_abi.h [--check]
-    python3 ci/xla_collectives_contract.py --jaxlib SITE/jaxlib --exports _native.abi3.so
+    python3 ci/xla_collectives_contract.py --jaxlib SITE/jaxlib --abi-header mpi_abi.h \\
+        [--check] [--exports _native.abi3.so]
 
---check compares instead of writing, and fails naming each difference (ci/test.sh runs it
-against every jaxlib of the matrix); --exports MODULE checks that a built extension module
-defines every name of the contract (and those MPItrampoline reads before it).
+--check compares instead of writing, and fails naming each difference; --exports MODULE
+(alone, or with --check) checks that a built extension module defines every name jaxlib
+resolves (and those MPItrampoline reads before them). ci/test.sh runs both against every
+jaxlib of the matrix.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ CALLS = ROOT / "backends/src/xla_collectives/calls.rs"
 
 # The names MPItrampoline reads by dlsym: MPIABI_* / MPIXABI_* (one per MPI constant and
 # function), each NUL-terminated in libjax_common.so's read-only data.
-NAME = re.compile(rb"(?<![A-Za-z0-9_])(MPIX?ABI_[A-Za-z0-9_]+)\x00")
+NAME_TAIL = re.compile(rb"[A-Za-z0-9_]+\x00")
+
 
 # Fortran-only sentinels MPItrampoline's C table carries but the MPI-5 C ABI does not.
 NOT_IN_C_ABI = {"MPI_F_STATUS_IGNORE": ("usize", "0"), "MPI_F_STATUSES_IGNORE": ("usize", "0")}
@@ -40,7 +42,17 @@ NOT_IN_C_ABI = {"MPI_F_STATUS_IGNORE": ("usize", "0"), "MPI_F_STATUSES_IGNORE": 
 
 def jaxlib_names(jaxlib: Path) -> list[str]:
     library = jaxlib / "libjax_common.so" if jaxlib.is_dir() else jaxlib
-    names = {m.group(1).decode() for m in NAME.finditer(library.read_bytes())}
+    data = library.read_bytes()  # ~350 MB: found by bytes.find, 20x faster than a regex
+    names, start = set(), 0
+    while (at := data.find(b"ABI_", start)) != -1:
+        start = at + 4
+        head = at - 4 if data[at - 4 : at] == b"MPIX" else at - 3
+        before = data[head - 1 : head]
+        if data[head:at] not in (b"MPI", b"MPIX") or before.isalnum() or before == b"_":
+            continue
+        tail = NAME_TAIL.match(data, start)
+        if tail is not None:
+            names.add(data[head : tail.end() - 1].decode())
     if not names:
         sys.exit(f"{library}: no MPIABI_ names: not a jaxlib with MPItrampoline")
     return sorted(names)
@@ -96,8 +108,7 @@ def return_type(function: str) -> str:
     return "i32"  # error codes, and the Fortran integers of *_c2f
 
 
-def generate(jaxlib: Path, header: Path, source: str) -> str:
-    names = jaxlib_names(jaxlib)
+def generate(names: list[str], header: Path, source: str) -> str:
     values = abi_values(header)
     done = implemented(CALLS)
     missing = done - set(names)
@@ -165,11 +176,13 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     parser.add_argument("--exports", type=Path, help="a built module to check instead")
     args = parser.parse_args()
-    if args.exports:
-        return check_exports(args.exports, jaxlib_names(args.jaxlib))
+    names = jaxlib_names(args.jaxlib)
+    failed = check_exports(args.exports, names) if args.exports else 0
     if args.abi_header is None:
+        if args.exports:
+            return failed
         parser.error("--abi-header is needed to generate or --check")
-    text = generate(args.jaxlib, args.abi_header, "MPICH 5's mpi_abi.h")
+    text = generate(names, args.abi_header, "MPICH 5's mpi_abi.h")
     if not args.check:
         OUTPUT.write_text(text)
         print(f"wrote {OUTPUT.relative_to(ROOT)}")
@@ -182,8 +195,8 @@ def main() -> int:
         for line in differences:
             print(("  jaxlib needs: " if line in fresh else "  only ours:   ") + line.strip())
         return 1
-    print(f"{args.jaxlib}: the plug-in exports every name this jaxlib resolves, as generated")
-    return 0
+    print(f"{args.jaxlib}: the contract holds every name this jaxlib resolves, as generated")
+    return failed
 
 
 if __name__ == "__main__":
