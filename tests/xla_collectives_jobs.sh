@@ -10,7 +10,6 @@
 # Usage: tests/xla_collectives_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-JAXMPI_ROOT=$ROOT
 # shellcheck source=../ci/matrix.sh
 source "$ROOT/ci/matrix.sh"
 JOBS=tests/xla_collectives_jobs.py
@@ -49,9 +48,13 @@ job() {
     shift 5
     local -a pyenv=()
     [[ ${JAXMPI_MATRIX_PYENV[$build]} != - ]] && read -r -a pyenv <<<"${JAXMPI_MATRIX_PYENV[$build]}"
-    out=$(JAXMPI_CELL_TIMEOUT=90 matrix_exec "$build" "$n" JAX_PLATFORMS=cpu "${pyenv[@]}" "$@" -- \
-        "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]%@trixie}/bin/python" "$ROOT/$JOBS" "$case" 2>&1)
+    local log
+    log=$(mktemp)
+    JAXMPI_CELL_TIMEOUT=90 matrix_exec "$build" "$n" JAX_PLATFORMS=cpu "${pyenv[@]}" "$@" -- \
+        "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]%@trixie}/bin/python" "$ROOT/$JOBS" "$case" >"$log" 2>&1
     rc=$?
+    out=$(tr -d '\0' <"$log") # an aborted job's output can hold NUL bytes
+    rm -f "$log"
     check "$case on $build, $n ranks ($((SECONDS - t0)) s)" "$rc" "$want" "$texts" "$out"
 }
 
