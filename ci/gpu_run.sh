@@ -86,7 +86,14 @@ prepare() {
     # run_pytest_mpi.sh runs `python`; a wrapper, not a link, keeps a venv's python a venv.
     printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$PY")" >"$WORK/bin/python"
     chmod +x "$WORK/bin/python"
-    export PATH="$WORK/bin:$PATH" PYTHONPATH=$SITE PYTHONDONTWRITEBYTECODE=1
+    # A --prefix is no site dir: Python would find the packages by PYTHONPATH but not run
+    # their .pth files, and jaxmpi's (its startup hook: MPITRAMPOLINE_LIB for jaxlib, the
+    # mpi4jax name) must run at every start as in an installed wheel. A sitecustomize runs
+    # them; the packed packages stay ahead of any the image has.
+    mkdir -p "$WORK/hook"
+    printf 'import site\nsite.addsitedir(%s)\n' "'$SITE'" >"$WORK/hook/sitecustomize.py"
+    PYTHONPATH_PACKED=$WORK/hook:$SITE
+    export PATH="$WORK/bin:$PATH" PYTHONPATH=$PYTHONPATH_PACKED PYTHONDONTWRITEBYTECODE=1
     # Two ranks share one GPU: each would otherwise take 75% of its memory at start.
     export XLA_PYTHON_CLIENT_PREALLOCATE=false
     if ((dry_run)); then export JAX_PLATFORMS=cpu; else export JAX_PLATFORMS=cuda,cpu; fi
@@ -227,7 +234,7 @@ bench() {
         fi
         echo "===== bench $mode: ${ENV[*]} ====="
         # mpi4jax's CUDA bridge links libcudart without an rpath: nvcc's lib64 (never stubs/).
-        env "${ENV[@]}" PYTHONPATH="$SITE${MPI4JAX_SITE:+:$MPI4JAX_SITE}" \
+        env "${ENV[@]}" PYTHONPATH="$PYTHONPATH_PACKED${MPI4JAX_SITE:+:$MPI4JAX_SITE}" \
             LD_LIBRARY_PATH="${CUDA_PATH:+$CUDA_PATH/lib64:}${LD_LIBRARY_PATH-}" \
             timeout "$(time_left 240)" "${LAUNCH[@]}" python "$ROOT/benches/bench_cuda.py" \
             2>&1 | tee "$OUT/bench-$mode.md"

@@ -1,14 +1,22 @@
-"""Every op on CUDA device arrays under jit, compared with the same op on CPU arrays.
+"""Every op on CUDA device arrays under jit, compared with the same op on CPU arrays; and
+what the paths added beside the ops do on a GPU machine: JAX's own collectives over MPI
+(refused: XLA runs a GPU process's collectives over NCCL), jaxlib loading jaxmpi's MPI
+plug-in beside its CUDA plugin, and an mpi4jax 0.7 token program on device arrays.
 Runs at 2 ranks sharing one GPU (ci/gpu_run.sh); skipped where jaxmpi has no GPU to use."""
 
+import os
+
+import _jaxmpi_startup
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_mpi4jax_name import presenting  # noqa: F401  (a fixture)
 
 import jaxmpi
 from helpers import needs_gpu
 from jaxmpi import COMM_WORLD as comm
+from jaxmpi import _native, _xla_collectives
 
 pytestmark = needs_gpu
 
@@ -60,3 +68,42 @@ def test_non_blocking_ops_refuse_gpu_arrays_at_trace_time():
 
     with pytest.raises(NotImplementedError, match=r"jaxmpi\.irecv: non-blocking transfers of GPU"):
         jax.jit(exchange)(x)
+
+
+def test_jax_collectives_over_mpi_are_refused_on_gpus():
+    """Before anything starts: no jax.distributed, no MPI call."""
+    with pytest.raises(RuntimeError, match="on GPUs, whose collectives XLA runs over NCCL"):
+        jaxmpi.distributed.initialize(collectives="mpi")
+    implementation, why = _xla_collectives.choose("auto")
+    assert (implementation, "NCCL" in why) == ("gloo", True), why
+
+
+def test_jaxlib_loads_the_plugin_beside_its_cuda_plugin():
+    """As from an installed wheel: the startup hook ran at this process's start (ci/gpu_run.sh
+    processes the wheel's .pth), and jaxlib either loaded jaxmpi's MPI plug-in at `import jax`
+    -- the GPU ops above ran with it loaded -- or is a release the plug-in was not checked
+    against, where the hook must leave MPITRAMPOLINE_LIB unset."""
+    if _jaxmpi_startup.checked_jaxlib():
+        assert os.environ.get("MPITRAMPOLINE_LIB") == _xla_collectives.plugin_path()
+        assert _native.xla_plugin_loaded()
+    else:
+        assert "MPITRAMPOLINE_LIB" not in os.environ
+
+
+def test_an_mpi4jax_0_7_token_program_on_gpu(presenting):  # noqa: F811
+    mpi4jax = presenting("0.7.2")
+    source, dest = (rank - 1) % size, (rank + 1) % size
+
+    def step(a):
+        token = jax.lax.create_token()
+        total, token = mpi4jax.allreduce(a, op=jaxmpi.SUM, comm=comm, token=token)
+        swapped, token = mpi4jax.sendrecv(a, a, source, dest, comm=comm, token=token)
+        token = mpi4jax.barrier(comm=comm, token=token)
+        return total, swapped
+
+    x = jnp.arange(1000, dtype=jnp.float32) * (rank + 1)
+    on_gpu = jax.jit(step)(jax.device_put(x, jax.devices("gpu")[0]))
+    on_cpu = jax.jit(step)(jax.device_put(x, jax.devices("cpu")[0]))
+    assert all(r.devices() == {jax.devices("gpu")[0]} for r in on_gpu)
+    for got, want in zip(on_gpu, on_cpu):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
