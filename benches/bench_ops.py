@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import pathlib
 import platform
 import re
 import sys
@@ -420,6 +421,7 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--no-dispatch", action="store_true")
     parser.add_argument("--minimal", help="benches/ffi_minimal.cc built as a shared library")
+    parser.add_argument("--plot", help="also draw time per call against size there (PNG)")
     args = parser.parse_args()
     raw = Raw(args.raw_library)
     if args.minimal:
@@ -441,13 +443,14 @@ def main() -> None:
     overhead = [] if args.no_dispatch else measure_overhead(raw, args.rounds)
     info["load_average_after"] = __import__("os").getloadavg()
     if RANK == 0:
+        data = {"machine": info, "ops": rows, "dispatch": dispatch, "overhead": overhead}
         with open(args.out, "w") as f:
-            json.dump(
-                {"machine": info, "ops": rows, "dispatch": dispatch, "overhead": overhead},
-                f,
-                indent=1,
-            )
+            json.dump(data, f, indent=1)
         print(f"bench_ops: wrote {args.out}", flush=True)
+        if args.plot:
+            import plots  # benches/plots.py, beside this file
+
+            plots.latency(data, None, pathlib.Path(args.plot))
 
 
 if __name__ == "__main__":

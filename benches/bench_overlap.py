@@ -1,6 +1,7 @@
 """Non-blocking point to point (#22): how much of a transfer hides behind computation.
 
     python benches/bench_overlap.py [--builds pypi-mpich-5 ...] [--out overlap.json]
+                                    [--plot overlap.png]
 
 Starts 2-rank jobs, one per MPI build of ci/matrix.sh (run through its `matrix_exec`: the
 cell's clean environment and launcher), per progress setting (jaxmpi's progress agent,
@@ -331,6 +332,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--builds", nargs="+", default=BUILDS, help="ci/matrix.sh build names")
     parser.add_argument("--out", help="write every job's results there (JSON)")
+    parser.add_argument("--plot", help="draw the first build's gains there (PNG)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per job")
     parser.add_argument("--rounds", type=int, default=2, help="jobs per case (medians)")
     parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
@@ -365,6 +367,10 @@ def main() -> None:
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
         print(f"bench_overlap: wrote {args.out}")
+    if args.plot:
+        import plots  # benches/plots.py, beside this file
+
+        plots.overlap(results, pathlib.Path(args.plot), build=args.builds[0])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ three ways a user has to exchange counts computed inside jit, in the same run:
 * mpi4py: the drift and sort jitted, the exchange outside jit (device to host,
   `Alltoall` of the counts and `Alltoallv` of the rows with mpi4py, host to device).
 
-    mpiexec -n 2 python benches/bench_ragged.py [--steps 20] [--rounds 3]
+    mpiexec -n 2 python benches/bench_ragged.py [--steps 20] [--rounds 3] [--json OUT.json]
+                                                [--plot OUT.png]
 
 Each rank holds half the particles in a buffer of twice that (the capacity); velocities
 move about 1 % of them across a slab edge per step. One measurement: a barrier, `steps`
@@ -17,12 +18,14 @@ steps, the slowest rank's time / steps; the best of `rounds` rounds, the three m
 rotating within each round. Prints one line per size with the times and the ratios
 padded / ragged and mpi4py / ragged; first, the cost of the run-time path alone: one
 alltoallv of one row per rank with static counts against the same counts traced.
+--json writes the times per size, --plot draws them (benches/plots.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import pathlib
 import time
 
@@ -139,7 +142,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-particles", type=int, default=1 << 20)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--json", help="write the times per size there")
+    parser.add_argument("--plot", help="draw them there (PNG)")
     args = parser.parse_args()
+    table = []
     exchange_cost(args.calls, args.rounds)
     sizes = [1 << k for k in range(10, 21, 2) if 1 << k <= args.max_particles]
     if RANK == 0:
@@ -165,11 +171,20 @@ def main() -> None:
                 best[name] = min(best[name], measure(methods[name], rows, n) / args.steps)
         if RANK == 0:
             us = {k: v * 1e6 for k, v in best.items()}
+            table.append({"particles": total, **{f"{k}_us": v for k, v in us.items()}})
             print(
                 f"{total:>10} {us['ragged']:>8.1f}us {us['padded']:>8.1f}us {us['mpi4py']:>8.1f}us"
                 f"  {best['padded'] / best['ragged']:>13.2f}  {best['mpi4py'] / best['ragged']:>13.2f}",
                 flush=True,
             )
+    if RANK == 0:
+        data = {"ranks": SIZE, "steps": args.steps, "rounds": args.rounds, "rows": table}
+        if args.json:
+            pathlib.Path(args.json).write_text(json.dumps(data, indent=1))
+        if args.plot:
+            import plots  # benches/plots.py, beside this file
+
+            plots.ragged(data, pathlib.Path(args.plot))
 
 
 if __name__ == "__main__":

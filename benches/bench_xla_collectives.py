@@ -12,12 +12,15 @@ the CPU) and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks:
 
     python benches/bench_xla_collectives.py [--rounds 3] [--mpiwrapper LIB] [--launcher CMD]
                                             [--imports 20] [--part all|collectives|import]
+                                            [--json OUT.json] [--plot OUT.png]
 
 (`benches/setup_mpiwrapper.sh` builds the stock MPIwrapper, for --mpiwrapper.)
 
 The driver starts one job per implementation and round (each implementation is fixed per
 process), alternating them; a case's time is the best of its rounds, rank 0's (the loops
-synchronize the ranks). Prints Markdown tables. `--worker IMPL` is what each job runs.
+synchronize the ranks). Prints Markdown tables; --json also writes the collectives' best
+times, --plot draws them against size (benches/plots.py). `--worker IMPL` is what each job
+runs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import shlex
 import socket
 import statistics
@@ -242,6 +246,20 @@ def _collectives(args) -> None:
         if case.startswith("jaxmpi."):
             cells[0], ratio = f"({cells[0]})", "-"  # the jaxmpi op is the same in both jobs
         print(f"| `{case}` | {size} | " + " | ".join(cells) + f" | {ratio} |")
+    rows = [
+        {"impl": impl, "case": case, "size": size, "elements": SIZES[size], "us": us}
+        for (impl, case, size), us in best.items()
+        if size in SIZES
+    ]
+    data = {"launcher": args.launcher, "rounds": args.rounds, "implementations": implementations}
+    data["rows"] = rows
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+    if args.plot:
+        import plots  # benches/plots.py, beside this file
+
+        plots.latency(None, data, pathlib.Path(args.plot))
 
 
 def _import_cost(args) -> None:
@@ -316,6 +334,8 @@ def main() -> None:
     parser.add_argument("--imports", type=int, default=20, help="runs of `import jax` each way")
     parser.add_argument("--part", choices=["all", "collectives", "import"], default="all")
     parser.add_argument("--mpiwrapper", help="a stock libmpiwrapper.so to compare with")
+    parser.add_argument("--json", help="write the collectives' best times there")
+    parser.add_argument("--plot", help="draw them against size there (PNG)")
     parser.add_argument(
         "--launcher",
         default=f"{os.path.join(sys.prefix, 'bin', 'mpiexec')} -n 2",
