@@ -31,7 +31,7 @@ import time
 import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-JOB_TIMEOUT = 300  # seconds for one job: a hang (a rank waiting for one that failed) ends
+JOB_TIMEOUT = 120  # seconds for one job: a hang (a rank waiting for one that failed) ends
 
 
 def jobs(examples: list[dict]) -> dict[tuple, list[dict]]:
@@ -96,7 +96,7 @@ def judge(example: dict, per_rank: list[dict | None]) -> str | None:
     where = f"{example['source']}:{example['line']}"
     if any(r is None for r in per_rank):
         missing = [str(k) for k, r in enumerate(per_rank) if r is None]
-        return f"{where}: never ran on rank {', '.join(missing)} (see the job's log)"
+        return f"{where}: never ran on rank {', '.join(missing)} (an earlier block of its page failed there, or the job ended: see its log)"
     errors = [(k, r["error"]) for k, r in enumerate(per_rank) if r["error"]]
     if errors:
         rank, text = errors[0]

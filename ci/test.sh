@@ -11,7 +11,8 @@
 #   and MPICH), the Python suite (tests/python) on the default MPI at 1 rank, on
 #   every build of the matrix at 2 (every MPI, JAX 0.6.2, 0.11 and 0.12) and on a
 #   linked build, its rank-dependent part at 3 and 4 ranks, messages over 2^31
-#   elements, and the reliability checks (job-ending errors, rank death, soak),
+#   elements, the reliability checks (job-ending errors, rank death, soak), and the
+#   documentation (ci/docs.sh: the site built, its links, its examples, screenshots),
 # and prints a summary table, a time table (wall seconds per step and cell; the whole
 # run must stay under 45 minutes on an idle 2-core machine, CI allows 90) and a line
 # "N passed, N failed[, N skipped]".
@@ -351,6 +352,12 @@ matrix_cells large large_cell "pypi-mpich-5 2" "debian-openmpi-4.1 2"
 
 GROUP=linked
 step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
+# The documentation (ci/docs.sh): the site built with -W, its internal links and anchors,
+# every example under mpirun -n 2 with its output compared (one job per environment, not
+# one per block), three pages rendered by headless chromium. ~45 s once .venvs/docs and
+# chromium are installed (the first run on a machine installs them: ~1-2 min more).
+GROUP=docs
+step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROOT/ci/docs.sh"
 # JAX's collectives over MPI, a job per check: import and initialization orders on every
 # family (the usual order on every build), exit status, JAXMPI_DEBUG's lines, a stuck
 # collective under JAXMPI_TIMEOUT, the refusals, a program without MPI collectives.
