@@ -354,7 +354,7 @@ GROUP=linked
 step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
 # The documentation (ci/docs.sh): the site built with -W, its internal links and anchors,
 # every example under mpirun -n 2 with its output compared (one job per environment, not
-# one per block), three pages rendered by headless chromium: 24 s once .venvs/docs and
+# one per block), three pages rendered by headless chromium: 24-29 s once .venvs/docs and
 # chromium are installed (measured on the shared 2-core VM); the first run on a machine
 # installs them, about 2-3 minutes more.
 GROUP=docs
