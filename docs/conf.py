@@ -21,7 +21,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_generated/README.md"]
+exclude_patterns = ["_build"]
 
 # Markdown: anchors for headings up to ###, so links like page.md#a-heading resolve (and
 # a broken one is a warning, which -W makes an error).
