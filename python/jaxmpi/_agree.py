@@ -19,6 +19,8 @@ import sys
 import warnings
 from dataclasses import dataclass
 
+from . import _slurm
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -152,6 +154,8 @@ def differences(per_rank: list[dict[str, str]]) -> list[tuple[Setting, str]]:
 
 def _advice(family: str, names: list[str]) -> str:
     env = [n for n in names if n != "library"]
+    if env and _slurm.started_by_srun():
+        return _slurm.EXPORT_ADVICE
     if family == "openmpi" and env:
         forward = " ".join(f"-x {n}" for n in env)
         return (

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import _agree, _dispatch, _jax_shim, _native
+from . import _agree, _dispatch, _jax_shim, _native, _slurm
 from ._errors import MPIError, raise_kept_failure
 
 if TYPE_CHECKING:
@@ -176,6 +176,7 @@ def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
+    _slurm.check_world(_native.comm_size(_native.world()), _native.info()["family"])
     _agree_across_ranks(_native.info())
     # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).

@@ -1,6 +1,7 @@
 """Starting `jax.distributed` from the MPI job itself: one JAX process per MPI rank, JAX's
 process index equal to the rank in `jaxmpi.COMM_WORLD`, whatever launcher started the
-job (no SLURM or launcher variables read, no mpi4py needed)."""
+job (no SLURM or launcher variables read, by jaxmpi or by JAX's cluster detection; no
+mpi4py needed)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     address = _coordinator_address(node_size == size) if rank == 0 else ""
     sent = _native.allgather_bytes(world, address.encode().ljust(_ADDRESS_BYTES, b"\0"))
     chosen = sent[0].rstrip(b"\0").decode()
+    # Else JAX's cluster detection fills in local_device_ids from SLURM_LOCALID, which
+    # ranks that mpirun/mpiexec started under salloc inherit from the launcher's daemons (0
+    # for every rank of a node): every rank of a node would get GPU 0, over jaxmpi's choice.
+    kwargs.setdefault("cluster_detection_method", "deactivate")
     jax.distributed.initialize(
         coordinator_address=chosen, num_processes=size, process_id=rank, **kwargs
     )
