@@ -115,8 +115,6 @@ slurm_build() {
 job_args=(tests/slurm_job.py --nodes 2)
 for setting in "${SETTINGS[@]}"; do job_args+=(--env "$setting"); done
 
-# The id of the job whose output file is LOG (sbatch names it in the file's first line).
-job_id_of() { sed -n 's/^job \([0-9]*\) on .*/\1/p' "$1" | head -n 1; }
 job_running() { [[ -n $("$SLURM" run jxh1 squeue -h -j "$1" 2>/dev/null) ]]; }
 # The ranks that LOG says are running (`rank r: pid P on HOST`) and still are.
 ranks_alive() {
