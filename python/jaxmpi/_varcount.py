@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from . import _primitive as prim
 from . import _ragged
+from ._binding import primitives as prim
 from ._comm import CommArg, check_rank, resolve_comm
 from ._errors import raise_mpi_errors
 from ._ops import array_arg

@@ -17,8 +17,11 @@ range ...`). Failures outside any op name what jaxmpi was doing instead of an op
 communicator methods, initialization. Inside a user's own `jax.jit` function JAX raises
 its own exception, with XLA's status code in front of jaxmpi's text (`INTERNAL: jaxmpi...`):
 a `JaxRuntimeError` on the first call, but a `ValueError` when JAX 0.10 re-runs a compiled
-function through its C++ fast path. `raise_mpi_errors` (decorator or context manager) or
-`MPIError.from_exception` turn either into an `MPIError`.
+function through its C++ fast path. `jaxmpi.raise_mpi_errors` (decorator or context
+manager, `jaxmpi/_errors.py`) or `MPIError.from_exception` turn either into an `MPIError`.
+
+It lives in the process runtime, below everything that calls MPI: the extension raises it
+from the first call on (`_native.init`, which `library.py` makes).
 
 Under fast dispatch a failed call without a result (a send, say) may leave nothing for the
 user to read its error from; the core keeps it and jaxmpi raises it later
@@ -28,13 +31,11 @@ conversion, tells the core it was reported, so it is not raised a second time.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from typing import Literal
 
 from jax.errors import JaxRuntimeError
 
-from . import _jax_shim, _native
+from .. import _native
 
 # A handler's failure as XLA passes it on: its status code, then jaxmpi's message.
 _FROM_XLA = re.compile(r"\b[A-Z][A-Z_]*: (?=jaxmpi\.)")
@@ -134,31 +135,6 @@ class MPIError(JaxRuntimeError):
         return cls(message[start:])
 
 
-class raise_mpi_errors(contextlib.ContextDecorator):
-    """Turns what JAX raises for a failed jaxmpi call into `jaxmpi.MPIError`:
-
-        @jaxmpi.raise_mpi_errors()
-        def step(x): return jitted_step(x)
-
-        with jaxmpi.raise_mpi_errors():
-            y = jitted_step(x)
-
-    Other exceptions pass through unchanged. Leaving it without an exception, outside of
-    tracing, raises a failure kept since an earlier op nobody could read (fast dispatch):
-    every jaxmpi op and `Comm` method is wrapped in it, so the next one reports it.
-    """
-
-    def __enter__(self) -> raise_mpi_errors:
-        return self
-
-    def __exit__(
-        self, exc_type: object, exc: BaseException | None, traceback: object
-    ) -> Literal[False]:
-        if exc is None and not _jax_shim.is_tracing():
-            raise_kept_failure()
-        if exc is None or isinstance(exc, MPIError):
-            return False
-        error = MPIError.from_exception(exc)
-        if error is None:
-            return False
-        raise error.with_traceback(traceback) from None
+# Users write `jaxmpi.MPIError`, which is what tracebacks and pickles name too: the module
+# holding it is private and may move.
+MPIError.__module__ = "jaxmpi"
