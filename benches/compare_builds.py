@@ -9,9 +9,13 @@ Each ROOT is a checkout whose ci/setup.sh made .venvs/mpich; each build runs its
 checkout's bench scripts (they may import private modules of their own layout). A round
 runs, for each build: benches/bench_ops.py at `--ranks` ranks on one float32 element (the
 jitted loop of every op in `--ops` against the same MPI call from a C loop, and its
-dispatch: a jitted call and an eager one), then benches/bench_dispatch.py at 1 and 2 ranks
-(a tiny jitted call with the op against one without, in both dispatch modes). Printed: the
-median over the rounds of every number, for each build, and the ratio after / before.
+dispatch: a jitted call and an eager one), benches/bench_dispatch.py at 1 and 2 ranks
+(a tiny jitted call with the op against one without, in both dispatch modes), and this
+script's own worker at 1 rank (public API only): eager calls of a few ops (the Python
+wrappers' path; best of 9 samples of 300 calls), the Python functions one eager call runs
+(counted, not timed), and the rooted collectives in a jitted loop (best of 7 x 20,000).
+Printed: the median over the rounds of every number, for each build, and the ratio
+after / before.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 OPS = "allreduce,reduce,bcast,gather,allgather,scatter,alltoall,sendrecv"
@@ -67,7 +72,68 @@ def measure(root: Path, raw: Path, folder: Path, ranks: int, ops: str) -> dict[s
         tiny = row["tiny_us"]
         numbers[f"bench_dispatch {where}: jit + allreduce"] = tiny["jaxmpi"]
         numbers[f"bench_dispatch {where}: plain jit"] = tiny["plain jit"]
+    worker = [str(venv / "python"), __file__, "--worker"]
+    done = subprocess.run(worker, capture_output=True, text=True, env=env, timeout=900)
+    if done.returncode:
+        sys.exit(f"failed: {' '.join(worker)}\n{done.stdout}\n{done.stderr}")
+    numbers.update(json.loads(done.stdout.splitlines()[-1]))
     return numbers
+
+
+def worker() -> None:
+    """At 1 rank, through the public API only: eager calls, what one runs, rooted loops."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxmpi
+
+    x, rows = jnp.zeros(1, jnp.float32), jnp.zeros((1, 1), jnp.float32)
+    eager = {
+        "allreduce": lambda: jaxmpi.allreduce(x, jaxmpi.SUM),
+        "bcast": lambda: jaxmpi.bcast(x, 0),
+        "gatherv": lambda: jaxmpi.gatherv(rows, (1,), 0),
+        "scatterv": lambda: jaxmpi.scatterv(rows, (1,), 0),
+        "sendrecv": lambda: jaxmpi.sendrecv(x, x, 0, 0),
+    }
+    numbers = {}
+    for name, call in eager.items():
+        jax.block_until_ready(call())
+        calls = [0]
+
+        def count(frame, event, arg, calls=calls):
+            calls[0] += event == "call"
+
+        sys.setprofile(count)
+        y = call()
+        sys.setprofile(None)
+        jax.block_until_ready(y)
+        numbers[f"eager {name}: Python functions run (a count)"] = calls[0]
+        best = float("inf")
+        for _ in range(9):
+            t0 = time.perf_counter()
+            for _ in range(300):
+                y = call()
+            jax.block_until_ready(y)
+            best = min(best, (time.perf_counter() - t0) / 300)
+        numbers[f"eager {name}, 1 rank, best"] = best * 1e6
+    loops = {
+        "gather": lambda i, s: (s[0], jaxmpi.gather(s[0][0], 0)),
+        "scatter": lambda i, s: (s[0], jaxmpi.scatter(s[1], 0)[None]),
+        "gatherv": lambda i, s: (s[0], jaxmpi.gatherv(s[0], (1,), 0)),
+        "scatterv": lambda i, s: (s[0], jaxmpi.scatterv(s[1], (1,), 0)),
+        "allgatherv": lambda i, s: (s[0], jaxmpi.allgatherv(s[0], (1,))),
+        "alltoall": lambda i, s: (s[0], jaxmpi.alltoall(s[1])),
+    }
+    for name, body in loops.items():
+        run = jax.jit(lambda s, body=body: jax.lax.fori_loop(0, 20_000, body, s))
+        jax.block_until_ready(run((rows, rows)))
+        best = float("inf")
+        for _ in range(7):
+            t0 = time.perf_counter()
+            jax.block_until_ready(run((rows, rows)))
+            best = min(best, (time.perf_counter() - t0) / 20_000)
+        numbers[f"{name}: jitted loop, 1 rank, best"] = best * 1e6
+    print(json.dumps(numbers))
 
 
 def main() -> None:
@@ -78,6 +144,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--ops", default=OPS)
     parser.add_argument("--out", type=Path)
+    if sys.argv[1:] == ["--worker"]:
+        return worker()
     args = parser.parse_args()
     builds = {"before": args.before.resolve(), "after": args.after.resolve()}
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in builds}
