@@ -63,7 +63,7 @@ def self_check(result, created: int, thorough: bool, own_tokens: int = 0) -> str
 
 class FastDispatch:
     """The process's dispatch policy: the mode decided once, the lowering state of the
-    thread lowering a program, and the callbacks `_runtime` registers. `check` is the
+    thread lowering a program, and the callbacks `configure` registers. `check` is the
     self-check each fast lowering passes (a test replaces it to simulate another JAX)."""
 
     def __init__(self) -> None:
@@ -213,7 +213,8 @@ def dispatch_mode() -> tuple[str, str]:
 
 
 def stop_draining() -> None:
-    """After MPI_Finalize: effects_barrier has nothing left to wait for."""
+    """At exit, before MPI_Finalize (`library.before_finalize`): the last effects_barrier
+    has drained; later ones have nothing left to wait for."""
     policy.draining = False
 
 

@@ -63,8 +63,17 @@ def sum_only_jvp(primitive, name: str):
     return linear_jvp(primitive, name, sum_only=True)
 
 
+# Transpose rules return one cotangent per argument: None for arguments that are not being
+# transposed (constants), zeros for templates whose values never mattered.
+
+
 def cotangent_for(arg, value):
     return value if jax_shim.is_linear(arg) else None
+
+
+# A rooted op's primal returns its input on the ranks where it binds no result; JAX adds
+# the cotangent of that identity itself, so the rooted ops' transposes only add what
+# travelled.
 
 
 def cotangent_or_zeros(cts, x):

@@ -1,4 +1,14 @@
-"""Rules of non-blocking point to point: isend, irecv and wait."""
+"""Rules of non-blocking point to point: isend, irecv and wait. The tangent and the
+cotangent travel as requests of their own.
+
+A start's derivative starts a second transfer for the tangent; the request value, a
+float32 array, carries that transfer's request to the wait's derivative, which waits for
+it. Transposed (reverse mode), the program runs backwards: a wait becomes the start of the
+reverse transfer (a send's wait starts receiving the cotangent, a receive's wait starts
+sending it), whose request travels back as the cotangent of the request value to the
+transposed start, which waits for it. So the backward exchange overlaps the transposed
+interior just as the forward one overlaps the interior.
+"""
 
 from __future__ import annotations
 
