@@ -13,16 +13,19 @@ dispatch: a jitted call and an eager one), benches/bench_dispatch.py at 1 and 2 
 (a tiny jitted call with the op against one without, in both dispatch modes), and this
 script's own worker at 1 rank (public API only): eager calls of a few ops (the Python
 wrappers' path; best of 9 samples of 300 calls), the Python functions one eager call runs
-(counted, not timed), and the rooted collectives in a jitted loop (best of 7 x 20,000).
-Printed: the median over the rounds of every number, for each build, and the ratio
-after / before.
+(counted, not timed), the rooted collectives in a jitted loop (best of 7 x 20,000), and
+each op's compiled program (its text without source locations, hashed). Printed: the
+median over the rounds of every number, for each build, and the ratio after / before;
+then which ops compile to the same program in both builds.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -47,8 +50,8 @@ def raw_loop(root: Path, folder: Path, name: str) -> Path:
     return library
 
 
-def measure(root: Path, raw: Path, folder: Path, ranks: int, ops: str) -> dict[str, float]:
-    """One round of one build: every number by name, in µs."""
+def measure(root: Path, raw: Path, folder: Path, ranks: int, ops: str) -> tuple[dict, dict]:
+    """One round of one build: every number by name (in µs), and each op's program."""
     venv = root / ".venvs/mpich/bin"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
     out = folder / "ops.json"
@@ -76,8 +79,9 @@ def measure(root: Path, raw: Path, folder: Path, ranks: int, ops: str) -> dict[s
     done = subprocess.run(worker, capture_output=True, text=True, env=env, timeout=900)
     if done.returncode:
         sys.exit(f"failed: {' '.join(worker)}\n{done.stdout}\n{done.stderr}")
-    numbers.update(json.loads(done.stdout.splitlines()[-1]))
-    return numbers
+    found = json.loads(done.stdout.splitlines()[-1])
+    numbers.update(found["numbers"])
+    return numbers, found["programs"]
 
 
 def worker() -> None:
@@ -133,7 +137,18 @@ def worker() -> None:
             jax.block_until_ready(run((rows, rows)))
             best = min(best, (time.perf_counter() - t0) / 20_000)
         numbers[f"{name}: jitted loop, 1 rank, best"] = best * 1e6
-    print(json.dumps(numbers))
+    programs = {}
+    for name, call in {**eager, "grad allreduce": None}.items():
+        if call is None:
+            f = jax.grad(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM).sum())
+            text = jax.jit(f).lower(x).compile().as_text()
+        else:
+            text = jax.jit(lambda call=call: call()).lower().compile().as_text()
+        # Where each instruction came from (file names, lines) differs between checkouts.
+        text = re.sub(r", metadata=\{[^}]*\}", "", text)
+        text = "\n".join(line for line in text.splitlines() if not re.match(r'\d+ ["{]', line))
+        programs[name] = hashlib.sha256(text.encode()).hexdigest()
+    print(json.dumps({"numbers": numbers, "programs": programs}))
 
 
 def main() -> None:
@@ -149,6 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     builds = {"before": args.before.resolve(), "after": args.after.resolve()}
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in builds}
+    programs: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         raws = {name: raw_loop(root, folder, name) for name, root in builds.items()}
@@ -156,7 +172,9 @@ def main() -> None:
             order = list(builds) if r % 2 == 0 else list(builds)[::-1]
             for name in order:
                 print(f"round {r + 1}: {name} ({builds[name]})", file=sys.stderr, flush=True)
-                numbers = measure(builds[name], raws[name], folder, args.ranks, args.ops)
+                numbers, programs[name] = measure(
+                    builds[name], raws[name], folder, args.ranks, args.ops
+                )
                 for key, value in numbers.items():
                     samples[name].setdefault(key, []).append(value)
     print(f"| measure (µs, median of {args.rounds} rounds) | before | after | after / before |")
@@ -165,6 +183,10 @@ def main() -> None:
         before = statistics.median(values)
         after = statistics.median(samples["after"].get(key, [float("nan")]))
         print(f"| {key} | {before:.3f} | {after:.3f} | {after / before:.2f} |")
+    same = [op for op, text in programs["before"].items() if programs["after"].get(op) == text]
+    others = sorted(set(programs["before"]) - set(same))
+    print(f"\nthe same compiled program in both builds: {', '.join(same) or 'none'}")
+    print(f"a different one: {', '.join(others) or 'none'}")
     if args.out:
         args.out.write_text(json.dumps({"builds": {k: str(v) for k, v in builds.items()}, "samples": samples}, indent=1))  # fmt: skip
 
