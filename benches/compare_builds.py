@@ -3,7 +3,7 @@ before, after, ...), so that the machine's load hits both alike: what a change t
 per-call path (handlers, dispatch, the Python wrappers) costs.
 
     python3 benches/compare_builds.py BEFORE_ROOT AFTER_ROOT [--rounds 3] [--ranks 2]
-        [--ops allreduce,bcast,...] [--out FILE.json]
+        [--ops allreduce,bcast,...] [--out FILE.json] [--worker-only]
 
 Each ROOT is a checkout whose ci/setup.sh made .venvs/mpich; each build runs its own
 checkout's bench scripts (they may import private modules of their own layout). A round
@@ -16,7 +16,9 @@ wrappers' path; best of 9 samples of 300 calls), the Python functions one eager 
 (counted, not timed), the rooted collectives in a jitted loop (best of 7 x 20,000), and
 each op's compiled program (its text without source locations, hashed). Printed: the
 median over the rounds of every number, for each build, and the ratio after / before;
-then which ops compile to the same program in both builds.
+then which ops compile to the same program in both builds. `--worker-only` runs the
+worker alone (half a minute a round), so that many short rounds can alternate the builds
+more finely than load on a shared machine changes.
 """
 
 from __future__ import annotations
@@ -50,10 +52,26 @@ def raw_loop(root: Path, folder: Path, name: str) -> Path:
     return library
 
 
-def measure(root: Path, raw: Path, folder: Path, ranks: int, ops: str) -> tuple[dict, dict]:
+def measure(
+    root: Path, raw: Path, folder: Path, ranks: int, ops: str, benches: bool
+) -> tuple[dict, dict]:
     """One round of one build: every number by name (in µs), and each op's program."""
     venv = root / ".venvs/mpich/bin"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
+    numbers = {} if not benches else bench_numbers(venv, root, raw, folder, ranks, ops, env)
+    worker = [str(venv / "python"), __file__, "--worker"]
+    done = subprocess.run(worker, capture_output=True, text=True, env=env, timeout=900)
+    if done.returncode:
+        sys.exit(f"failed: {' '.join(worker)}\n{done.stdout}\n{done.stderr}")
+    found = json.loads(done.stdout.splitlines()[-1])
+    numbers.update(found["numbers"])
+    return numbers, found["programs"]
+
+
+def bench_numbers(
+    venv: Path, root: Path, raw: Path, folder: Path, ranks: int, ops: str, env: dict
+) -> dict:
+    """What benches/bench_ops.py and benches/bench_dispatch.py measure, by name."""
     out = folder / "ops.json"
     command = [str(venv / "mpiexec"), "-n", str(ranks), str(venv / "python")]
     command += [str(root / "benches/bench_ops.py"), str(raw), str(out)]
@@ -75,13 +93,7 @@ def measure(root: Path, raw: Path, folder: Path, ranks: int, ops: str) -> tuple[
         tiny = row["tiny_us"]
         numbers[f"bench_dispatch {where}: jit + allreduce"] = tiny["jaxmpi"]
         numbers[f"bench_dispatch {where}: plain jit"] = tiny["plain jit"]
-    worker = [str(venv / "python"), __file__, "--worker"]
-    done = subprocess.run(worker, capture_output=True, text=True, env=env, timeout=900)
-    if done.returncode:
-        sys.exit(f"failed: {' '.join(worker)}\n{done.stdout}\n{done.stderr}")
-    found = json.loads(done.stdout.splitlines()[-1])
-    numbers.update(found["numbers"])
-    return numbers, found["programs"]
+    return numbers
 
 
 def worker() -> None:
@@ -159,6 +171,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--ops", default=OPS)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--worker-only", action="store_true")
     if sys.argv[1:] == ["--worker"]:
         return worker()
     args = parser.parse_args()
@@ -167,13 +180,14 @@ def main() -> None:
     programs: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        raws = {name: raw_loop(root, folder, name) for name, root in builds.items()}
+        benches = not args.worker_only
+        raws = {n: raw_loop(root, folder, n) if benches else Path() for n, root in builds.items()}
         for r in range(args.rounds):
             order = list(builds) if r % 2 == 0 else list(builds)[::-1]
             for name in order:
                 print(f"round {r + 1}: {name} ({builds[name]})", file=sys.stderr, flush=True)
                 numbers, programs[name] = measure(
-                    builds[name], raws[name], folder, args.ranks, args.ops
+                    builds[name], raws[name], folder, args.ranks, args.ops, benches
                 )
                 for key, value in numbers.items():
                     samples[name].setdefault(key, []).append(value)
