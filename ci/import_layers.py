@@ -58,7 +58,7 @@ def modules(root: Path) -> dict[str, Path]:
     """Every module of the package by dotted name (a package by its __init__.py)."""
     found = {}
     for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
+        parts = ("jaxmpi", *path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         found[".".join(parts)] = path
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
         above, below = layer_of(source), layer_of(target)
         if above is not None and below is not None and below < above:
             problems.append(
-                f"{known[source].relative_to(package.parent)}:{line}: {source} "
+                f"{known[source].relative_to(package)}:{line}: {source} "
                 f"({LAYERS[above][0]}) imports {target}, of a higher layer ({LAYERS[below][0]})"
             )
     cycle = find_cycle(graph)
