@@ -42,7 +42,9 @@ if gpu is None:
     sys.exit(NO_GPU_EXIT)
 
 # Like for like: mpi4jax stages through the host unless told that the MPI is CUDA-aware.
-os.environ.setdefault("MPI4JAX_USE_CUDA_MPI", "1" if jaxmpi._runtime.info["cuda_aware"] else "0")
+os.environ.setdefault(
+    "MPI4JAX_USE_CUDA_MPI", "1" if jaxmpi._runtime.library.info["cuda_aware"] else "0"
+)
 try:
     import mpi4jax
     from mpi4py import MPI
@@ -107,7 +109,7 @@ for mib in (1, 4, 16, 64, 256):
             (name, mib, nbytes / t, nbytes / pcie, nbytes / dcopy, theirs and nbytes / theirs)
         )
 if rank == 0:
-    print(f"mode: {jaxmpi._runtime.cuda['mode']}; {size} ranks on {gpu.device_kind}")
+    print(f"mode: {jaxmpi._runtime.gpu.cuda['mode']}; {size} ranks on {gpu.device_kind}")
     print(f"PCIe bound: device -> {host_kind} -> device; device bound: a + 1 on the GPU")
     if no_mpi4jax:
         print(f"mpi4jax columns left out: {no_mpi4jax}")

@@ -32,7 +32,7 @@ def worker(rounds: int) -> None:
     import jax.numpy as jnp
 
     import jaxmpi
-    from jaxmpi import _dispatch
+    from jaxmpi._binding import dispatch as _dispatch
 
     sys.path.insert(0, str(ROOT / "examples"))
     from shallow_water import Model

@@ -391,7 +391,7 @@ def machine() -> dict:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "mpi": MPI.Get_library_version().strip().splitlines()[0],
-        "mpi_library": jaxmpi._runtime.info["path"],
+        "mpi_library": jaxmpi._runtime.library.info["path"],
         "thread_level": None,
         "ranks": NRANKS,
         "python": platform.python_version(),

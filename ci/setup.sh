@@ -38,7 +38,7 @@ JAXMPI_PIN_JAX_OLDEST=("jax==0.6.2" "jaxlib==0.6.2")
 # JAX 0.11 and 0.12 need Python >= 3.12: Debian trixie's Python 3.13, in a chroot
 # (ci/trixie.sh), each over the same MPICH wheel and the same jaxmpi wheel.
 # Newest on PyPI when pinned (2026-11-23): jax 0.12.0.1 and, of 0.11, 0.11.2.
-# python/jaxmpi/_support.py's NEWEST_TESTED must name the newest of these.
+# python/jaxmpi/_runtime/support.py's NEWEST_TESTED must name the newest of these.
 JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
 JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")

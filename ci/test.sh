@@ -186,6 +186,34 @@ check_xla_contract() {
     ((bad == 0))
 }
 
+# Every script a user is told to run works from a fresh clone as written (./ci/wheels.sh):
+# the shell scripts of ci/, tests/ and benches/, and any such script README.md or another
+# Markdown file names, are tracked with their run bit (mode 100755; set it with
+# `git update-index --chmod=+x`). A named script git does not track fails too.
+check_run_bits() {
+    local path mode bad=0 n=0
+    local -a docs
+    mapfile -t docs < <(git -C "$ROOT" ls-files '*.md')
+    while IFS= read -r path; do
+        n=$((n + 1))
+        mode=$(git -C "$ROOT" ls-files -s -- "$path" | cut -d' ' -f1)
+        if [[ -z $mode ]]; then
+            echo "BAD  $path: named in the docs but not in git"
+            bad=$((bad + 1))
+        elif [[ $mode != 100755 ]]; then
+            echo "BAD  $path: mode $mode in git, not 100755: git update-index --chmod=+x $path"
+            bad=$((bad + 1))
+        fi
+    done < <(
+        {
+            git -C "$ROOT" ls-files 'ci/*.sh' 'tests/*.sh' 'benches/*.sh'
+            (cd "$ROOT" && grep -ohE '(\./)?(ci|tests|benches)/[A-Za-z0-9_./-]+\.sh' "${docs[@]}")
+        } | sed 's|^\./||' | sort -u
+    )
+    echo "$n script(s) checked, $bad without their run bit in git"
+    ((bad == 0))
+}
+
 cargo_test() {
     # Unit tests that need a real MPI library find it through these.
     JAXMPI_TEST_LIBS_MPICH="$ROOT/.venvs/mpich/lib/libmpi.so.12" \
@@ -203,6 +231,10 @@ step "cargo test" cargo-test cargo_test
 step "ruff" ruff "$ROOT/.venvs/mpich/bin/ruff" check "$ROOT/python" "$ROOT/tests" "$ROOT/examples" "$ROOT/benches"
 # py.typed ships: the public API's annotations are checked (config: python/pyproject.toml).
 step "mypy" mypy bash -c 'cd "$1/python" && "$1/.venvs/mpich/bin/mypy" --python-executable "$1/.venvs/mpich/bin/python"' _ "$ROOT"
+# python/jaxmpi imports one way, from the public API down to the runtime, without a cycle
+# (the layers are declared in the script; it reads the sources with ast, under 1 s).
+step "python: import layers" import-layers python3 "$ROOT/ci/import_layers.py"
+step "scripts: run bits in git" run-bits check_run_bits
 # The GPU run's scripts (ci/gpu_run.sh runs only on a GPU machine): syntax, offline
 # installs, and the verdict logic on canned reports.
 step "GPU scripts (no GPU: syntax, offline, verdict logic)" gpu-check bash "$ROOT/ci/gpu_check.sh"

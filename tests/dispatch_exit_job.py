@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxmpi
-from jaxmpi import _dispatch
+from jaxmpi._binding import dispatch as _dispatch
 
 ROUNDS = 8
 rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()

@@ -134,7 +134,7 @@ def serialized_nonblocking() -> None:
         return got + interior
 
     y = jax.device_get(exchange(x))
-    from jaxmpi._runtime import info
+    from jaxmpi._runtime.library import info
 
     print(f"PROGRESS {info['progress']}: {info['progress_reason']}", flush=True)
     print(f"VALUES {'right' if np.all(y == other + 2.0 * x) else 'WRONG'}", flush=True)

@@ -51,7 +51,9 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import jaxmpi
     import jaxmpi.distributed
-    from jaxmpi import _native, _runtime, _xla_collectives
+    from jaxmpi import _native
+    from jaxmpi._binding import xla_collectives as _xla_collectives
+    from jaxmpi._runtime import library
 import_warnings = [str(w.message) for w in caught if "jaxmpi" in str(w.message)]
 
 rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
@@ -69,7 +71,7 @@ else:
     launcher_local = env.get("SLURM_LOCALID")
 
 node_rank, node_size = _native.node_local_rank(_native.world())
-progress = _runtime.info["progress"]
+progress = library.info["progress"]
 cores = os.cpu_count() or 1
 wanted_progress = "thread" if cores / node_size >= 2 else "none"
 

@@ -77,7 +77,7 @@ def psum_and_allreduce(rank: int, size: int) -> None:
     got = run(np.arange(3.0) + rank)
     expected = size * np.arange(3.0) + sum(range(size))
     print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
-    from jaxmpi import _xla_collectives
+    from jaxmpi._binding import xla_collectives as _xla_collectives
 
     print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}", flush=True)
 
@@ -138,7 +138,7 @@ def main() -> None:
             print("UNEXPECTED: initialize accepted collectives='mpi'")
         except RuntimeError as err:
             print(f"REFUSED {err}")
-        from jaxmpi import _xla_collectives
+        from jaxmpi._binding import xla_collectives as _xla_collectives
 
         print("AUTO {}: {}".format(*_xla_collectives.choose("auto")))
     elif CASE == "untouched":

@@ -97,8 +97,8 @@ impl Error {
 }
 
 /// `op (step) failed: message (MPI error class c) [call]`, with the step, the word
-/// `failed` and the class only where they apply: `jaxmpi.MPIError` (python/jaxmpi/_errors.py)
-/// parses this.
+/// `failed` and the class only where they apply: `jaxmpi.MPIError`
+/// (python/jaxmpi/_runtime/errors.py) parses this.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.op)?;

@@ -8,14 +8,15 @@ try:
     import _jaxmpi_startup  # noqa: F401  # isort: skip
 except ImportError:  # installed without the hook: JAX's collectives stay on gloo
     pass
-from . import _support  # noqa: F401  # isort: skip  (first: refuses an unsupported JAX)
-from . import (
-    _rules,  # noqa: F401  (registers differentiation and batching rules)
-    distributed,  # jaxmpi.distributed.initialize()
-)
+from ._runtime import support as _support  # noqa: F401  # isort: skip  (first: refuses an unsupported JAX)
+from ._runtime import gpu as _gpu  # isort: skip  (MPI initialized, this rank's GPU chosen before JAX uses one)
+from . import distributed  # jaxmpi.distributed.initialize()
+from ._binding import dispatch as _dispatch  # noqa: F401  (fast dispatch's hooks into JAX)
+from ._binding import requests as _requests  # noqa: F401  (wait outside jit, never-waited check)
+from ._binding import rules as _rules  # noqa: F401  (differentiation and batching rules)
 from ._comm import ANY_SOURCE, ANY_TAG, COMM_WORLD, PROC_NULL, Comm, Op
 from ._comm import OPS as _OPS
-from ._errors import MPIError, raise_mpi_errors
+from ._errors import raise_mpi_errors
 from ._native import __version__ as __version__  # the crate's version: the wheel's
 from ._nonblocking import Request, after, irecv, isend, wait, waitall
 from ._ops import (
@@ -35,6 +36,7 @@ from ._ops import (
     sendrecv,
 )
 from ._ragged import ragged_all_to_all
+from ._runtime.errors import MPIError
 from ._varcount import allgatherv, alltoallv, gatherv, scatterv
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
@@ -45,9 +47,7 @@ BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
 def has_cuda_support() -> bool:
     """Whether jaxmpi can run ops on CUDA device arrays in this process: jaxlib has CUDA
     and the CUDA driver loads (`python -m jaxmpi info` says more)."""
-    from ._runtime import cuda
-
-    return bool(cuda["plugin"] and cuda["driver"])
+    return bool(_gpu.cuda["plugin"] and _gpu.cuda["driver"])
 
 
 def has_sycl_support() -> bool:

@@ -11,9 +11,11 @@ def info_lines() -> list[str]:
     import jax
     import jaxlib
 
-    from jaxmpi import _support, _xla_collectives
-    from jaxmpi._dispatch import dispatch_mode
-    from jaxmpi._runtime import cuda, info
+    from jaxmpi._binding import xla_collectives
+    from jaxmpi._binding.dispatch import dispatch_mode
+    from jaxmpi._runtime import support
+    from jaxmpi._runtime.gpu import cuda
+    from jaxmpi._runtime.library import info
 
     mpi4py = sys.modules.get("mpi4py")
     major, minor = info["standard_version"]
@@ -31,10 +33,10 @@ def info_lines() -> list[str]:
         "dispatch        {}: {}".format(*dispatch_mode()),
         f"progress        {info['progress']}: {info['progress_reason']}",
         f"checked mode    {_checked_line()}",
-        "JAX collectives {}: {}".format(*_xla_collectives.explain()),
+        "JAX collectives {}: {}".format(*xla_collectives.explain()),
         f"mpi4jax name    {_mpi4jax_line()}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
-        f"jax             {jax.__version__} (jaxmpi supports {_support.SUPPORTED})",
+        f"jax             {jax.__version__} (jaxmpi supports {support.SUPPORTED})",
         f"jaxlib          {jaxlib.__version__}",
         f"python          {sys.version.split()[0]} ({sys.executable})",
     ]

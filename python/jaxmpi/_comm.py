@@ -4,26 +4,18 @@ own), checked at trace time and turned into the raw values the handlers read."""
 from __future__ import annotations
 
 import operator
-import sys
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, TypeAlias
 
 import jax
 
 from . import _native
 from ._errors import raise_mpi_errors
-from ._runtime import info
+from ._runtime.encodings import OP_USER, PEER_ANY, PEER_NULL, PREDEFINED_OPS, TAG_ANY
+from ._runtime.library import info, loaded_mpi4py
 
-# The handlers' portable encodings (core/src/xla/handlers/signature.rs), as the extension
-# gives them: the same in every MPI library, unlike MPI's own values below.
-_ENCODINGS = _native.constants()
-PEER_ANY: int = _ENCODINGS["PEER_ANY"]
-PEER_NULL: int = _ENCODINGS["PEER_NULL"]
-TAG_ANY: int = _ENCODINGS["TAG_ANY"]
-OP_USER: int = _ENCODINGS["OP_USER"]
-
-# The loaded library's own values, so they equal mpi4py's MPI.ANY_SOURCE etc.
+# The loaded library's own values, so they equal mpi4py's MPI.ANY_SOURCE etc. (the handlers
+# read the portable encodings instead, `_runtime/encodings.py`).
 ANY_SOURCE: int = info["any_source"]
 PROC_NULL: int = info["proc_null"]
 ANY_TAG: int = info["any_tag"]
@@ -34,11 +26,6 @@ ANY_TAG: int = info["any_tag"]
 CommArg: TypeAlias = Any
 #: What it accepts as a reduction: `jaxmpi.SUM` etc. or an `mpi4py.MPI.Op`.
 OpArg: TypeAlias = Any
-
-
-def _mpi4py() -> ModuleType | None:
-    """mpi4py's MPI module if it is loaded (jaxmpi never needs it)."""
-    return sys.modules.get("mpi4py.MPI")
 
 
 class Comm:
@@ -110,12 +97,11 @@ class Op:
         return f"jaxmpi.{self.name}"
 
 
-PREDEFINED_OPS: list[str] = _native.reduce_ops()
 OPS = {name: Op(name) for name in PREDEFINED_OPS}
 
 
 def _clone_world() -> CommArg:
-    mpi = _mpi4py()
+    mpi = loaded_mpi4py()
     return mpi.COMM_WORLD.Clone() if mpi is not None else COMM_WORLD.Clone()
 
 
@@ -142,7 +128,7 @@ class CommInfo:
 def resolve_comm(comm: CommArg, op: str) -> CommInfo:
     if comm is None:
         comm = default_comm()
-    mpi = _mpi4py()
+    mpi = loaded_mpi4py()
     if isinstance(comm, Comm):
         try:
             handle = comm.handle
@@ -182,7 +168,7 @@ def resolve_op(op: OpArg, dtype: Any, opname: str) -> tuple[int, int]:
     if isinstance(op, Op):
         name = op.name
     else:
-        mpi = _mpi4py()
+        mpi = loaded_mpi4py()
         if mpi is None or not isinstance(op, mpi.Op):
             raise TypeError(
                 f"jaxmpi.{opname}: op must be an mpi4py.MPI.Op or jaxmpi.SUM etc., got {op!r}"
@@ -258,7 +244,7 @@ def status_address(status: Any, op: str) -> int:
     """Where the handler writes the MPI_Status of a receive: inside an mpi4py Status."""
     if status is None:
         return 0
-    mpi = _mpi4py()
+    mpi = loaded_mpi4py()
     if mpi is None or not isinstance(status, mpi.Status):
         raise TypeError(
             f"jaxmpi.{op}: status must be an mpi4py.MPI.Status, got {type(status).__name__}"

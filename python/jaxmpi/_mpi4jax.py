@@ -22,7 +22,10 @@ from typing import Any
 
 import jax
 
-from . import _jax_shim, _support
+import jaxmpi
+
+from ._binding import jax_shim
+from ._runtime import support
 
 # mpi4jax's releases on PyPI from 0.3.0 on (its simple index, 2026-11-25), oldest first.
 RELEASES = (
@@ -60,8 +63,8 @@ NOTOKEN = ("0.7.0", "0.8.0")  # mpi4jax.notoken: the same, moved
 
 def _has(version: str, span: tuple[str, str | None]) -> bool:
     since, until = span
-    at = _support.release(version)
-    return _support.release(since) <= at and (until is None or at < _support.release(until))
+    at = support.release(version)
+    return support.release(since) <= at and (until is None or at < support.release(until))
 
 
 def checked(value: str) -> str:
@@ -77,7 +80,7 @@ def checked(value: str) -> str:
             "Send, ...) is older. Port the program to 0.3's names, or unset the variable"
         )
     try:
-        _support.release(version)
+        support.release(version)
     except ValueError:
         raise ImportError(
             f"{what} is not a version: set it to the mpi4jax release the program was "
@@ -103,7 +106,7 @@ def _with_tokens(name: str, op):
 
     @functools.wraps(op)
     def with_tokens(*args: Any, token: Any = None, **kwargs: Any):
-        if token is not None and not _jax_shim.is_token(token):
+        if token is not None and not jax_shim.is_token(token):
             raise TypeError(
                 f"mpi4jax.{name}: token must be a JAX token (jax.lax.create_token() or one "
                 f"an op returned) or None, not {type(token).__name__}"
@@ -124,8 +127,6 @@ def _with_tokens(name: str, op):
 
 def contents(version: str) -> dict[str, dict[str, Any]]:
     """Every module of mpi4jax `version`, by name, with the names it has."""
-    import jaxmpi
-
     ops = {name: getattr(jaxmpi, name) for name in OPS}
     top: dict[str, Any] = {"__version__": version}
     if _has(version, TOKENS):

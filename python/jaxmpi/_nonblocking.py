@@ -15,8 +15,8 @@ a kernel after the wait.)
 
 Misuse is refused while tracing: a request waited twice, waited in another function,
 branch or loop body than the one that started it, or never waited (checked when the
-program is lowered: `check_program`). A Request is no JAX type: returning it from a jitted
-function or carrying it through a loop fails in JAX itself.
+program is lowered: `_binding/requests.py`). A Request is no JAX type: returning it from a
+jitted function or carrying it through a loop fails in JAX itself.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
-from . import _dispatch, _jax_shim, _native
-from . import _primitive as prim
-from ._comm import PEER_ANY, PEER_NULL, TAG_ANY, CommArg, CommInfo
+from ._binding import jax_shim
+from ._binding import primitives as prim
+from ._comm import CommArg, CommInfo
 from ._errors import raise_mpi_errors
 from ._ops import recv_args, send_args
+from ._runtime.encodings import PEER_ANY, PEER_NULL, TAG_ANY
 from ._token import refuses_token
 
 
@@ -50,7 +50,7 @@ class Request:
     def __init__(self, value, buffer, params: dict) -> None:
         self._value, self._buffer, self._params = value, buffer, params
         # Outside any trace, the start ran (its values are concrete): no place to match.
-        self._trace = _jax_shim.current_trace() if _jax_shim.is_tracing() else None
+        self._trace = jax_shim.current_trace() if jax_shim.is_tracing() else None
         self._waited = False
 
     @property
@@ -106,7 +106,7 @@ def _waitable(request: Any, op: str) -> Request:
         )
     if request._waited:
         raise ValueError(f"jaxmpi.{op}: {request!r} was waited for already; wait once")
-    if request._trace is not None and request._trace is not _jax_shim.current_trace():
+    if request._trace is not None and request._trace is not jax_shim.current_trace():
         raise ValueError(
             f"jaxmpi.{op}: {request!r} was started in another function, branch or loop "
             "body than this one. Wait for a request in the function that started it (the "
@@ -155,18 +155,6 @@ def wait(request: Request, *, after: Any = None) -> jax.Array | None:
     return None if request.sends else y
 
 
-def _wait_outside_jit(value, buffer, *after, **_):
-    """`wait` on concrete arrays (a request started outside jit): a native wait on the
-    buffer itself, which MPI fills in place. A program would get a copy of the buffer."""
-    bits = np.asarray(value).view(np.uint32)
-    address = buffer.addressable_data(0).unsafe_buffer_pointer()
-    _native.wait_request((int(bits[0]), int(bits[1])), address)
-    return [buffer]
-
-
-prim.wait.def_impl(_wait_outside_jit)
-
-
 @refuses_token
 @raise_mpi_errors()
 def waitall(requests: Sequence[Request], *, after: Any = None) -> list:
@@ -177,29 +165,3 @@ def waitall(requests: Sequence[Request], *, after: Any = None) -> list:
     if len({id(r) for r in requests}) != len(requests):
         raise ValueError("jaxmpi.waitall: the same request appears twice; wait once")
     return [wait(r, after=after) for r in requests]
-
-
-_STARTS = ("jaxmpi_isend", "jaxmpi_irecv")
-
-
-def check_program(jaxpr, top: bool = True) -> None:
-    """Refuses, when a program is lowered, a request that its function started and never
-    waited for: its transfer buffer must go to a wait in the same jaxpr. (A start outside
-    jit is a program of its own, which returns the buffer: the wait comes later.)"""
-    waits = {id(eqn.invars[1]) for eqn in jaxpr.eqns if str(eqn.primitive) == "jaxmpi_wait"}
-    if top:
-        waits |= {id(v) for v in jaxpr.outvars}
-    for eqn in jaxpr.eqns:
-        for inner in _jax_shim.jaxprs_in(eqn):
-            check_program(inner, top=False)
-        if str(eqn.primitive) in _STARTS and id(eqn.outvars[1]) not in waits:
-            op = str(eqn.primitive).removeprefix("jaxmpi_")
-            raise ValueError(
-                f"jaxmpi.{op} started at {_jax_shim.where(eqn)} is never waited for in the "
-                "function (branch, loop body) that started it: call jaxmpi.wait (or "
-                "waitall) on its request there. A request left pending would let XLA "
-                "reuse its buffer while MPI still uses it."
-            )
-
-
-_dispatch.policy.program_checks.append(check_program)

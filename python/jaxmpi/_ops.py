@@ -1,5 +1,5 @@
 """The MPI ops users call: each checks its arguments at trace time, then binds its
-primitive (declared in `_primitive.py`, with every other op's)."""
+primitive (declared in `_binding/primitives.py`, with every other op's)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from . import _native
-from . import _primitive as prim
+from ._binding import primitives as prim
 from ._comm import (
     ANY_SOURCE,
     ANY_TAG,

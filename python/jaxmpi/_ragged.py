@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from . import _native
-from . import _primitive as prim
+from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
 from ._ops import array_arg

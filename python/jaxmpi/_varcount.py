@@ -16,9 +16,9 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from . import _primitive as prim
 from . import _ragged
-from ._comm import CommArg, check_rank, resolve_comm
+from ._binding import primitives as prim
+from ._comm import CommArg, CommInfo, check_rank, resolve_comm
 from ._errors import raise_mpi_errors
 from ._ops import array_arg
 from ._token import refuses_token
@@ -54,6 +54,24 @@ def _static_counts(counts: Any, size: int, what: str, op: str) -> tuple[int, ...
     return tuple(int(v) for v in values)
 
 
+# The root of an op that has none: the op's own, not a value a user can pass.
+_UNROOTED: Any = object()
+
+
+def _front(
+    op: str, x: ArrayLike, comm: CommArg, recv_capacity: int | None, root: Any = _UNROOTED
+) -> tuple[jax.Array, CommInfo, Any, int | None]:
+    """What every v-collective checks first, in this order: (the array, the communicator,
+    the root if the op has one, the rows of the result where counts may be computed inside
+    jit, else None)."""
+    x = array_arg(x, op)
+    c = resolve_comm(comm, op)
+    if root is not _UNROOTED:
+        root = check_rank(root, c.size, "root", op)
+    rows = None if recv_capacity is None else _ragged.capacity_arg(recv_capacity, op)
+    return x, c, root, rows
+
+
 def _leading_rows(x: jax.Array, rows: int, what: str, op: str) -> None:
     if x.ndim == 0 or x.shape[0] != rows:
         raise ValueError(
@@ -74,11 +92,8 @@ def gatherv(
     """`root` gets every rank's rows stacked in rank order, `sum(counts)` rows; rank r
     contributes `x` with `counts[r]` rows. Other ranks get `x` back. With
     `recv_capacity`, counts may be computed inside jit (see the module's doc)."""
-    x = array_arg(x, "gatherv")
-    c = resolve_comm(comm, "gatherv")
-    root = check_rank(root, c.size, "root", "gatherv")
-    if recv_capacity is not None:
-        rows = _ragged.capacity_arg(recv_capacity, "gatherv")
+    x, c, root, rows = _front("gatherv", x, comm, recv_capacity, root)
+    if rows is not None:
         return _ragged.gatherv(x, counts, root, rows, c)
     counts = _static_counts(counts, c.size, "counts", "gatherv")
     _leading_rows(x, counts[c.rank], "x", "gatherv")
@@ -93,10 +108,8 @@ def allgatherv(
 ) -> jax.Array:
     """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows). With
     `recv_capacity`, counts may be computed inside jit (see the module's doc)."""
-    x = array_arg(x, "allgatherv")
-    c = resolve_comm(comm, "allgatherv")
-    if recv_capacity is not None:
-        rows = _ragged.capacity_arg(recv_capacity, "allgatherv")
+    x, c, _, rows = _front("allgatherv", x, comm, recv_capacity)
+    if rows is not None:
         return _ragged.allgatherv(x, counts, rows, c)
     counts = _static_counts(counts, c.size, "counts", "allgatherv")
     _leading_rows(x, counts[c.rank], "x", "allgatherv")
@@ -118,11 +131,8 @@ def scatterv(
     rows); other ranks pass a template of their block (values ignored). With
     `recv_capacity`, counts may be computed inside jit (see the module's doc); other
     ranks' `x` then only needs the root's shape after the leading axis."""
-    x = array_arg(x, "scatterv")
-    c = resolve_comm(comm, "scatterv")
-    root = check_rank(root, c.size, "root", "scatterv")
-    if recv_capacity is not None:
-        rows = _ragged.capacity_arg(recv_capacity, "scatterv")
+    x, c, root, rows = _front("scatterv", x, comm, recv_capacity, root)
+    if rows is not None:
         return _ragged.scatterv(x, counts, root, rows, c)
     counts = _static_counts(counts, c.size, "counts", "scatterv")
     at_root = c.rank == root
@@ -147,10 +157,8 @@ def alltoallv(
     receives `recv_counts[s]` rows from each, stacked in rank order. With `recv_capacity`,
     both may be computed inside jit (see the module's doc; `alltoall(send_counts)` gives
     `recv_counts`), and must agree with what the senders send."""
-    x = array_arg(x, "alltoallv")
-    c = resolve_comm(comm, "alltoallv")
-    if recv_capacity is not None:
-        rows = _ragged.capacity_arg(recv_capacity, "alltoallv")
+    x, c, _, rows = _front("alltoallv", x, comm, recv_capacity)
+    if rows is not None:
         return _ragged.alltoallv(x, send_counts, recv_counts, rows, c)
     send_counts = _static_counts(send_counts, c.size, "send_counts", "alltoallv")
     recv_counts = _static_counts(recv_counts, c.size, "recv_counts", "alltoallv")

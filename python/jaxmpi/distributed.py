@@ -10,7 +10,8 @@ from typing import Any
 
 import jax
 
-from . import _dispatch, _native, _xla_collectives
+from . import _native
+from ._binding import placement, xla_collectives
 
 # What `initialize` decides itself, from the MPI job.
 _SET_HERE = ("coordinator_address", "num_processes", "process_id")
@@ -52,7 +53,7 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
             "(rank 0's host, the world's size, this rank); leave it out, or call "
             "jax.distributed.initialize yourself"
         )
-    implementation, why = _xla_collectives.choose(collectives, kwargs.get("local_device_ids"))
+    implementation, why = xla_collectives.choose(collectives, kwargs.get("local_device_ids"))
     jax.config.update("jax_cpu_collectives_implementation", implementation)
     world = _native.world()
     rank, size = _native.comm_rank(world), _native.comm_size(world)
@@ -72,8 +73,8 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
             f"jaxmpi.distributed.initialize: JAX reports process {jax.process_index()} of "
             f"{jax.process_count()}, MPI rank {rank} of {size}"
         )
-    _dispatch.process_index_is_world_rank = True
-    _xla_collectives.chosen = (implementation, why)
+    placement.process_index_is_world_rank = True
+    xla_collectives.chosen = (implementation, why)
 
 
 __all__ = ["initialize"]

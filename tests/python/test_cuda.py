@@ -16,7 +16,8 @@ from test_mpi4jax_name import presenting  # noqa: F401  (a fixture)
 import jaxmpi
 from helpers import needs_gpu
 from jaxmpi import COMM_WORLD as comm
-from jaxmpi import _native, _xla_collectives
+from jaxmpi import _native
+from jaxmpi._binding import xla_collectives as _xla_collectives
 
 pytestmark = needs_gpu
 

@@ -17,7 +17,7 @@ from jax import lax
 
 import jaxmpi
 from helpers import RANK, needs_gpu, needs_ranks, p2p_partner
-from jaxmpi import _dispatch
+from jaxmpi._binding import dispatch as _dispatch
 
 pytestmark = [needs_gpu, needs_ranks(2)]
 

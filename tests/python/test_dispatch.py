@@ -23,8 +23,8 @@ from jax import lax
 
 import jaxmpi
 from helpers import RANK, SIZE, count_python_dispatches, needs_ranks, p2p_partner
-from jaxmpi import _dispatch
-from jaxmpi._runtime import info
+from jaxmpi._binding import dispatch as _dispatch
+from jaxmpi._runtime.library import info
 
 BIG = 1 << 19  # float32 elements: 2 MiB
 MODE, WHY = _dispatch.dispatch_mode()
@@ -259,7 +259,7 @@ def test_a_send_failing_in_the_background_is_raised_later_with_its_op(reporter):
 _FALLBACK = """
 import sys, warnings
 import jax, jax.numpy as jnp, jaxmpi
-from jaxmpi import _dispatch
+from jaxmpi._binding import dispatch as _dispatch
 sys.path.insert(0, {helpers!r})
 from helpers import count_python_dispatches
 # A JAX whose lowering differs from what fast dispatch assumes, as the self-check sees it.

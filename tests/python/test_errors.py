@@ -284,7 +284,7 @@ def test_freed_mpi4py_communicator_seen_through_another_reference():
 def test_communicator_of_another_mpi_family():
     """A handle of the other family's shape (an Open MPI pointer where MPICH is loaded, an
     MPICH integer handle where Open MPI is): refused, naming what it is, not a crash."""
-    family = jaxmpi._runtime.info["family"]
+    family = jaxmpi._runtime.library.info["family"]
     foreign = 0x7F00_1234_5000 if family == "mpich" else 0x4400_0000
     check_raises(ValueError, ["communicator"], jaxmpi.allreduce, 1.0, jaxmpi.SUM,
                  comm=jaxmpi.Comm(foreign))  # fmt: skip

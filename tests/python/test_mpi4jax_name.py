@@ -179,7 +179,7 @@ def test_a_process_started_with_the_variable_finds_jaxmpi_as_mpi4jax(tmp_path):
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
         "import warnings, jax, jax.numpy as jnp, jaxmpi, mpi4jax\n"
-        "from jaxmpi._dispatch import dispatch_mode\n"
+        "from jaxmpi._binding.dispatch import dispatch_mode\n"
         "warnings.simplefilter('error')\n"
         "step = jax.jit(lambda x, t: mpi4jax.allreduce(x, op=jaxmpi.SUM, token=t))\n"
         "value, token = step(jnp.ones(2), jax.lax.create_token())\n"

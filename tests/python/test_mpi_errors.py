@@ -160,7 +160,7 @@ def test_a_compiled_call_on_a_communicator_freed_since_fails_in_the_error_handle
     step, the error handler check, fails in MPI on every rank. JAX 0.10 raises that
     re-run's failure as a ValueError: `from_exception` and `raise_mpi_errors` must still
     recognize it, with the op and the step apart."""
-    if jaxmpi._runtime.info["family"] != "mpich":
+    if jaxmpi._runtime.library.info["family"] != "mpich":
         pytest.skip("only MPICH's integer handles can be checked by MPI once freed")
     comm = jaxmpi.COMM_WORLD.Dup()
     program = jax.jit(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM, comm=comm))

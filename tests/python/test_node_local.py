@@ -14,7 +14,8 @@ import pytest
 
 import jaxmpi
 from helpers import RANK, SIZE, needs_ranks
-from jaxmpi import _native, _runtime
+from jaxmpi import _native
+from jaxmpi._runtime import gpu
 
 
 def _hostnames() -> list[str]:
@@ -70,10 +71,10 @@ def test_default_gpu_is_node_local_rank_modulo_gpu_count(monkeypatch, env, expec
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert _runtime._rank_gpu(devices=2, node_rank=3) == expected
+    assert gpu._rank_gpu(devices=2, node_rank=3) == expected
 
 
 def test_gpu_number_out_of_range_names_the_variable(monkeypatch):
     monkeypatch.setenv("JAXMPI_GPU", "2")
     with pytest.raises(ValueError, match="JAXMPI_GPU"):
-        _runtime._rank_gpu(devices=2, node_rank=0)
+        gpu._rank_gpu(devices=2, node_rank=0)

@@ -10,8 +10,10 @@ import jax.numpy as jnp
 import pytest
 
 from helpers import allreduce_still_works
-from jaxmpi import _comm, _native, _primitive, _rules
-from jaxmpi._primitive import PRIMITIVES
+from jaxmpi import _comm, _native
+from jaxmpi._binding import primitives as _primitive
+from jaxmpi._binding import rules as _rules
+from jaxmpi._binding.primitives import PRIMITIVES
 
 # The one primitive without a handler: allreduce-SUM's transpose, which calls no MPI.
 WITHOUT_HANDLER = {"allreduce_transposed"}

@@ -7,7 +7,7 @@ import jax
 import pytest
 from test_startup import rank_0_only, run_alone
 
-from jaxmpi import _support
+from jaxmpi._runtime import support as _support
 
 
 def test_release_numbers():
@@ -70,7 +70,7 @@ def test_import_warns_once_under_a_newer_jax_and_works():
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    import jaxmpi  # the import line the warning points at\n"
-        "ours = [w for w in caught if issubclass(w.category, jaxmpi._support.UntestedJaxWarning)]\n"
+        "ours = [w for w in caught if issubclass(w.category, jaxmpi._runtime.support.UntestedJaxWarning)]\n"
         "print('WARNINGS', len(ours), ours[0].filename == '<string>', ours[0].message)\n"
         "print('OK', jaxmpi.allreduce(jax.numpy.ones(2), jaxmpi.SUM).tolist())\n"
     )

@@ -19,7 +19,7 @@ import pytest
 
 import jaxmpi
 from helpers import MPI, RANK, SIZE
-from jaxmpi._runtime import info
+from jaxmpi._runtime.library import info
 
 THREADS = 4
 ROUNDS = 40

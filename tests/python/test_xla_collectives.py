@@ -23,7 +23,8 @@ from sharding import MESH, mesh_2d, sharded
 import jaxmpi
 import jaxmpi.distributed
 from helpers import RANK, SIZE, assert_array, check_raises, needs_ranks
-from jaxmpi import _runtime, _xla_collectives
+from jaxmpi._binding import xla_collectives as _xla_collectives
+from jaxmpi._runtime import gpu, library
 
 pytestmark = needs_ranks(2)
 
@@ -218,7 +219,7 @@ def test_collectives_take_the_choices_refusals():
 
 
 def test_a_jaxlib_without_mpi_collectives_is_refused(monkeypatch):
-    monkeypatch.setattr(_xla_collectives._jax_shim, "jaxlib_has_mpi_collectives", lambda: False)
+    monkeypatch.setattr(_xla_collectives.jax_shim, "jaxlib_has_mpi_collectives", lambda: False)
     check_raises(
         RuntimeError, ["cannot run XLA's collectives over MPI"], _xla_collectives.choose, "mpi"
     )
@@ -242,7 +243,7 @@ def test_why_jaxlib_did_not_load_the_plug_in(monkeypatch, tmp_path):
 
 def test_a_gpu_process_is_refused(monkeypatch):
     """As a process whose jaxlib has CUDA sees it (no GPU needed: only the choice is made)."""
-    monkeypatch.setitem(_runtime.cuda, "plugin", True)
+    monkeypatch.setitem(gpu.cuda, "plugin", True)
     platforms = jax.config.jax_platforms  # read when JAX starts: changing it does nothing
     jax.config.update("jax_platforms", "cuda,cpu")
     try:
@@ -252,7 +253,7 @@ def test_a_gpu_process_is_refused(monkeypatch):
 
 
 def test_a_thread_level_below_multiple_is_refused(monkeypatch):
-    monkeypatch.setitem(_runtime.info, "thread_level", "MPI_THREAD_SERIALIZED")
+    monkeypatch.setitem(library.info, "thread_level", "MPI_THREAD_SERIALIZED")
     check_raises(
         RuntimeError, ["MPI_THREAD_SERIALIZED", "worker threads"], _xla_collectives.choose, "mpi"
     )
@@ -276,7 +277,7 @@ def test_a_function_xla_never_calls_fails_naming_itself(capfd):
 def test_the_startup_hook_sets_mpitrampoline_lib_only_where_it_can_work(monkeypatch, tmp_path):
     import _jaxmpi_startup as hook
 
-    from jaxmpi import _support
+    from jaxmpi._runtime import support as _support
 
     newest = _support.release(_support.NEWEST_TESTED)[:2]
     assert hook.CHECKED_JAXLIB[1] == newest, "keep the hook's newest jaxlib in step"

@@ -13,6 +13,14 @@ use super::library::{c_string, MpiLibrary};
 
 const MPI_UNDEFINED: c_int = -32766;
 
+/// The communicator of a rooted op (bcast, reduce, gather, scatter and their v forms).
+pub(super) struct RootedComm<H> {
+    pub handle: H,
+    pub size: usize,
+    /// Whether this rank is the root: the one whose buffers hold every rank's blocks.
+    pub at_root: bool,
+}
+
 impl<A: Abi> MpiLibrary<A> {
     pub(super) fn comm_rank_raw(&self, comm: A::Handle) -> Result<i32> {
         let mut rank = 0;
@@ -145,14 +153,22 @@ impl<A: Abi> MpiLibrary<A> {
         Ok(self.comm_size_raw(comm)? as usize)
     }
 
-    pub(super) fn check_root(&self, root: i32, size: usize) -> Result<()> {
+    /// `comm` as an op rooted at `root` needs it, refused if `root` is none of its ranks.
+    pub(super) fn rooted_comm(&self, comm: Comm, root: i32) -> Result<RootedComm<A::Handle>> {
+        let handle = self.comm(comm)?;
+        let size = self.size_of(handle)?;
         if root < 0 || root as usize >= size {
             return Err(Error::invalid_argument(
                 "root",
                 format!("root {root} is out of range for a communicator of {size} ranks"),
             ));
         }
-        Ok(())
+        let at_root = self.comm_rank_raw(handle)? == root;
+        Ok(RootedComm {
+            handle,
+            size,
+            at_root,
+        })
     }
 
     /// A completed receive's status as jaxmpi reports it.

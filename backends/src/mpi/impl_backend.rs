@@ -41,26 +41,28 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         collectives::bcast(self, comm, buf, root)
     }
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        collectives::rooted(self, Direction::Gather, comm, send, recv, root)
+        collectives::rooted(self, Direction::Gather, comm, send, recv, None, root)
     }
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
-        collectives::allgather(self, comm, send, recv)
+        collectives::unrooted(self, Direction::Gather, comm, send, recv)
     }
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        collectives::rooted(self, Direction::Scatter, comm, send, recv, root)
+        collectives::rooted(self, Direction::Scatter, comm, send, recv, None, root)
     }
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
-        collectives::alltoall(self, comm, send, recv)
+        collectives::unrooted(self, Direction::Scatter, comm, send, recv)
     }
 
     fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
-        vector::gatherv(self, comm, send, recv, root)
+        let (recv, blocks) = (recv.buf, Some(recv.blocks));
+        collectives::rooted(self, Direction::Gather, comm, send, recv, blocks, root)
     }
     fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
         vector::allgatherv(self, comm, send, recv)
     }
     fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
-        vector::scatterv(self, comm, send, recv, root)
+        let (send, blocks) = (send.buf, Some(send.blocks));
+        collectives::rooted(self, Direction::Scatter, comm, send, recv, blocks, root)
     }
     fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
         vector::alltoallv(self, comm, send, recv)

@@ -90,13 +90,12 @@ pub(super) fn reduce<A: Abi>(
     op: ReduceOp,
     root: i32,
 ) -> Result<()> {
-    let handle = lib.comm(comm)?;
-    lib.check_root(root, lib.size_of(handle)?)?;
+    let rooted = lib.rooted_comm(comm, root)?;
     let f = lib.fns.MPI_Reduce;
     // SAFETY: as the note above `elementwise` says.
     let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
     let function = ("MPI_Reduce", call);
-    if lib.comm_rank_raw(handle)? == root {
+    if rooted.at_root {
         // A copy of the input stands in for MPI_IN_PLACE where the library crashes on it.
         let copy: Vec<u8>;
         let send = match send {
@@ -123,7 +122,7 @@ pub(super) fn reduce<A: Abi>(
         count,
         dtype,
     };
-    reduce_raw(lib, function, handle, on, op)
+    reduce_raw(lib, function, rooted.handle, on, op)
 }
 
 pub(super) fn reduce_scatter<A: Abi>(

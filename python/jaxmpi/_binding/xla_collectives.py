@@ -18,7 +18,10 @@ from typing import Any
 
 import jax
 
-from . import _jax_shim, _native
+from .. import _native
+from .._runtime.gpu import cuda
+from .._runtime.library import info
+from . import jax_shim
 
 CHOICES = ("auto", "mpi", "gloo")
 
@@ -47,8 +50,6 @@ def _local_cpu_devices(local_device_ids: Any) -> int:
 
 def _on_gpus() -> bool:
     """Whether JAX would run this process's arrays on GPUs (a CUDA plugin, not excluded)."""
-    from ._runtime import cuda
-
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")  # type: ignore[attr-defined]
     return bool(cuda["plugin"]) and platforms.strip().lower() not in ("cpu",)
 
@@ -92,10 +93,8 @@ def _plugin_not_loaded() -> str:
 def obstacles(local_device_ids: Any = None) -> list[str]:
     """Why XLA's collectives cannot run over jaxmpi's MPI in this process (none: they can),
     each saying what to do."""
-    from ._runtime import info
-
     found = []
-    if not _jax_shim.jaxlib_has_mpi_collectives():
+    if not jax_shim.jaxlib_has_mpi_collectives():
         found.append(f"this jaxlib ({jax.lib.__version__}) cannot run XLA's collectives over MPI")
     elif not _native.xla_plugin_loaded():
         found.append(_plugin_not_loaded())

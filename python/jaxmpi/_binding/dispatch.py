@@ -11,30 +11,37 @@ eval, AD, remat and control flow keep treating MPI calls as today) and is taken 
 the top-level jaxpr handed to lowering; the token that chains the program's calls is then
 created inside `main` instead of passed in.
 
-What the runtime token gave for free is paid here and in _runtime: `effects_barrier` (and
-exit) drains the thread's stream with a small program of its own, and a failure of an op
-whose result nobody reads is kept by the core and raised later.
+What the runtime token gave for free is paid here: `effects_barrier` (and exit, through
+`_runtime/library.py`) drains the thread's stream with a small program of its own, and a
+failure of an op whose result nobody reads is kept by the core and raised later.
 
 Used only on the CPU with one local device per process: on CUDA order between programs is
 not yet shown on a GPU, and several local devices each have their own queue. The devices of
 other processes do not matter: under jax.distributed a program over a global mesh runs, in
 this process, on its one local device, and jaxmpi ops inside `shard_map` act on that
-device's block (`check_sharded` refuses every other placement). That is also what makes
+device's block (`placement.py` refuses every other placement). That is also what makes
 such programs possible at all: JAX refuses an ordered effect at the top level of a program
 over more than one device, and fast dispatch has taken it off. Every program lowered
 this way is checked (the first one thoroughly); if this JAX lowers differently, dispatch
-falls back to ordered, with one warning. The JAX internals touched are `_jax_shim`'s.
+falls back to ordered, with one warning. The JAX internals touched are `jax_shim`'s.
+
+Importing the module installs the policy JAXMPI_DISPATCH asks for.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 
 import jax
 import numpy as np
 
-from . import _jax_shim, _native
+from .. import _native
+from .._runtime import library
+from .._runtime.errors import raise_kept_failure
+from . import jax_shim
+from .placement import ONE_PROCESS_PER_DEVICE
 
 
 def self_check(result, created: int, thorough: bool, own_tokens: int = 0) -> str:
@@ -44,9 +51,9 @@ def self_check(result, created: int, thorough: bool, own_tokens: int = 0) -> str
         return f"the program's MPI token was created {created} times, expected once"
     if not thorough:
         return ""
-    if _jax_shim.lowering_still_carries_effect(result):
+    if jax_shim.lowering_still_carries_effect(result):
         return "the executable still carries the MPI effect"
-    signature = _jax_shim.main_signature(result)
+    signature = jax_shim.main_signature(result)
     if signature is None:
         return "no main function in the lowered module"
     if signature.count("!stablehlo.token") != own_tokens:
@@ -56,7 +63,7 @@ def self_check(result, created: int, thorough: bool, own_tokens: int = 0) -> str
 
 class FastDispatch:
     """The process's dispatch policy: the mode decided once, the lowering state of the
-    thread lowering a program, and the callbacks `_runtime` registers. `check` is the
+    thread lowering a program, and the callbacks `configure` registers. `check` is the
     self-check each fast lowering passes (a test replaces it to simulate another JAX)."""
 
     def __init__(self) -> None:
@@ -114,131 +121,15 @@ class FastDispatch:
 policy = FastDispatch()
 
 
-_ONE_PROCESS_PER_DEVICE = (
-    "Run one process per device (on the CPU, leave out "
-    "--xla_force_host_platform_device_count; on GPUs, launch one rank per GPU)"
-)
-
-
-def check_sharded(
-    op: str, comm: int | None, devices: int, shared_by: int, processes: frozenset[int] | None
-) -> None:
-    """Refuses, at lowering, an MPI op in a program over several devices (`devices`) unless
-    it acts on one process's block: inside a shard_map manual over every mesh axis
-    (`shared_by` == 1), one local device per process, one process per MPI rank; and an op
-    on `comm` in a program that some of the communicator's ranks run and others never do
-    (`processes`: the JAX processes that own the program's devices, if known)."""
-    if devices > 1:
-        _check_one_block_per_process(op, devices, shared_by)
-    if processes is None or comm is None or processes == {jax.process_index()}:
-        return  # this process's own program, as every program is without jax.distributed
-    _check_program_runs_on_every_rank(op, comm, processes)
-
-
-def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
-    if shared_by > 1:
-        raise ValueError(
-            f"jaxmpi.{op}: its operand is a global array spread over {shared_by} of the "
-            f"program's {devices} devices (a jitted program over sharded arrays, or a "
-            "shard_map that leaves a mesh axis automatic); an MPI op acts on one process's "
-            "local block. Call it inside jax.shard_map, manual over every mesh axis "
-            "(the default), so that it sees each process's block."
-        )
-    local = jax.local_device_count()
-    if local != 1:
-        raise ValueError(
-            f"jaxmpi.{op}: inside a program over {devices} devices with {local} local "
-            "devices in this process: each device would call MPI on the same communicator "
-            f"from its own thread, in no agreed order. {_ONE_PROCESS_PER_DEVICE}."
-        )
-    processes, ranks = jax.process_count(), _native.comm_size(_native.world())
-    if processes != ranks:
-        raise ValueError(
-            f"jaxmpi.{op}: inside a program over {devices} devices, but JAX has "
-            f"{processes} processes and MPI's world {ranks} ranks: start jax.distributed "
-            "with one process per MPI rank (jaxmpi.distributed.initialize() does)."
-        )
-
-
-# Set by jaxmpi.distributed.initialize: every process's JAX process index is its MPI world
-# rank, so a mesh's processes can be compared with a communicator's members. Started by
-# hand, jax.distributed may number its processes otherwise (README says how to map them).
-process_index_is_world_rank = False
-
-
-def _check_program_runs_on_every_rank(op: str, comm: int, processes: frozenset[int]) -> None:
-    """A program over the devices of some processes runs only there: an op in it waits for
-    the ranks of `comm` whose process owns none of those devices."""
-    mesh = f"the devices of processes {_listed(processes)} only"
-    size, world_size = _native.comm_size(comm), _native.comm_size(_native.world())
-    if size == world_size:  # every process holds a rank of it, whatever their numbering
-        left_out = frozenset(range(jax.process_count())) - processes
-        if left_out:
-            raise ValueError(
-                f"jaxmpi.{op}: in a program over {mesh}, but its communicator has all "
-                f"{size} ranks of MPI's world: processes {_listed(left_out)} never run "
-                f"the program, and the op would wait for them forever. {_MESH_OVER_THE_COMM}."
-            )
-        return
-    members = _world_ranks(comm, size) if process_index_is_world_rank else None
-    if members is None:  # only the count of its ranks is known, and that this one is in
-        if jax.process_index() in processes and size > len(processes):
-            raise ValueError(
-                f"jaxmpi.{op}: in a program over {mesh}, but its communicator has {size} "
-                f"ranks: at least {size - len(processes)} of them never run the program, and "
-                f"the op would wait for them forever. {_MESH_OVER_THE_COMM}."
-            )
-        return
-    left_out = members - processes
-    if left_out and members & processes:
-        raise ValueError(
-            f"jaxmpi.{op}: in a program over {mesh}, but its communicator has {size} "
-            f"ranks (world ranks {_listed(members)}): world ranks {_listed(left_out)} "
-            "never run the program, and the op would wait for them forever. "
-            f"{_MESH_OVER_THE_COMM}."
-        )
-
-
-def _listed(ranks) -> str:
-    """Ranks for a message: all of a short list, the ends of a long one."""
-    ordered = sorted(ranks)
-    if len(ordered) <= 8:
-        return str(ordered)
-    return f"[{', '.join(map(str, ordered[:4]))}, ..., {ordered[-1]}] ({len(ordered)} in all)"
-
-
-_MESH_OVER_THE_COMM = (
-    "Build the mesh over a device of every rank of the communicator (e.g. "
-    "Mesh(jax.devices(), ...)), or pass a communicator of the mesh's processes only "
-    "(comm.Split)"
-)
-
-
-def _world_ranks(comm: int, size: int) -> frozenset[int] | None:
-    """The world ranks of `comm`'s members through mpi4py's groups, if mpi4py (4.0 or
-    later) is loaded; None if unknown."""
-    from ._comm import _mpi4py  # _comm starts the runtime, which imports this module
-
-    mpi = _mpi4py()
-    if mpi is None or not hasattr(mpi.Comm, "fromhandle"):
-        return None
-    group, world = mpi.Comm.fromhandle(comm).Get_group(), mpi.COMM_WORLD.Get_group()
-    try:
-        return frozenset(mpi.Group.Translate_ranks(group, list(range(size)), world))
-    finally:
-        group.Free()
-        world.Free()
-
-
 def _refusal(closed_jaxpr) -> ValueError:
     """JAX's refusal of the MPI effect in a program over several devices, said for jaxmpi:
     which op, and why this process is not in fast dispatch."""
-    op = _jax_shim.first_mpi_op(closed_jaxpr.jaxpr) or "jaxmpi_op"
+    op = jax_shim.first_mpi_op(closed_jaxpr.jaxpr) or "jaxmpi_op"
     local = jax.local_device_count()
     if local != 1:
         why = (
             f"this process has {local} local devices, each of which would call MPI on "
-            f"the same communicator from its own thread. {_ONE_PROCESS_PER_DEVICE}"
+            f"the same communicator from its own thread. {ONE_PROCESS_PER_DEVICE}"
         )
     else:
         why = (
@@ -250,7 +141,7 @@ def _refusal(closed_jaxpr) -> ValueError:
 
 
 def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
-    if not _jax_shim.has_mpi_effect(closed_jaxpr.effects):
+    if not jax_shim.has_mpi_effect(closed_jaxpr.effects):
         return lower(closed_jaxpr, *args, **kwargs)
     for check in policy.program_checks:
         check(closed_jaxpr.jaxpr)
@@ -258,16 +149,16 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
         try:
             return lower(closed_jaxpr, *args, **kwargs)
         except ValueError as err:
-            if _jax_shim.refuses_ordered_effect_over_devices(err):
+            if jax_shim.refuses_ordered_effect_over_devices(err):
                 raise _refusal(closed_jaxpr) from err
             raise
     state = policy.lowering
     state.active, state.created = True, 0
     try:
-        result = lower(_jax_shim.without_mpi_effect(closed_jaxpr), *args, **kwargs)
+        result = lower(jax_shim.without_mpi_effect(closed_jaxpr), *args, **kwargs)
     finally:
         state.active = False
-    own_tokens = _jax_shim.program_tokens(closed_jaxpr)
+    own_tokens = jax_shim.program_tokens(closed_jaxpr)
     why = policy.check(result, state.created, thorough=not policy.checked, own_tokens=own_tokens)
     policy.checked = True
     if why:
@@ -279,15 +170,15 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
 
 def _subcomputation_creating_token(subcomp, ctx, jaxpr, name_stack, tokens, *args, **kwargs):
     with_token = None
-    if getattr(policy.lowering, "active", False) and _jax_shim.calls_mpi(jaxpr):
-        with_token = _jax_shim.with_new_mpi_token(tokens)
+    if getattr(policy.lowering, "active", False) and jax_shim.calls_mpi(jaxpr):
+        with_token = jax_shim.with_new_mpi_token(tokens)
     if with_token is None:
         return subcomp(ctx, jaxpr, name_stack, tokens, *args, **kwargs)
     # The top level of a program lowered without the effect: its first MPI call starts
     # the chain; no token leaves the program.
     policy.lowering.created += 1
     outs, tokens_out = subcomp(ctx, jaxpr, name_stack, with_token, *args, **kwargs)
-    return outs, _jax_shim.without_mpi_token(tokens_out)
+    return outs, jax_shim.without_mpi_token(tokens_out)
 
 
 def _effects_barrier(block_until_ready, tokens) -> None:
@@ -309,11 +200,11 @@ def configure(requested: str, on_fast, on_barrier) -> None:
     policy.requested = requested
     policy.on_fast.append(on_fast)
     policy.on_barrier.append(on_barrier)
-    _jax_shim.install_effects_barrier_hook(_effects_barrier)
+    jax_shim.install_effects_barrier_hook(_effects_barrier)
     # In ordered mode too: there it only explains a refused program over several devices.
-    _jax_shim.install_lowering_hook(_lowering_without_effect)
+    jax_shim.install_lowering_hook(_lowering_without_effect)
     if requested != "ordered":
-        _jax_shim.install_subcomputation_hook(_subcomputation_creating_token)
+        jax_shim.install_subcomputation_hook(_subcomputation_creating_token)
 
 
 def dispatch_mode() -> tuple[str, str]:
@@ -322,5 +213,16 @@ def dispatch_mode() -> tuple[str, str]:
 
 
 def stop_draining() -> None:
-    """After MPI_Finalize: effects_barrier has nothing left to wait for."""
+    """At exit, before MPI_Finalize (`library.before_finalize`): the last effects_barrier
+    has drained; later ones have nothing left to wait for."""
     policy.draining = False
+
+
+configure(
+    os.environ.get("JAXMPI_DISPATCH", "").strip(),  # checked by _runtime/library.py
+    # Without a runtime token, a failure of an op without results has no result to
+    # surface through: the core keeps it for the next effects_barrier or jaxmpi call.
+    on_fast=lambda: _native.keep_failures(True),
+    on_barrier=raise_kept_failure,
+)
+library.before_finalize.append(stop_draining)

@@ -19,7 +19,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 
-from . import _slurm
+from . import slurm
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ def differences(per_rank: list[dict[str, str]]) -> list[tuple[Setting, str]]:
 
 def _advice(family: str, names: list[str]) -> str:
     env = [n for n in names if n != "library"]
-    if env and _slurm.started_by_srun():
-        return _slurm.EXPORT_ADVICE
+    if env and slurm.started_by_srun():
+        return slurm.EXPORT_ADVICE
     if family == "openmpi" and env:
         forward = " ".join(f"-x {n}" for n in env)
         return (

@@ -1,22 +1,28 @@
-"""Process-wide setup: choose and initialize the MPI library (agreeing with mpi4py),
-register the FFI handlers with XLA, and drain pending work before MPI is finalized."""
+"""The MPI library of this process: chosen (agreeing with mpi4py), initialized, its
+settings compared with the other ranks' (`agree.py`), and finalized at exit. Importing the
+module does it, once; `info` says what was chosen and how.
+
+Nothing here knows JAX's internals: what the JAX binding must do at exit before MPI is
+finalized (stop draining, `_binding/dispatch.py`) it adds to `before_finalize`."""
 
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import os
 import site
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import jax
 
-from . import _agree, _dispatch, _jax_shim, _native, _slurm
-from ._errors import MPIError, raise_kept_failure
+from .. import _native
+from . import agree, slurm
+from .errors import MPIError
 
 if TYPE_CHECKING:
-    from ._native import _LibraryInfo
+    from .._native import _LibraryInfo
 
 _native.set_error_type(MPIError)
 
@@ -25,6 +31,11 @@ def _search_prefixes() -> list[str]:
     """mpi4py's search order for libmpi: this environment, the user base, the base prefix."""
     prefixes = [sys.prefix, getattr(site, "USER_BASE", None) or "", sys.base_prefix]
     return [p for p in dict.fromkeys(prefixes) if p]
+
+
+def loaded_mpi4py() -> ModuleType | None:
+    """mpi4py's MPI module if it is loaded (jaxmpi never needs it)."""
+    return sys.modules.get("mpi4py.MPI")
 
 
 def _agree_with_mpi4py() -> None:
@@ -86,68 +97,6 @@ def _check_environment() -> None:
         )
 
 
-def _rank_gpu(devices: int, node_rank: int) -> int | None:
-    """The GPU this rank uses: JAXMPI_GPU if set (a number, or `jax` to leave it to JAX),
-    else none when CUDA_VISIBLE_DEVICES is set (the user chose), else the rank's node-local
-    rank (from MPI_COMM_TYPE_SHARED, whatever the launcher) modulo the GPU count."""
-    chosen = os.environ.get("JAXMPI_GPU", "auto").strip()
-    if chosen == "jax" or devices == 0:
-        return None
-    if chosen not in ("", "auto"):
-        if not chosen.isdigit() or int(chosen) >= devices:
-            raise ValueError(
-                f"JAXMPI_GPU={chosen!r}: use a GPU number below {devices}, auto, or jax"
-            )
-        return int(chosen)
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        return None
-    return node_rank % devices
-
-
-def _has_cuda_plugin() -> bool:
-    """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
-    names = (
-        "jax_cuda12_plugin",
-        "jax_cuda13_plugin",
-        "jax_plugins.xla_cuda12",
-        "jax_plugins.xla_cuda13",
-    )
-    for name in names:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return True
-        except ModuleNotFoundError:
-            continue
-    return False
-
-
-def _setup_cuda(mpi: _LibraryInfo, node: tuple[int, int]) -> dict[str, Any]:
-    """Registers the CUDA handlers when this jaxlib has CUDA; reports what was found."""
-    cuda: dict[str, Any] = {
-        "plugin": _has_cuda_plugin(),
-        "driver": False,
-        "devices": 0,
-        "rank_gpu": None,
-        "mode": None,
-        "driver_error": None,
-        "node_rank": None,
-        "node_size": None,
-    }
-    if not cuda["plugin"]:
-        return cuda
-    cuda["node_rank"], cuda["node_size"] = node
-    for name, capsule in _native.handlers("CUDA"):
-        _jax_shim.register_ffi_target(name, capsule, platform="CUDA")
-    cuda.update(_native.cuda_info())
-    cuda["mode"] = "direct (CUDA-aware MPI)" if mpi["cuda_aware"] else "staged (pinned host copies)"
-    cuda["rank_gpu"] = _rank_gpu(cuda["devices"], cuda["node_rank"])
-    if cuda["rank_gpu"] is not None:
-        # Effective before JAX starts its GPU client, which no jaxmpi import does.
-        jax.config.update("jax_cuda_visible_devices", str(cuda["rank_gpu"]))
-        _native.set_rank_device(cuda["rank_gpu"])
-    return cuda
-
-
 def _cores_per_rank(ranks_on_node: int) -> float:
     """The CPU cores this rank may use: its own CPU set if the launcher pinned it to part
     of the node, else the node's share per rank."""
@@ -158,13 +107,13 @@ def _cores_per_rank(ranks_on_node: int) -> float:
 
 
 def _agree_across_ranks(mpi: _LibraryInfo) -> None:
-    """Every rank compares its settings with the others' (_agree.py): one allgather of a
+    """Every rank compares its settings with the others' (agree.py): one allgather of a
     digest, collective over COMM_WORLD, before anything else can make the ranks differ."""
     world = _native.world()
     if _native.comm_size(world) == 1:
         return
     version = (mpi["version_string"].splitlines() or [""])[0]
-    _agree.check(
+    agree.check(
         _native.comm_rank(world),
         mpi["family"],
         f"{mpi['family']} ({' '.join(version.split())})",
@@ -172,28 +121,26 @@ def _agree_across_ranks(mpi: _LibraryInfo) -> None:
     )
 
 
-def _initialize() -> tuple[_LibraryInfo, dict[str, Any]]:
+def _initialize() -> tuple[_LibraryInfo, tuple[int, int]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
-    _slurm.check_world(_native.comm_size(_native.world()), _native.info()["family"])
+    slurm.check_world(_native.comm_size(_native.world()), _native.info()["family"])
     _agree_across_ranks(_native.info())
     # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).
     node = _native.node_local_rank(_native.world())
     _native.set_cores_per_rank(_cores_per_rank(node[1]))
     mpi = _native.info()  # read again: its progress mode follows the cores per rank
-    for name, capsule in _native.handlers("cpu"):
-        _jax_shim.register_ffi_target(name, capsule, platform="cpu")
-    _dispatch.configure(
-        os.environ.get("JAXMPI_DISPATCH", "").strip(),
-        on_fast=lambda: _native.keep_failures(True),
-        on_barrier=raise_kept_failure,
-    )
-    return mpi, _setup_cuda(mpi, node)
+    return mpi, node
 
 
-info, cuda = _initialize()
+#: What was chosen and how (`python -m jaxmpi info` shows it); `node`: this rank's
+#: (node-local rank, ranks on its node).
+info, node = _initialize()
+
+#: Called at exit after `jax.effects_barrier()` (also when it raised), before MPI_Finalize.
+before_finalize: list[Callable[[], None]] = []
 
 
 @atexit.register
@@ -204,7 +151,8 @@ def _shutdown() -> None:
     try:
         jax.effects_barrier()
     finally:
-        _dispatch.stop_draining()
+        for callback in before_finalize:
+            callback()
         # Requests started outside jit and never waited for: cancelled, and said.
         for request in _native.finalize():
             print(f"jaxmpi: at exit, {request}", file=sys.stderr)

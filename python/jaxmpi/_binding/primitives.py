@@ -5,21 +5,30 @@ Each row gives an op's shape rule, which operand its result may alias (so MPI wo
 place, without a copy), which operands it never reads (receive templates) and the
 parameters only Python's rules use. Lowering, attributes, ordering and eager execution are
 one generic path (`define`) for all of them; `PRIMITIVES` holds them by op name, for the
-rules table in `_rules.py` and for the tests.
+rules table in `rules/` and for the tests. Importing the module registers the handlers the
+lowerings call with XLA.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _dispatch, _jax_shim, _native
-from ._comm import PEER_NULL
-from ._jax_shim import Primitive, ShapedArray
+from .. import _native
+from .._runtime.encodings import PEER_NULL
+from .._runtime.gpu import cuda
+from . import jax_shim, placement
+from .jax_shim import Primitive, ShapedArray
 
 # Every op's operands, results and attributes as the handlers declare them: the attributes
 # a lowering passes are derived from these.
 SIGNATURES: dict = _native.signatures()
 PRIMITIVES: dict[str, Primitive] = {}
+
+# The handlers, one FFI target per op and platform; CUDA's only where jaxlib has CUDA
+# (asking for them installs the extension's CUDA runtime).
+for _platform in ("cpu", "CUDA") if cuda["plugin"] else ("cpu",):
+    for _target, _capsule in _native.handlers(_platform):
+        jax_shim.register_ffi_target(_target, _capsule, platform=_platform)
 
 
 def address(value: int) -> np.int64:
@@ -112,21 +121,21 @@ def define(
     into the carry). `host_only`: why the op refuses to lower for GPU arrays (it reads
     operands on the CPU, or is not built for device memory); empty: it lowers there too."""
     target = f"jaxmpi_{name}"
-    primitive = _jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
+    primitive = jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
     encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
 
     def lowering(ctx, *operands, **params):
-        _dispatch.check_sharded(name, params.get("comm"), *_jax_shim.program_devices(ctx))
+        placement.check_sharded(name, params.get("comm"), *jax_shim.program_devices(ctx))
         attrs = {attr: encode(params[attr]) for attr, encode in encoders}
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}
         aliased = {position[operand]: out for operand, out in aliases(**params).items()}
-        return _jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
+        return jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
 
-    _jax_shim.register_lowering(primitive, lowering, platform="cpu")
+    jax_shim.register_lowering(primitive, lowering, platform="cpu")
     cuda = _host_only(name, host_only) if host_only else lowering
-    _jax_shim.register_lowering(primitive, cuda, platform="cuda")
+    jax_shim.register_lowering(primitive, cuda, platform="cuda")
     PRIMITIVES[name] = primitive
     return primitive
 
@@ -260,12 +269,13 @@ ragged_alltoallv = define(
     host_only=RUN_TIME_COUNTS,
 )
 
-# Non-blocking (see _nonblocking.py). A start returns the request value (8 bytes: its key
-# in the core's table) and the buffer of its transfer: a send's operand itself (aliased, no
-# copy), a receive's fresh buffer (its operand is a template). `wait` takes both and
-# returns the buffer again, aliased: what was received, readable only after the wait.
-# The request is float32 so that derivatives can carry the tangent's and cotangent's own
-# requests from one rule to the next (see _rules.py); its bits are never computed on.
+# Non-blocking (see jaxmpi/_nonblocking.py; `requests.py` runs a wait outside jit). A
+# start returns the request value (8 bytes: its key in the core's table) and the buffer of
+# its transfer: a send's operand itself (aliased, no copy), a receive's fresh buffer (its
+# operand is a template). `wait` takes both and returns the buffer again, aliased: what
+# was received, readable only after the wait. The request is float32 so that derivatives
+# can carry the tangent's and cotangent's own requests from one rule to the next (see
+# rules/nonblocking.py); its bits are never computed on.
 REQUEST = ShapedArray((2,), np.float32)
 isend = define(
     "isend",
@@ -293,6 +303,6 @@ wait = define(
 
 # The transpose of allreduce-SUM under mpi4jax's convention: the identity on each rank,
 # no communication. A primitive of its own (not the identity function) so that its own
-# transpose can be allreduce-SUM again (see _rules.py).
-allreduce_transposed = _jax_shim.new_identity_primitive("jaxmpi_allreduce_transposed")
+# transpose can be allreduce-SUM again (see rules/reductions.py).
+allreduce_transposed = jax_shim.new_identity_primitive("jaxmpi_allreduce_transposed")
 PRIMITIVES["allreduce_transposed"] = allreduce_transposed

@@ -1,6 +1,6 @@
 """Which JAX versions jaxmpi supports, checked at import before anything reaches into JAX.
 
-jaxmpi uses private JAX (all of it in `_jax_shim.py`), so a JAX outside the range below
+jaxmpi uses private JAX (all of it in `_binding/jax_shim.py`), so a JAX outside the range below
 can fail in ways that say nothing about versions. Older than OLDEST: refused with a
 message saying what to install. Newer than NEWEST_TESTED: a warning, since it may work.
 NEWEST_TESTED is the newest JAX that ./ci/test.sh runs the test suite on (ci/setup.sh

@@ -3,7 +3,7 @@
 jaxmpi needs what JAX has no public API for: an ordered effect (so MPI calls keep program
 order on every rank without user-visible tokens), the default eager implementation of a
 primitive, a lowering that threads the effect's token through an XLA FFI call, JAX's rule
-registries, for fast dispatch (`_dispatch.py`, the policy), three hooks into how JAX
+registries, for fast dispatch (`dispatch.py`, the policy), three hooks into how JAX
 lowers, compiles and drains a program, and, inside shard_map, the lowering's axis context
 (which devices share an op's block, which processes run the program), the results' varying
 manual axes and the manual sharding GSPMD wants on a side-effecting call, and whether
@@ -224,7 +224,7 @@ def where(eqn) -> str:
     """The user's line that made an equation: the innermost frame outside JAX and jaxmpi."""
     from jax._src import source_info_util
 
-    package = __file__.rsplit("/", 1)[0] + "/"
+    package = __file__.rsplit("/", 2)[0] + "/"  # jaxmpi/, above this file's _binding/
     # JAX 0.6 passes the SourceInfo, later releases its traceback.
     takes = next(iter(inspect.signature(source_info_util.user_frames).parameters))
     info = eqn.source_info.traceback if takes == "traceback" else eqn.source_info
@@ -234,7 +234,7 @@ def where(eqn) -> str:
     return "an unknown line"
 
 
-# --- Dispatch hooks (the policy is `_dispatch.py`) ------------------------------------------
+# --- Dispatch hooks (the policy is `dispatch.py`) ------------------------------------------
 # Each install_* wraps one JAX internal: `wrapper(original, *args, **kwargs)` is called in
 # its place with the original function first.
 

@@ -1,0 +1,125 @@
+"""Where an MPI op may run in a program over several devices (jax.distributed, shard_map),
+checked when the op is lowered: on one process's block, one local device per process, one
+process per MPI rank, and in a program every rank of its communicator runs. Anything else
+would have several threads call MPI on one communicator, or wait forever for ranks that
+never run the program; each refusal says what to do instead."""
+
+from __future__ import annotations
+
+import jax
+
+from .. import _native
+from .._runtime.library import loaded_mpi4py
+
+ONE_PROCESS_PER_DEVICE = (
+    "Run one process per device (on the CPU, leave out "
+    "--xla_force_host_platform_device_count; on GPUs, launch one rank per GPU)"
+)
+
+
+def check_sharded(
+    op: str, comm: int | None, devices: int, shared_by: int, processes: frozenset[int] | None
+) -> None:
+    """Refuses, at lowering, an MPI op in a program over several devices (`devices`) unless
+    it acts on one process's block: inside a shard_map manual over every mesh axis
+    (`shared_by` == 1), one local device per process, one process per MPI rank; and an op
+    on `comm` in a program that some of the communicator's ranks run and others never do
+    (`processes`: the JAX processes that own the program's devices, if known)."""
+    if devices > 1:
+        _check_one_block_per_process(op, devices, shared_by)
+    if processes is None or comm is None or processes == {jax.process_index()}:
+        return  # this process's own program, as every program is without jax.distributed
+    _check_program_runs_on_every_rank(op, comm, processes)
+
+
+def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
+    if shared_by > 1:
+        raise ValueError(
+            f"jaxmpi.{op}: its operand is a global array spread over {shared_by} of the "
+            f"program's {devices} devices (a jitted program over sharded arrays, or a "
+            "shard_map that leaves a mesh axis automatic); an MPI op acts on one process's "
+            "local block. Call it inside jax.shard_map, manual over every mesh axis "
+            "(the default), so that it sees each process's block."
+        )
+    local = jax.local_device_count()
+    if local != 1:
+        raise ValueError(
+            f"jaxmpi.{op}: inside a program over {devices} devices with {local} local "
+            "devices in this process: each device would call MPI on the same communicator "
+            f"from its own thread, in no agreed order. {ONE_PROCESS_PER_DEVICE}."
+        )
+    processes, ranks = jax.process_count(), _native.comm_size(_native.world())
+    if processes != ranks:
+        raise ValueError(
+            f"jaxmpi.{op}: inside a program over {devices} devices, but JAX has "
+            f"{processes} processes and MPI's world {ranks} ranks: start jax.distributed "
+            "with one process per MPI rank (jaxmpi.distributed.initialize() does)."
+        )
+
+
+# Set by jaxmpi.distributed.initialize: every process's JAX process index is its MPI world
+# rank, so a mesh's processes can be compared with a communicator's members. Started by
+# hand, jax.distributed may number its processes otherwise (README says how to map them).
+process_index_is_world_rank = False
+
+
+def _check_program_runs_on_every_rank(op: str, comm: int, processes: frozenset[int]) -> None:
+    """A program over the devices of some processes runs only there: an op in it waits for
+    the ranks of `comm` whose process owns none of those devices."""
+    mesh = f"the devices of processes {_listed(processes)} only"
+    size, world_size = _native.comm_size(comm), _native.comm_size(_native.world())
+    if size == world_size:  # every process holds a rank of it, whatever their numbering
+        left_out = frozenset(range(jax.process_count())) - processes
+        if left_out:
+            raise ValueError(
+                f"jaxmpi.{op}: in a program over {mesh}, but its communicator has all "
+                f"{size} ranks of MPI's world: processes {_listed(left_out)} never run "
+                f"the program, and the op would wait for them forever. {_MESH_OVER_THE_COMM}."
+            )
+        return
+    members = _world_ranks(comm, size) if process_index_is_world_rank else None
+    if members is None:  # only the count of its ranks is known, and that this one is in
+        if jax.process_index() in processes and size > len(processes):
+            raise ValueError(
+                f"jaxmpi.{op}: in a program over {mesh}, but its communicator has {size} "
+                f"ranks: at least {size - len(processes)} of them never run the program, and "
+                f"the op would wait for them forever. {_MESH_OVER_THE_COMM}."
+            )
+        return
+    left_out = members - processes
+    if left_out and members & processes:
+        raise ValueError(
+            f"jaxmpi.{op}: in a program over {mesh}, but its communicator has {size} "
+            f"ranks (world ranks {_listed(members)}): world ranks {_listed(left_out)} "
+            "never run the program, and the op would wait for them forever. "
+            f"{_MESH_OVER_THE_COMM}."
+        )
+
+
+def _listed(ranks) -> str:
+    """Ranks for a message: all of a short list, the ends of a long one."""
+    ordered = sorted(ranks)
+    if len(ordered) <= 8:
+        return str(ordered)
+    return f"[{', '.join(map(str, ordered[:4]))}, ..., {ordered[-1]}] ({len(ordered)} in all)"
+
+
+_MESH_OVER_THE_COMM = (
+    "Build the mesh over a device of every rank of the communicator (e.g. "
+    "Mesh(jax.devices(), ...)), or pass a communicator of the mesh's processes only "
+    "(comm.Split)"
+)
+
+
+def _world_ranks(comm: int, size: int) -> frozenset[int] | None:
+    """The world ranks of `comm`'s members through mpi4py's groups, if mpi4py (4.0 or
+    later) is loaded; None if unknown."""
+    mpi = loaded_mpi4py()
+    if mpi is None or not hasattr(mpi.Comm, "fromhandle"):
+        return None
+    group, world = mpi.Comm.fromhandle(comm).Get_group(), mpi.COMM_WORLD.Get_group()
+    try:
+        return frozenset(mpi.Group.Translate_ranks(group, list(range(size)), world))
+    finally:
+        group.Free()
+        world.Free()
