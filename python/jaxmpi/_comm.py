@@ -26,11 +26,35 @@ ANY_TAG: int = info["any_tag"]
 CommArg: TypeAlias = Any
 #: What it accepts as a reduction: `jaxmpi.SUM` etc. or an `mpi4py.MPI.Op`.
 OpArg: TypeAlias = Any
+#: What receives accept as `status`: an `mpi4py.MPI.Status`, or None.
+StatusArg: TypeAlias = Any
 
 
 class Comm:
-    """An MPI intracommunicator, for programs without mpi4py. Mirrors the few mpi4py
-    methods jaxmpi programs use."""
+    """An MPI intracommunicator, for programs without mpi4py.
+
+    jaxmpi's own handle on an MPI_Comm, with the few mpi4py methods jaxmpi programs use,
+    under mpi4py's names. Get one from `jaxmpi.COMM_WORLD`, `Dup` or `Split`; pass it as
+    `comm=` to any op. mpi4py's communicators work wherever this one does. The methods run
+    at once, on the host: inside `jax.jit` they run while tracing, not in the program.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            world = jaxmpi.COMM_WORLD
+            own = world.Dup()  # same ranks, messages of its own
+            total = jaxmpi.allreduce(jnp.ones(2), jaxmpi.SUM, comm=own)
+            print(world.Get_rank(), world.Get_size(), total)
+            own.Free()
+
+        .. output::
+
+            0 2 [2. 2.]
+            1 2 [2. 2.]
+    """
 
     def __init__(self, handle: int):
         self._handle = handle
@@ -38,6 +62,8 @@ class Comm:
 
     @property
     def handle(self) -> int:
+        """The MPI_Comm handle as an int, as mpi4py's `Comm.handle` gives it (raises
+        ValueError once the communicator is freed)."""
         if self._freed:
             raise ValueError(
                 f"{self!r} was freed (Comm.Free()); use a communicator that is still alive"
@@ -46,32 +72,181 @@ class Comm:
 
     @raise_mpi_errors()
     def Get_rank(self) -> int:
+        """This process's rank in the communicator (MPI_Comm_rank).
+
+        Returns:
+            An int from 0 to `Get_size() - 1`.
+
+        Raises:
+            ValueError: The communicator was freed.
+            MPIError: MPI failed.
+
+        Example:
+            .. mpirun::
+
+                import jaxmpi
+
+                print(jaxmpi.COMM_WORLD.Get_rank())
+
+            .. output::
+
+                0
+                1
+        """
         return _native.comm_rank(self.handle)
 
     @raise_mpi_errors()
     def Get_size(self) -> int:
+        """The number of ranks in the communicator (MPI_Comm_size).
+
+        Returns:
+            A positive int.
+
+        Raises:
+            ValueError: The communicator was freed.
+            MPIError: MPI failed.
+
+        Example:
+            .. mpirun::
+
+                import jaxmpi
+
+                print(jaxmpi.COMM_WORLD.Get_size())
+
+            .. output::
+
+                2
+                2
+        """
         return _native.comm_size(self.handle)
 
     @raise_mpi_errors()
     def Dup(self) -> Comm:
+        """A new communicator of the same ranks, with a message space of its own.
+
+        MPI_Comm_dup, collective: every rank of the communicator calls it. Messages on the
+        copy never match messages on the original, so a library or a thread can have its
+        own. `Clone` is the same method (mpi4py's other name for it). Free it when done.
+
+        Returns:
+            The new `Comm`.
+
+        Raises:
+            ValueError: The communicator was freed.
+            MPIError: MPI failed.
+
+        Example:
+            .. mpirun::
+
+                import jaxmpi
+
+                copy = jaxmpi.COMM_WORLD.Dup()
+                print(copy.Get_rank(), copy == jaxmpi.COMM_WORLD)
+                copy.Free()
+
+            .. output::
+
+                0 False
+                1 False
+        """
         return Comm(_native.comm_dup(self.handle))
 
     Clone = Dup
 
     @raise_mpi_errors()
     def Split(self, color: int | None = 0, key: int = 0) -> Comm | None:
-        """Like mpi4py's `Split(color=0, key=0)`; `color=None` (MPI_UNDEFINED) leaves this
-        rank out: it gets None."""
+        """Splits the communicator into one new communicator per `color`.
+
+        MPI_Comm_split, collective: every rank calls it. Ranks passing the same `color`
+        form a communicator, ranked by `key` (ties by their rank here), as mpi4py's
+        `Split(color=0, key=0)`.
+
+        Args:
+            color: A non-negative int; ranks with the same one end up together. None
+                (MPI_UNDEFINED) leaves this rank out.
+            key: Orders the ranks of the new communicator (default 0: as they are here).
+
+        Returns:
+            This rank's new `Comm`, or None where `color` is None.
+
+        Raises:
+            TypeError: `color` or `key` is not an int (or None for `color`).
+            ValueError: `color` is negative, or the communicator was freed.
+            MPIError: MPI failed.
+
+        Example:
+            .. mpirun::
+
+                import jaxmpi
+
+                rank = jaxmpi.COMM_WORLD.Get_rank()
+                alone = jaxmpi.COMM_WORLD.Split(color=rank)  # one communicator per rank
+                print(rank, alone.Get_rank(), alone.Get_size())
+                alone.Free()
+
+            .. output::
+
+                0 0 1
+                1 0 1
+        """
         handle = _native.comm_split(self.handle, color, key)
         return None if handle is None else Comm(handle)
 
     @raise_mpi_errors()
     def Free(self) -> None:
+        """Frees the communicator (MPI_Comm_free, collective: every rank calls it).
+
+        Afterwards every use of it, by an op or a method, raises ValueError. Free the
+        communicators you made (`Dup`, `Split`), not `COMM_WORLD`.
+
+        Raises:
+            ValueError: It was freed already.
+            MPIError: MPI failed.
+
+        Example:
+            .. mpirun::
+
+                import jaxmpi
+
+                comm = jaxmpi.COMM_WORLD.Dup()
+                comm.Free()
+                try:
+                    comm.Get_rank()
+                except ValueError:
+                    print("freed")
+
+            .. output::
+
+                freed
+                freed
+        """
         _native.comm_free(self.handle)
         self._freed = True
 
     @raise_mpi_errors()
     def Barrier(self) -> None:
+        """Waits until every rank of the communicator has called it (MPI_Barrier).
+
+        Runs at once, on the host; inside `jax.jit` use `jaxmpi.barrier`, which runs in
+        the program.
+
+        Raises:
+            ValueError: The communicator was freed.
+            MPIError: MPI failed.
+
+        Example:
+            .. mpirun::
+
+                import jaxmpi
+
+                jaxmpi.COMM_WORLD.Barrier()
+                print("everyone is here")
+
+            .. output::
+
+                everyone is here
+                everyone is here
+        """
         _native.barrier(self.handle)
 
     def __eq__(self, other: object) -> bool:
@@ -89,7 +264,27 @@ COMM_WORLD = Comm(_native.world())
 
 @dataclass(frozen=True)
 class Op:
-    """A predefined reduction, for programs without mpi4py."""
+    """One of MPI's predefined reductions, for programs without mpi4py.
+
+    The values are `jaxmpi.SUM`, `PROD`, `MIN`, `MAX`, `LAND`, `LOR`, `LXOR`, `BAND`,
+    `BOR` and `BXOR` (see each for its dtypes and derivative); pass one as the `op` of
+    `allreduce`, `reduce`, `scan`, `exscan` or `reduce_scatter`. mpi4py's `MPI.SUM`, ...,
+    and user-defined `MPI.Op.Create` ops are accepted too.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            print(jaxmpi.MAX, jaxmpi.allreduce(jnp.array([rank, -rank]), jaxmpi.MAX))
+
+        .. output::
+
+            jaxmpi.MAX [1 0]
+            jaxmpi.MAX [1 0]
+    """
 
     name: str
 

@@ -13,17 +13,44 @@ from ._runtime.errors import MPIError, raise_kept_failure
 
 
 class raise_mpi_errors(contextlib.ContextDecorator):
-    """Turns what JAX raises for a failed jaxmpi call into `jaxmpi.MPIError`:
+    """Turns the error JAX raises for a failed jaxmpi call into `jaxmpi.MPIError`.
 
-        @jaxmpi.raise_mpi_errors()
-        def step(x): return jitted_step(x)
+    A context manager and a decorator. Eager ops and `Comm` methods raise `MPIError`
+    themselves, but inside your own `jax.jit` function JAX raises its own exception for
+    a failed MPI call (`JaxRuntimeError`, or a `ValueError` when JAX re-runs a compiled
+    function): wrap the call in it to get the `MPIError`, with its attributes. Other
+    exceptions pass through unchanged. On leaving without an exception, outside of
+    tracing, it raises a failure kept since an earlier op whose result nobody read (fast
+    dispatch: a send, say).
 
-        with jaxmpi.raise_mpi_errors():
-            y = jitted_step(x)
+    Raises:
+        MPIError: A jaxmpi call inside failed, or an earlier one's failure was kept.
 
-    Other exceptions pass through unchanged. Leaving it without an exception, outside of
-    tracing, raises a failure kept since an earlier op nobody could read (fast dispatch):
-    every jaxmpi op and `Comm` method is wrapped in it, so the next one reports it.
+    Example:
+        .. mpirun::
+
+            import jax
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+
+            @jax.jit
+            def step(x):
+                if rank == 0:
+                    jaxmpi.send(jnp.ones(4), dest=1, tag=21)  # 2 more than rank 1 takes
+                    return x
+                return jaxmpi.recv(x, source=0, tag=21)
+
+            try:
+                with jaxmpi.raise_mpi_errors():
+                    jax.block_until_ready(step(jnp.zeros(2)))
+            except jaxmpi.MPIError as err:
+                print(f"rank {err.rank}: {err.op} failed")
+
+        .. output::
+
+            rank 1: recv failed
     """
 
     def __enter__(self) -> raise_mpi_errors:

@@ -120,14 +120,74 @@ def ragged_all_to_all(
     *,
     comm: CommArg = None,
 ) -> jax.Array:
-    """`jax.lax.ragged_all_to_all` over the ranks of `comm` (peer index = rank), also on
-    CPU. The four index arrays have `k * size` entries (k slices per rank): slice i,
-    rows `operand[input_offsets[i]:][:send_sizes[i]]`, goes to rank `i // k`, where it
-    lands at row `output_offsets[i]` of that rank's result; `recv_sizes[i]` is the size
-    of the slice received from rank `i // k`. The result is `output` with the received
-    slices written in, its other rows kept. One MPI exchange per slice index, each checked
-    on its own: slices of different indices landing on the same rows are written in index
-    order (the last one kept)."""
+    """`jax.lax.ragged_all_to_all` over the ranks of `comm`, also on the CPU.
+
+    Each rank sends slices of rows of `operand` to the other ranks (peer index = rank) and
+    writes the slices it receives into `output`, at offsets the senders choose; sizes and
+    offsets may be computed inside `jit`. The four index arrays have `k * size` entries, k
+    slices per rank: entry `i` describes the slice for (and from) rank `i // k`. One MPI
+    exchange per slice index (MPI_Alltoallv with counts read at run time, checked on every
+    rank before data moves), plus one alltoall of the output offsets.
+
+    Args:
+        operand: The rows to send, any shape with a leading axis.
+        output: The result before anything arrives: the same dtype and shape after the
+            leading axis as `operand`; its rows nobody writes are kept.
+        input_offsets: Int array, `k * size` entries: where slice `i` starts in `operand`.
+        send_sizes: Int array: rows of slice `i`, sent to rank `i // k`.
+        output_offsets: Int array: the row of the receiver's `output` where slice `i` lands.
+        recv_sizes: Int array: rows of the slice received from rank `i // k`.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        `output` with the received slices written in. Slices of different indices landing
+        on the same rows are written in index order: the last one stays.
+
+    Derivative:
+        Linear in `operand` and `output`; the offsets and sizes carry no derivative.
+        Reverse mode runs the reverse exchange: each received row's cotangent goes back to
+        the row it came from, and `output` keeps the cotangent of the rows nobody wrote.
+        `vmap`: one exchange for the batch (one per entry where the sizes differ along it).
+
+    Raises:
+        TypeError: `operand` or `output` is not an array of a supported dtype; an index
+            array is not integers; `comm` is no communicator.
+        ValueError: `operand` and `output` differ in dtype or shape after the leading axis;
+            the index arrays do not have `k * size` entries (k >= 1); `comm` is freed,
+            `COMM_NULL` or an intercommunicator; or the op is in a program over several
+            devices outside `shard_map`.
+        NotImplementedError: GPU arrays (the sizes are read by the CPU at run time).
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed, or a slice does not fit its source or destination (named on
+            every rank). Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            x = jnp.arange(3) + 10 * rank  # 1 row to rank 0, 2 rows to rank 1
+            y = jaxmpi.ragged_all_to_all(
+                x,
+                jnp.full(4, -1),
+                input_offsets=jnp.array([0, 1]),
+                send_sizes=jnp.array([1, 2]),
+                output_offsets=jnp.array([rank, 2 * rank]),  # where they land there
+                recv_sizes=jnp.array([1, 1]) * (rank + 1),
+            )
+            print(rank, y)
+
+        .. output::
+
+            0 [ 0 10 -1 -1]
+            1 [ 1  2 11 12]
+    """
     op = "ragged_all_to_all"
     c = resolve_comm(comm, op)
     x, out = array_arg(operand, op), array_arg(output, op)

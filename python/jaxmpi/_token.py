@@ -13,10 +13,12 @@ import inspect
 
 
 class _NotSet:
-    """The default of `token=`: any value passed, None included, is refused."""
+    """The default of `token=`: any value passed, None included, is refused. Its repr is
+    what signatures show (`help()`, the API reference): `token=refused`, a Python name so
+    that Sphinx can parse the signature."""
 
     def __repr__(self) -> str:
-        return "NOTSET"
+        return "refused"
 
 
 NOTSET = _NotSet()

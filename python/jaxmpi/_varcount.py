@@ -89,9 +89,68 @@ def gatherv(
     recv_capacity: int | None = None,
     comm: CommArg = None,
 ) -> jax.Array:
-    """`root` gets every rank's rows stacked in rank order, `sum(counts)` rows; rank r
-    contributes `x` with `counts[r]` rows. Other ranks get `x` back. With
-    `recv_capacity`, counts may be computed inside jit (see the module's doc)."""
+    """Stacks every rank's rows at `root`, in rank order; rank r gives `counts[r]` rows.
+
+    MPI_Gatherv, collective: every rank calls it with the same counts, `root` and dtype,
+    and the same shape after the leading axis.
+
+    Args:
+        x: This rank's rows: `counts[rank]` along the leading axis (with `recv_capacity`:
+            at least that many, the first are sent).
+        counts: Rows from each rank, one int per rank of `comm`: a tuple, list or numpy
+            array known at trace time, or (with `recv_capacity`) an int array computed
+            inside `jit`.
+        root: The rank that gets the stack: a static int in `[0, size)`.
+        recv_capacity: None (default): static counts, which set the result's rows.
+            An int: rows of the result, so that the counts may be computed inside `jit`
+            (int arrays); the rows received are packed from row 0, the rest are zeros.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        At `root`, the `sum(counts)` rows (or `recv_capacity` rows) of every rank in rank
+        order; elsewhere `x` itself.
+
+    Derivative:
+        Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
+        the same counts: each rank gets the root's cotangent of its rows (a scatterv). `vmap`: one
+        MPI call, the batch axis inside each row (with `recv_capacity` and counts that differ along
+        the batch: one call per entry).
+
+    Raises:
+        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
+            not integers or, without `recv_capacity`, not known at trace time (for counts computed
+            inside `jit`, pass it); `root` is not a static int; `recv_capacity` is not an int.
+        ValueError: `x` has not `counts[rank]` rows; counts of the wrong length or negative; a
+            negative `recv_capacity`; `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL`
+            or an intercommunicator; or the op is in a program over several devices outside
+            `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
+            by the CPU; use static counts).
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
+            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
+            differ. Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            counts = (1, 2)
+            x = jnp.full(counts[rank], rank)
+            print(rank, jaxmpi.gatherv(x, counts, root=0))
+
+        .. output::
+
+            0 [0 1 1]
+            1 [1 1]
+    """
     x, c, root, rows = _front("gatherv", x, comm, recv_capacity, root)
     if rows is not None:
         return _ragged.gatherv(x, counts, root, rows, c)
@@ -106,8 +165,70 @@ def gatherv(
 def allgatherv(
     x: ArrayLike, counts: Counts, *, recv_capacity: int | None = None, comm: CommArg = None
 ) -> jax.Array:
-    """Every rank gets every rank's rows stacked in rank order (`sum(counts)` rows). With
-    `recv_capacity`, counts may be computed inside jit (see the module's doc)."""
+    """Stacks every rank's rows on every rank, in rank order; rank r gives `counts[r]` rows.
+
+    MPI_Allgatherv, collective: every rank calls it with the same counts and dtype, and the
+    same shape after the leading axis.
+
+    Args:
+        x: This rank's rows: `counts[rank]` along the leading axis (with `recv_capacity`:
+            at least that many, the first are sent).
+        counts: Rows from each rank, one int per rank of `comm`: a tuple, list or numpy
+            array known at trace time, or (with `recv_capacity`) an int array computed
+            inside `jit`.
+        recv_capacity: None (default): static counts, which set the result's rows.
+            An int: rows of the result, so that the counts may be computed inside `jit`
+            (int arrays); the rows received are packed from row 0, the rest are zeros.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        The `sum(counts)` rows (or `recv_capacity` rows) of every rank, in rank order.
+
+    Derivative:
+        Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
+        the same counts: rank r gets the sum over ranks of their cotangents of its rows. `vmap`: one
+        MPI call, the batch axis inside each row (with `recv_capacity` and counts that differ along
+        the batch: one call per entry).
+
+    Raises:
+        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
+            not integers or, without `recv_capacity`, not known at trace time (for counts computed
+            inside `jit`, pass it); `recv_capacity` is not an int.
+        ValueError: `x` has not `counts[rank]` rows; counts of the wrong length or negative; a
+            negative `recv_capacity`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
+            op is in a program over several devices outside `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
+            by the CPU; use static counts).
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
+            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
+            differ. Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            x = jnp.full(rank + 1, rank)  # rank 0: 1 row, rank 1: 2 rows
+            print(rank, jaxmpi.allgatherv(x, (1, 2)))
+            # Counts known only inside jit: a fixed number of rows, zeros after the data.
+            rows = jax.jit(lambda x, n: jaxmpi.allgatherv(x, n, recv_capacity=4))
+            print(rank, rows(x, jnp.array([1, 2])))
+
+        .. output::
+
+            0 [0 1 1]
+            0 [0 1 1 0]
+            1 [0 1 1]
+            1 [0 1 1 0]
+    """
     x, c, _, rows = _front("allgatherv", x, comm, recv_capacity)
     if rows is not None:
         return _ragged.allgatherv(x, counts, rows, c)
@@ -127,10 +248,68 @@ def scatterv(
     recv_capacity: int | None = None,
     comm: CommArg = None,
 ) -> jax.Array:
-    """`root` holds `sum(counts)` rows and sends rows of block r to rank r (`counts[r]`
-    rows); other ranks pass a template of their block (values ignored). With
-    `recv_capacity`, counts may be computed inside jit (see the module's doc); other
-    ranks' `x` then only needs the root's shape after the leading axis."""
+    """Sends block r of `root`'s rows to rank r, `counts[r]` rows each, in rank order.
+
+    MPI_Scatterv, collective: every rank calls it with the same counts, `root` and dtype.
+
+    Args:
+        x: At `root`, the `sum(counts)` rows (with `recv_capacity`: at least that many).
+            Elsewhere a template of this rank's block, `counts[rank]` rows (with
+            `recv_capacity`: any rows, the root's shape after the leading axis); its values
+            are never read.
+        counts: Rows for each rank, one int per rank of `comm`: a tuple, list or numpy
+            array known at trace time, or (with `recv_capacity`) an int array computed
+            inside `jit`.
+        root: The sending rank: a static int in `[0, size)`.
+        recv_capacity: None (default): static counts, which set the result's rows.
+            An int: rows of the result, so that the counts may be computed inside `jit`
+            (int arrays); the rows received are packed from row 0, the rest are zeros.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        This rank's `counts[rank]` rows (or `recv_capacity` rows, its block first).
+
+    Derivative:
+        Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
+        the same counts: the root gathers the cotangents (a gatherv). `vmap`: one MPI call, the
+        batch axis inside each row (with `recv_capacity` and counts that differ along the batch: one
+        call per entry).
+
+    Raises:
+        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
+            not integers or, without `recv_capacity`, not known at trace time (for counts computed
+            inside `jit`, pass it); `root` is not a static int; `recv_capacity` is not an int.
+        ValueError: `x` has not the rows the counts say; counts of the wrong length or negative; a
+            negative `recv_capacity`; `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL`
+            or an intercommunicator; or the op is in a program over several devices outside
+            `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
+            by the CPU; use static counts).
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
+            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
+            differ. Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            counts = (1, 2)
+            x = jnp.arange(3) if rank == 0 else jnp.zeros(2, jnp.int32)
+            print(rank, jaxmpi.scatterv(x, counts, root=0))
+
+        .. output::
+
+            0 [0]
+            1 [1 2]
+    """
     x, c, root, rows = _front("scatterv", x, comm, recv_capacity, root)
     if rows is not None:
         return _ragged.scatterv(x, counts, root, rows, c)
@@ -153,10 +332,67 @@ def alltoallv(
     recv_capacity: int | None = None,
     comm: CommArg = None,
 ) -> jax.Array:
-    """Rank r sends `send_counts[s]` rows of `x` to each rank s (blocks in rank order) and
-    receives `recv_counts[s]` rows from each, stacked in rank order. With `recv_capacity`,
-    both may be computed inside jit (see the module's doc; `alltoall(send_counts)` gives
-    `recv_counts`), and must agree with what the senders send."""
+    """Every rank sends `send_counts[s]` rows to each rank s and receives `recv_counts[s]` from it.
+
+    MPI_Alltoallv, collective: every rank calls it with the same dtype and the same shape
+    after the leading axis. `x` holds the blocks for ranks 0, 1, ... back to back; the
+    result holds the blocks received, in rank order. `recv_counts` must be what the
+    senders send: `alltoall(send_counts)` gives it.
+
+    Args:
+        x: The `sum(send_counts)` rows to send (with `recv_capacity`: at least that many).
+        send_counts: Rows to each rank, one int per rank of `comm`: a tuple, list or numpy
+            array known at trace time, or (with `recv_capacity`) an int array computed
+            inside `jit`.
+        recv_counts: Rows from each rank, in the same form.
+        recv_capacity: None (default): static counts, which set the result's rows.
+            An int: rows of the result, so that the counts may be computed inside `jit`
+            (int arrays); the rows received are packed from row 0, the rest are zeros.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        The `sum(recv_counts)` rows (or `recv_capacity` rows) received, in rank order.
+
+    Derivative:
+        Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
+        the same counts: the reverse alltoallv, counts swapped. `vmap`: one MPI call, the batch axis
+        inside each row (with `recv_capacity` and counts that differ along the batch: one call per
+        entry).
+
+    Raises:
+        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
+            not integers or, without `recv_capacity`, not known at trace time (for counts computed
+            inside `jit`, pass it); `recv_capacity` is not an int.
+        ValueError: `x` has not `sum(send_counts)` rows; counts of the wrong length or negative; a
+            negative `recv_capacity`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
+            op is in a program over several devices outside `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
+            by the CPU; use static counts).
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
+            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
+            differ. Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            counts = (1, 2) if rank == 0 else (2, 1)  # the same for sending and receiving
+            x = jnp.arange(3) + 10 * rank
+            print(rank, jaxmpi.alltoallv(x, counts, counts))
+
+        .. output::
+
+            0 [ 0 10 11]
+            1 [ 1  2 12]
+    """
     x, c, _, rows = _front("alltoallv", x, comm, recv_capacity)
     if rows is not None:
         return _ragged.alltoallv(x, send_counts, recv_counts, rows, c)

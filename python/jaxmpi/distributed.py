@@ -32,20 +32,47 @@ def _coordinator_address(one_host: bool) -> str:
 
 
 def initialize(collectives: str = "auto", **kwargs: Any) -> None:
-    """Starts `jax.distributed` with process id = this rank of MPI's world, process count =
-    the world's size, and a coordinator on rank 0 (a free port on loopback when every rank
-    is on one host, else on rank 0's host name), its address sent to the other ranks over
-    MPI. Collective over the world: every rank calls it, before any JAX computation.
+    """Starts `jax.distributed` from the MPI job: one JAX process per MPI rank.
 
-    `collectives` is what JAX's own cross-process collectives on the CPU run over (psum,
-    all_gather, ppermute in shard_map, and those XLA inserts into sharded programs):
-    "mpi", the job's MPI, through jaxmpi's library; "gloo", JAX's TCP default; or "auto"
-    (the default), MPI wherever it works (one CPU device per process, jaxlib loaded jaxmpi's
-    plug-in, MPI_THREAD_MULTIPLE), else gloo. "mpi" raises where MPI cannot work, saying
-    why; `python -m jaxmpi info` says which is used and why.
+    Process id = this rank in MPI's world, process count = the world's size, and a
+    coordinator on rank 0: a free port on loopback when every rank is on one host, else
+    on rank 0's host name, its address sent to the other ranks over MPI. No launcher or
+    Slurm variables are read, and no mpi4py is needed. Collective over the world: every
+    rank calls it, before any JAX computation.
 
-    Other keyword arguments (e.g. `initialization_timeout`, `local_device_ids`) go to
-    `jax.distributed.initialize` unchanged."""
+    Args:
+        collectives: What JAX's own cross-process collectives on the CPU run over (psum,
+            all_gather, ppermute in `shard_map`, and those XLA inserts into sharded
+            programs): "mpi", the job's MPI through jaxmpi's library; "gloo", JAX's TCP
+            default; "auto" (the default), MPI wherever it works (one CPU device per
+            process, jaxlib loaded jaxmpi's plug-in, MPI_THREAD_MULTIPLE), else gloo.
+            `python -m jaxmpi info` says which is used and why.
+        **kwargs: Passed to `jax.distributed.initialize` unchanged (e.g.
+            `initialization_timeout`, `local_device_ids`); not `coordinator_address`,
+            `num_processes` or `process_id`, which come from the MPI job.
+
+    Raises:
+        TypeError: `coordinator_address`, `num_processes` or `process_id` was passed.
+        ValueError: `collectives` is not "auto", "mpi" or "gloo".
+        RuntimeError: `collectives="mpi"` where MPI cannot serve JAX's collectives (the
+            message says why); JAX's process index or count does not match MPI's; or
+            what `jax.distributed.initialize` raises (started twice, say).
+
+    Example:
+        .. mpirun::
+            :process: own
+
+            import jax
+            import jaxmpi
+
+            jaxmpi.distributed.initialize()
+            print(jax.process_index(), jax.process_count())
+
+        .. output::
+
+            0 2
+            1 2
+    """
     taken = [name for name in _SET_HERE if name in kwargs]
     if taken:
         raise TypeError(

@@ -83,14 +83,51 @@ def _forget_kept_failure(message: str) -> None:
 
 
 class MPIError(JaxRuntimeError):
-    """An MPI call made by jaxmpi failed.
+    """An MPI call made by jaxmpi failed; the attributes say which and where.
 
-    Attributes (None where they do not apply): `op` (jaxmpi op name), `step` (the step
-    inside the op that failed, e.g. "error handler check", or what jaxmpi was doing outside
-    any op, e.g. "select MPI"), `rank` (rank in
-    MPI_COMM_WORLD of the process that saw the failure), `peer` (source or destination
-    rank of a point-to-point call), `root`, `tag`, `comm` (communicator handle),
-    `nbytes`, `error_class` (the MPI library's error class), `error_string` (its text).
+    Raised by every call jaxmpi executes itself: eager ops, `Comm` methods,
+    initialization. Inside your own `jax.jit` function JAX raises its own exception
+    instead; `raise_mpi_errors` or `MPIError.from_exception` give this one. A subclass of
+    `jax.errors.JaxRuntimeError` and `RuntimeError`, so existing `except` clauses keep
+    working. The job goes on: jaxmpi's communicators return errors instead of aborting,
+    and the library stays usable.
+
+    Attributes:
+        op: The jaxmpi op that failed (`"recv"`), or None.
+        step: What failed inside it: the MPI function (`"MPI_Recv"`), or a check
+            (`"short message"`, `"JAXMPI_CHECK"`); outside any op, what jaxmpi was doing
+            (`"select MPI"`).
+        rank: The rank in MPI_COMM_WORLD of the process that saw the failure.
+        peer: The source or destination of a point-to-point call.
+        root: The root of a rooted collective.
+        tag: The tag of a point-to-point call.
+        comm: The communicator's handle, an int.
+        nbytes: The bytes of the call's first buffer.
+        error_class: The MPI library's error class, an int.
+        error_string: The library's text (or jaxmpi's, for its own checks).
+        call: Every field of the call's description, a dict (`{"comm": ..., "source": 0,
+            "tag": 9, "bytes": 16}`).
+
+    Attributes that do not apply are None (`error_string` is always a str).
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            try:
+                if rank == 0:
+                    jaxmpi.send(jnp.ones(2), dest=1, tag=22)
+                else:
+                    jaxmpi.recv(jnp.zeros(4), source=0, tag=22)  # 2 arrive, not 4
+            except jaxmpi.MPIError as err:
+                print(err.op, err.step, err.rank, err.peer, err.tag)
+
+        .. output::
+
+            recv short message 1 0 22
     """
 
     def __init__(self, message: str):
@@ -118,8 +155,44 @@ class MPIError(JaxRuntimeError):
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> MPIError | None:
-        """The `MPIError` an exception raised by a jaxmpi call stands for, or None if it
-        did not come from jaxmpi. Use it on what a jitted function raised."""
+        """The `MPIError` that an exception raised by a jaxmpi call stands for.
+
+        For what your own jitted function raised (JAX's `JaxRuntimeError`, or its
+        `ValueError` from a re-run): the text jaxmpi wrote is in it, and becomes an
+        `MPIError` with its attributes. `raise_mpi_errors` does this for a block of code.
+
+        Args:
+            exc: Any exception.
+
+        Returns:
+            `exc` itself if it is an `MPIError`; the `MPIError` it stands for if it
+            carries a jaxmpi failure; else None (jaxmpi's own argument checks included:
+            they are no MPI failure).
+
+        Example:
+            .. mpirun::
+
+                import jax
+                import jax.numpy as jnp
+                import jaxmpi
+
+                rank = jaxmpi.COMM_WORLD.Get_rank()
+                other = 1 - rank
+                # Sends 3 elements where the other rank takes 1.
+                swap = jax.jit(lambda x: jaxmpi.sendrecv(x, x[:1], other, other, sendtag=23))
+                try:
+                    swap(jnp.ones(3))
+                except Exception as err:
+                    print(type(err).__name__, jaxmpi.MPIError.from_exception(err).op)
+                print(jaxmpi.MPIError.from_exception(KeyError("x")))
+
+            .. output::
+
+                JaxRuntimeError sendrecv
+                None
+                JaxRuntimeError sendrecv
+                None
+        """
         if isinstance(exc, MPIError):
             return exc
         message = str(exc)
