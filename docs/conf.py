@@ -32,7 +32,17 @@ myst_enable_extensions = ["deflist"]
 # jaxmpi._ops.sendrecv), so that moving code between private modules changes nothing.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_type_aliases = {"ArrayLike": "jax.typing.ArrayLike"}
+# The package's aliases of Any (mpi4py is optional; a pytree has no type) shown as what
+# they accept. (An alias inside a union or a generic, `Comm | None`, renders as Sphinx's
+# internal TypeAliasForwardRef(...): only whole annotations are aliased.)
+autodoc_type_aliases = {
+    "ArrayLike": "jax.typing.ArrayLike",
+    "CommArg": "jaxmpi.Comm | mpi4py.MPI.Intracomm",
+    "OpArg": "jaxmpi.Op | mpi4py.MPI.Op",
+    "StatusArg": "mpi4py.MPI.Status",
+    "Counts": "Sequence[int] | jax.typing.ArrayLike",
+    "PyTree": "PyTree",
+}
 autosummary_generate = False  # summary tables only, no stub pages
 # `x` in a docstring is code, as in the Markdown pages.
 default_role = "literal"
@@ -40,6 +50,7 @@ default_role = "literal"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_custom_sections = ["Derivative"]
+napoleon_use_ivar = True  # Attributes: one compact field list (MPIError's)
 
 html_theme = "furo"
 html_title = f"jaxmpi {release}"

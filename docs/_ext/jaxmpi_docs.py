@@ -24,9 +24,10 @@ can drift from the code. The build writes every example to ``_examples.json`` in
 output folder.
 
 At the end of the build every name in ``jaxmpi.__all__`` must be documented as a Python
-object (``jaxmpi.NAME``), else a warning; and ``api-gaps.txt`` (next to the output
-folder) lists the public names whose docstrings lack a section the reference promises
-(parameters, result, derivative, errors, example).
+object (``jaxmpi.NAME``), and every public name's docstring must have the sections the
+reference promises (parameters, result, derivative, errors, example: which ones follows
+from what the name is, by the rules above `_check_api`); each gap is a warning naming
+the name and the section, which the build's -W makes an error.
 """
 
 from __future__ import annotations
@@ -147,97 +148,164 @@ def _merge(app: Sphinx, env: Any, docnames: set[str], other: Any) -> None:
 
 # --------------------------------------------------------------------------- the API
 
+# What the reference promises of a public name follows from what the name is, by these
+# rules alone (no list of names, no exception per name):
+#
+#   every name           a description: its docstring; a constant's `#:` comment where
+#                        jaxmpi/__init__.py assigns it (an int or an Op has no docstring
+#                        of its own)
+#   function, method     Args naming exactly its parameters (but self and cls), where it
+#                        has any; Returns, unless annotated `-> None`; an Example
+#   function             Raises, where it takes parameters: what it refuses. A function of
+#                        nothing has nothing to refuse; a method's failures are its
+#                        object's (a freed Comm), said where they exist
+#   taking or returning  Derivative: what jvp, transpose and vmap do (an annotation
+#   a JAX value          naming ArrayLike, Array, Request or PyTree says it does)
+#   class                an Example. Its constructor is jaxmpi's own (COMM_WORLD and
+#                        Dup, isend, a failed call): its parameters are neither shown
+#                        (`_hide_constructor`) nor documented
+#   property             a description
+#
+# An Example is an mpirun block: CI runs it. A constant is exempt from all but the
+# description: it has no parameters, result, errors or derivative, and the entries of the
+# functions that take it show it in use.
+JAX_VALUE = re.compile(r"\b(ArrayLike|Array|Request|PyTree)\b")
 
-# Sections the reference promises for each public name, as napoleon renders them.
-# Ops: every array-moving function; each has a derivative rule to state.
-OPS = {
-    "after", "allgather", "allgatherv", "allreduce", "alltoall", "alltoallv", "barrier",
-    "bcast", "exscan", "gather", "gatherv", "irecv", "isend", "ragged_all_to_all", "recv",
-    "reduce", "reduce_scatter", "scan", "scatter", "scatterv", "send", "sendrecv", "wait",
-    "waitall",
-}  # fmt: skip
+# The sections as napoleon renders them (conf.py's napoleon_custom_sections adds
+# Derivative).
+RENDERED = {
+    "Returns": r"^:returns?:",
+    "Raises": r"^:raises",
+    "Derivative": r"^\.\. rubric:: Derivative\s*$",
+    "Example": r"^\.\. rubric:: Examples?\s*$",
+}
 
 
-def _sections(obj: Any, config: Any) -> set[str]:
-    """The sections napoleon finds in obj's docstring: parameters, result, errors,
-    example, derivative."""
+def _rendered(obj: Any, config: Any, what: str) -> str:
     from sphinx.ext.napoleon.docstring import GoogleDocstring
 
-    doc = inspect.getdoc(obj) or ""
-    rendered = "\n".join(GoogleDocstring(doc, config, what="function").lines())
-    found = set()
-    if re.search(r"^:(param|parameter|arg|keyword) ", rendered, re.M):
-        found.add("parameters")
-    if re.search(r"^:(returns|return|rtype|yields):", rendered, re.M):
-        found.add("result")
-    if re.search(r"^:raises", rendered, re.M):
-        found.add("errors")
-    if re.search(r"^\.\. rubric:: Examples?\s*$|^\.\. (mpirun|output)::", rendered, re.M):
-        found.add("example")
-    if re.search(r"^\.\. rubric:: Derivatives?\s*$|^:Derivatives?:", rendered, re.M):
-        found.add("derivative")
-    return found
+    return "\n".join(GoogleDocstring(inspect.getdoc(obj) or "", config, what=what).lines())
 
 
-def _wanted(name: str, obj: Any, method: bool = False) -> list[str]:
-    if inspect.ismodule(obj):
-        return []  # its functions are listed on their own
-    if inspect.isclass(obj):
-        return ["example"]
-    if not callable(obj):
-        return ["a `#:` comment in jaxmpi/__init__.py (no docstring is possible)"]
+def _example_gaps(rendered: str) -> list[str]:
+    if not re.search(RENDERED["Example"], rendered, re.M):
+        return ["its docstring has no Example section"]
+    if not re.search(r"^\s*\.\. mpirun::", rendered, re.M):
+        return ["its Example has no `.. mpirun::` block (examples run in CI)"]
+    return []
+
+
+def _callable_gaps(obj: Any, config: Any, method: bool) -> list[str]:
+    rendered = _rendered(obj, config, "method" if method else "function")
     signature = inspect.signature(obj)
+    parameters = [p for p in signature.parameters if p not in ("self", "cls")]
+    named = [
+        field.split()[-1].replace("\\", "").lstrip("*")
+        for field in re.findall(r"^:param ([^:]+):", rendered, re.M)
+    ]
+    gaps = [f"its Args section does not name parameter `{p}`" for p in parameters if p not in named]
+    gaps += [
+        f"its Args section names `{p}`, which is no parameter" for p in named if p not in parameters
+    ]
     wanted = []
-    if [p for p in signature.parameters if p not in ("self", "cls", "token")]:
-        wanted.append("parameters")
     if signature.return_annotation not in (None, "None"):
-        wanted.append("result")
-    if not method:  # a method's class has the example; the errors are the class's
-        wanted += ["errors", "example"]
-    if name in OPS:
-        wanted.append("derivative")
-    return wanted
+        wanted.append("Returns")
+    if parameters and not method:
+        wanted.append("Raises")
+    annotations = [p.annotation for p in signature.parameters.values()]
+    if any(JAX_VALUE.search(str(a)) for a in [*annotations, signature.return_annotation]):
+        wanted.append("Derivative")
+    gaps += [
+        f"its docstring has no {s} section"
+        for s in wanted
+        if not re.search(RENDERED[s], rendered, re.M)
+    ]
+    return gaps + _example_gaps(rendered)
 
 
-def _gaps(name: str, obj: Any, config: Any, method: bool = False) -> list[str]:
-    """The line `NAME: what its docstring lacks`, or nothing."""
-    wanted = _wanted(name.rsplit(".", 1)[1], obj, method)
-    if callable(obj) or inspect.isclass(obj):
-        missing = [] if inspect.getdoc(obj) else ["docstring"]
-        missing += [s for s in wanted if s not in _sections(obj, config)]
-    else:
-        missing = wanted
-    return [f"{name}: {', '.join(missing)}"] if missing else []
+def _gaps(obj: Any, config: Any, described: bool, method: bool = False) -> list[str]:
+    """What the entry of a public name lacks, by the rules above. `described`: whether a
+    constant has its `#:` comment."""
+    if not (callable(obj) or inspect.ismodule(obj) or isinstance(obj, property)):
+        return [] if described else ["no `#:` comment where jaxmpi/__init__.py assigns it"]
+    if not inspect.getdoc(obj):
+        return ["no docstring"]
+    if inspect.isclass(obj):
+        return _example_gaps(_rendered(obj, config, "class"))
+    if inspect.ismodule(obj) or isinstance(obj, property):
+        return []  # described; a module's functions have entries of their own
+    return _callable_gaps(obj, config, method)
+
+
+def _where(obj: Any) -> str:
+    """The source file and line of a docstring, in the repository (python/jaxmpi/...)."""
+    import jaxmpi
+
+    try:
+        target = inspect.unwrap(obj.fget if isinstance(obj, property) else obj)
+        path = pathlib.Path(inspect.getsourcefile(target) or "")
+        line = inspect.getsourcelines(target)[1]
+        relative = path.relative_to(pathlib.Path(jaxmpi.__file__).parent)
+    except (TypeError, OSError, ValueError):
+        return ""
+    return f"python/jaxmpi/{relative}:{line}"
 
 
 def _public_objects() -> dict[str, Any]:
+    """Every public name: jaxmpi.__all__, jaxmpi.distributed's, the public members of the
+    public classes."""
     import jaxmpi
     import jaxmpi.distributed
 
     names = {f"jaxmpi.{name}": getattr(jaxmpi, name) for name in jaxmpi.__all__}
     for name in jaxmpi.distributed.__all__:
         names[f"jaxmpi.distributed.{name}"] = getattr(jaxmpi.distributed, name)
+    for name, obj in list(names.items()):
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if not member.startswith("_"):
+                    names[f"{name}.{member}"] = value
     return names
 
 
 def _check_api(app: Sphinx, env: Any) -> None:
+    """Every public name is in the reference, with the sections the rules above ask for:
+    each gap is a warning (an error under -W) naming the name and the section."""
+    from sphinx.pycode import ModuleAnalyzer
+
     documented = set(env.domains["py"].objects)
-    gaps = []
-    for name, obj in _public_objects().items():
-        if name not in documented:
+    attr_docs = ModuleAnalyzer.for_module("jaxmpi").find_attr_docs()
+    comments = {name for (namespace, name) in attr_docs if not namespace}
+    objects = _public_objects()
+    for name, obj in objects.items():
+        owner, _, short = name.rpartition(".")
+        member = owner not in ("jaxmpi", "jaxmpi.distributed")
+        if not member and name not in documented:
             logger.warning(
                 f"{name} is public (jaxmpi.__all__) but not in the API reference: add it "
                 "to a page of docs/api/",
                 type="jaxmpi",
                 subtype="api",
             )
-        gaps += _gaps(name, obj, app.config)
-        if inspect.isclass(obj):
-            for member, value in vars(obj).items():
-                if not member.startswith("_") and callable(value):
-                    gaps += _gaps(f"{name}.{member}", value, app.config, method=True)
-    report = pathlib.Path(app.outdir).parent / "api-gaps.txt"
-    report.write_text("".join(line + "\n" for line in gaps))
+        if isinstance(obj, (classmethod, staticmethod)):
+            obj = getattr(objects[owner], short)
+        for gap in _gaps(obj, app.config, short in comments, method=member):
+            where = _where(obj)
+            logger.warning(
+                f"{name}: {gap}" + (f" ({where})" if where else ""),
+                type="jaxmpi",
+                subtype="api",
+            )
+
+
+def _hide_constructor(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, signature: Any, annotation: Any
+) -> tuple[str, None] | None:
+    """A public class is made by jaxmpi, never by users with arguments (the rules above):
+    its entry shows no constructor parameters."""
+    if what in ("class", "exception") and signature not in (None, "", "()"):
+        return "", None
+    return None
 
 
 def _write_examples(app: Sphinx, error: Exception | None) -> None:
@@ -254,5 +322,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_api)
+    app.connect("autodoc-process-signature", _hide_constructor)
     app.connect("build-finished", _write_examples)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
