@@ -405,7 +405,7 @@ def waitall(requests: Sequence[Request], *, after: PyTree = None) -> list:
     MPI_Wait on each request in turn: one call for the requests of an exchange.
 
     Args:
-        requests: A sequence of `Request` s, each from this same function, none twice.
+        requests: Requests (a sequence), each started in this same function, none twice.
         after: As for `wait`: arrays (a pytree) to compute before any of the waits.
         token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
             ordered automatically.
