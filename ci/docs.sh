@@ -18,7 +18,9 @@
 #      output compared with the page (ci/docs_examples.py);
 #   6. headless Chromium renders the start page, sendrecv's API entry and the performance
 #      guide (plots) to docs/_build/screenshots/*.png, checked for blank pages and build
-#      errors (ci/docs_check.py screenshots).
+#      errors (ci/docs_check.py screenshots);
+#   7. the README's example is the start page's first, which step 5 runs (ci/docs_check.py
+#      readme).
 # Open docs/_build/html/index.html. Exit status: non-zero if any part failed (each part
 # runs even after an earlier one failed, so one run shows every problem).
 set -uo pipefail
@@ -81,6 +83,7 @@ if [[ ${#failed[@]} -eq 0 ]]; then
     part "internal links and anchors" "$PY" ci/docs_check.py links "$BUILD/html"
     part "examples under mpirun" "$PY" ci/docs_examples.py "$BUILD/html/_examples.json" "$BUILD/examples"
     part "screenshots (headless chromium)" "$PY" ci/docs_check.py screenshots "$BUILD/html" "$BUILD/screenshots"
+    part "the README's example is the start page's" "$PY" ci/docs_check.py readme README.md docs/index.md
 fi
 echo "docs: $((SECONDS - t_start))s in all; site: docs/_build/html/index.html"
 if [[ ${#failed[@]} -gt 0 ]]; then

@@ -11,6 +11,13 @@ python ci/docs_check.py screenshots HTML_DIR OUT_DIR
     page fails if its HTML shows a build error (a docutils system message, a
     traceback), lacks what it must show (the entry's anchor, the images of its plots),
     or its picture is blank: almost every pixel one colour.
+
+python ci/docs_check.py readme README DOCS_INDEX
+    The README's example is the start page's first example, which CI runs: the same
+    code (the README's first Python block, less its leading comment lines), and each
+    line the start page's output block shows is quoted in the README. Every relative
+    link of the README names a file of the checkout, and a heading of it where it has
+    an anchor (#...).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import collections
 import html.parser
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -162,11 +170,77 @@ def screenshots(root: pathlib.Path, out_dir: pathlib.Path) -> int:
     return 1 if failed else 0
 
 
+def _fenced(text: str, opening: str) -> tuple[list[str], int]:
+    """The lines of the first fenced block whose opening line is `opening`, and the index
+    of the line after it (ValueError where there is none)."""
+    lines = text.splitlines()
+    start = lines.index(opening) + 1
+    end = lines.index("```", start)
+    return lines[start:end], end + 1
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub and MyST give a Markdown heading."""
+    words = "".join(c for c in heading.lower() if c.isalnum() or c in " -_")
+    return words.replace(" ", "-")
+
+
+def _headings(path: pathlib.Path) -> set[str]:
+    """The anchors of a Markdown file's headings (lines in fenced blocks are none)."""
+    anchors, fenced = set(), False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif line.startswith("#") and not fenced:
+            anchors.add(_anchor(line.lstrip("#").strip()))
+    return anchors
+
+
+def _readme_links(readme_path: pathlib.Path, text: str) -> list[str]:
+    problems = []
+    for target in re.findall(r"\]\(([^)]+)\)", text):
+        if urllib.parse.urlsplit(target).scheme:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = readme_path.parent / path
+        if not linked.is_file():
+            problems.append(f"links to {path}, which does not exist")
+        elif anchor and anchor not in _headings(linked):
+            problems.append(f"links to {target}: {path} has no heading of that anchor")
+    return problems
+
+
+def readme(readme_path: pathlib.Path, index_path: pathlib.Path) -> int:
+    text, index = readme_path.read_text(), index_path.read_text()
+    problems = []
+    try:
+        code, _ = _fenced(text, "```python")
+        ran, after = _fenced(index, "```{mpirun}")
+        output, _ = _fenced("\n".join(index.splitlines()[after:]), "```{output}")
+    except ValueError:
+        print(f"{readme_path}: no ```python block, or {index_path}: no mpirun/output blocks")
+        return 1
+    while code and code[0].startswith("#"):
+        code = code[1:]
+    if code != ran:
+        problems.append(f"its example is not {index_path.name}'s first mpirun block, which CI runs")
+    problems += [f"it does not quote the line `{line}` printed" for line in output
+                 if f"`{line}`" not in text]  # fmt: skip
+    problems += _readme_links(readme_path, text)
+    for problem in problems:
+        print(f"{readme_path.name}: {problem}")
+    if not problems:
+        print(f"{readme_path.name}: its example is {index_path.name}'s first, and so is its output")
+    return 1 if problems else 0
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "links":
         return links(pathlib.Path(sys.argv[2]).resolve())
     if len(sys.argv) == 4 and sys.argv[1] == "screenshots":
         return screenshots(pathlib.Path(sys.argv[2]).resolve(), pathlib.Path(sys.argv[3]))
+    if len(sys.argv) == 4 and sys.argv[1] == "readme":
+        return readme(pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]))
     print(__doc__)
     return 2
 

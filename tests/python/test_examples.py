@@ -38,17 +38,18 @@ def test_send_recv_swap():
 
 
 def test_readme_example():
-    """README.md's example: an allreduce and a ring shift in one jitted step."""
+    """README.md's example: an allreduce and a ring shift in one jitted step (ci/docs.sh runs
+    the README's own copy, the start page's first example)."""
 
     @jax.jit
     def step(x):
         total = jaxmpi.allreduce(x, jaxmpi.SUM)
-        right = jaxmpi.sendrecv(x, x, source=(RANK - 1) % SIZE, dest=(RANK + 1) % SIZE)
-        return total, right
+        left = jaxmpi.sendrecv(x, x, source=(RANK - 1) % SIZE, dest=(RANK + 1) % SIZE)
+        return total, left
 
-    total, right = step(jnp.full(3, float(RANK), jnp.float32))
+    total, left = step(jnp.full(3, float(RANK), jnp.float32))
     assert_array(total, np.full(3, SIZE * (SIZE - 1) / 2, np.float32), "total")
-    assert_array(right, np.full(3, (RANK - 1) % SIZE, np.float32), "right")
+    assert_array(left, np.full(3, (RANK - 1) % SIZE, np.float32), "left")
 
 
 def test_import_as_mpi4jax():
