@@ -31,10 +31,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("jaxmpi.__main__", "jaxmpi._mpi4jax")),
     ("the package's face", ("jaxmpi",)),
     ("public API: ops", (
-        "jaxmpi.distributed", "jaxmpi._ops", "jaxmpi._nonblocking", "jaxmpi._varcount",
-        "jaxmpi._ragged",
+        "jaxmpi.distributed", "jaxmpi._nonblocking", "jaxmpi._varcount", "jaxmpi._ragged",
+        "jaxmpi._reductions", "jaxmpi._collectives", "jaxmpi._p2p",
     )),
-    ("public API: what ops take", ("jaxmpi._comm", "jaxmpi._errors", "jaxmpi._token")),
+    ("public API: what ops take", (
+        "jaxmpi._args", "jaxmpi._comm", "jaxmpi._errors", "jaxmpi._token",
+    )),
     ("JAX binding: rules and registrations", (
         "jaxmpi._binding", "jaxmpi._binding.rules", "jaxmpi._binding.rules.*",
         "jaxmpi._binding.requests", "jaxmpi._binding.xla_collectives",

@@ -17,27 +17,14 @@ from . import (
 from ._binding import dispatch as _dispatch  # noqa: F401  (fast dispatch's hooks into JAX)
 from ._binding import requests as _requests  # noqa: F401  (wait outside jit, never-waited check)
 from ._binding import rules as _rules  # noqa: F401  (differentiation and batching rules)
+from ._collectives import allgather, alltoall, barrier, bcast, gather, scatter
 from ._comm import Comm, Op
 from ._errors import raise_mpi_errors
 from ._native import __version__ as __version__  # the crate's version: the wheel's
 from ._nonblocking import Request, after, irecv, isend, wait, waitall
-from ._ops import (
-    allgather,
-    allreduce,
-    alltoall,
-    barrier,
-    bcast,
-    exscan,
-    gather,
-    recv,
-    reduce,
-    reduce_scatter,
-    scan,
-    scatter,
-    send,
-    sendrecv,
-)
+from ._p2p import recv, send, sendrecv
 from ._ragged import ragged_all_to_all
+from ._reductions import allreduce, exscan, reduce, reduce_scatter, scan
 from ._runtime.errors import MPIError
 from ._varcount import allgatherv, alltoallv, gatherv, scatterv
 

@@ -3,15 +3,12 @@ own), checked at trace time and turned into the raw values the handlers read."""
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-import jax
-
 from . import _native
 from ._errors import raise_mpi_errors
-from ._runtime.encodings import OP_USER, PEER_ANY, PEER_NULL, PREDEFINED_OPS, TAG_ANY
+from ._runtime.encodings import OP_USER, PREDEFINED_OPS
 from ._runtime.library import info, loaded_mpi4py
 
 # The loaded library's own values, so they equal mpi4py's MPI.ANY_SOURCE etc. (the handlers
@@ -380,68 +377,3 @@ def resolve_op(op: OpArg, dtype: Any, opname: str) -> tuple[int, int]:
     if not _native.op_supports(name, dtype.name):
         raise TypeError(f"jaxmpi.{opname}: MPI.{name} is not defined on {dtype.name} arrays")
     return PREDEFINED_OPS.index(name), 0
-
-
-def static_int(value: Any, what: str, op: str) -> int:
-    """`value` as a Python int known at trace time, or a clear error: ranks and tags decide
-    which MPI call is compiled, so they cannot be traced values."""
-    if isinstance(value, bool) or (not isinstance(value, int) and not hasattr(value, "__index__")):
-        raise TypeError(f"jaxmpi.{op}: {what} must be an int, got {type(value).__name__}")
-    try:
-        return operator.index(value)
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError):
-        raise TypeError(
-            f"jaxmpi.{op}: {what} must be known at trace time (a Python int), but it is a "
-            f"traced value inside jit; pass it as a static argument (static_argnums) or "
-            f"compute it outside the jitted function"
-        ) from None
-
-
-def check_rank(value: Any, size: int, what: str, op: str) -> int:
-    value = static_int(value, what, op)
-    if not 0 <= value < size:
-        raise ValueError(
-            f"jaxmpi.{op}: {what} {value} is out of range for a communicator of {size} ranks"
-        )
-    return value
-
-
-def encode_source(source: Any, size: int, op: str) -> int:
-    source = static_int(source, "source", op)
-    if source == ANY_SOURCE:
-        return PEER_ANY
-    if source == PROC_NULL:
-        return PEER_NULL
-    return check_rank(source, size, "source", op)
-
-
-def encode_dest(dest: Any, size: int, op: str) -> int:
-    dest = static_int(dest, "dest", op)
-    if dest == PROC_NULL:
-        return PEER_NULL
-    if dest == ANY_SOURCE:
-        raise ValueError(f"jaxmpi.{op}: ANY_SOURCE is not a valid destination")
-    return check_rank(dest, size, "dest", op)
-
-
-def encode_tag(tag: Any, op: str, allow_any: bool) -> int:
-    """Tags are C ints; MPI refuses those above MPI_TAG_UB (at least 32767) at run time."""
-    if isinstance(tag, jax.Array):  # a jnp scalar works if concrete; a tracer says why not
-        tag = static_int(tag, "tag", op)
-    if allow_any and tag == ANY_TAG:
-        return TAG_ANY
-    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 2**31:
-        raise ValueError(f"jaxmpi.{op}: tag must be an int in [0, 2**31), got {tag!r}")
-    return tag
-
-
-def status_address(status: Any, op: str) -> int:
-    """Where the handler writes the MPI_Status of a receive: inside an mpi4py Status."""
-    if status is None:
-        return 0
-    mpi = loaded_mpi4py()
-    if mpi is None or not isinstance(status, mpi.Status):
-        raise TypeError(
-            f"jaxmpi.{op}: status must be an mpi4py.MPI.Status, got {type(status).__name__}"
-        )
-    return mpi._addressof(status)

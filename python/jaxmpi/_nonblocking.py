@@ -32,7 +32,7 @@ from ._binding import jax_shim
 from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, StatusArg
 from ._errors import raise_mpi_errors
-from ._ops import recv_args, send_args
+from ._p2p import recv_args, send_args
 from ._runtime.encodings import PEER_ANY, PEER_NULL, TAG_ANY
 from ._token import refuses_token
 

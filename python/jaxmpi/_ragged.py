@@ -17,10 +17,10 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from . import _native
+from ._args import array_arg
 from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
-from ._ops import array_arg
 from ._token import refuses_token
 
 # The public op each exchange is built for, as the handler's errors name it: its `origin`

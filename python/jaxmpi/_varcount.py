@@ -17,10 +17,10 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from . import _ragged
+from ._args import array_arg, check_rank
 from ._binding import primitives as prim
-from ._comm import CommArg, CommInfo, check_rank, resolve_comm
+from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
-from ._ops import array_arg
 from ._token import refuses_token
 
 #: Per-rank row counts: a tuple, list or numpy array of ints known at trace time.

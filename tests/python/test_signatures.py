@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import pytest
 
 from helpers import allreduce_still_works
-from jaxmpi import _comm, _native
+from jaxmpi import _args, _comm, _native
 from jaxmpi._binding import primitives as _primitive
 from jaxmpi._binding import rules as _rules
 from jaxmpi._binding.primitives import PRIMITIVES
+from jaxmpi._runtime import encodings
 
 # The one primitive without a handler: allreduce-SUM's transpose, which calls no MPI.
 WITHOUT_HANDLER = {"allreduce_transposed"}
@@ -40,11 +41,11 @@ def test_every_primitive_has_its_row_of_rules_and_no_row_is_left_over():
 
 def test_the_portable_encodings_come_from_the_extension():
     constants = _native.constants()
-    assert (_comm.PEER_ANY, _comm.PEER_NULL, _comm.TAG_ANY, _comm.OP_USER) == tuple(
+    assert (encodings.PEER_ANY, encodings.PEER_NULL, encodings.TAG_ANY, encodings.OP_USER) == tuple(
         constants[k] for k in ("PEER_ANY", "PEER_NULL", "TAG_ANY", "OP_USER")
     )
-    assert _comm.encode_source(_comm.ANY_SOURCE, 1, "recv") == constants["PEER_ANY"]
-    assert _comm.encode_dest(_comm.PROC_NULL, 1, "send") == constants["PEER_NULL"]
+    assert _args.encode_source(_comm.ANY_SOURCE, 1, "recv") == constants["PEER_ANY"]
+    assert _args.encode_dest(_comm.PROC_NULL, 1, "send") == constants["PEER_NULL"]
 
 
 def test_same_names_at_every_layer():

@@ -1,0 +1,262 @@
+"""Point-to-point transfers users call: send, recv, sendrecv; and the argument checks the
+non-blocking isend and irecv share with them (`send_args`, `recv_args`). Each binds its
+primitive (declared in `_binding/primitives.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.typing import ArrayLike
+
+from ._args import (
+    array_arg,
+    encode_dest,
+    encode_source,
+    encode_tag,
+    status_address,
+)
+from ._binding import primitives as prim
+from ._comm import ANY_SOURCE, ANY_TAG, CommArg, StatusArg, resolve_comm
+from ._errors import raise_mpi_errors
+from ._token import refuses_token
+
+
+def send_args(x: ArrayLike, dest: int, tag: int, comm: CommArg, op: str) -> tuple:
+    """A send's arguments checked and encoded: (array, communicator, dest, tag)."""
+    x = array_arg(x, op)
+    c = resolve_comm(comm, op)
+    return x, c, encode_dest(dest, c.size, op), encode_tag(tag, op, allow_any=False)
+
+
+def recv_args(
+    x: ArrayLike, source: int | None, tag: int | None, comm: CommArg, status: Any, op: str
+) -> tuple:
+    """A receive's arguments checked and encoded: (template, communicator, source, tag,
+    status address); no source or tag means any."""
+    x = array_arg(x, op)
+    c = resolve_comm(comm, op)
+    source = encode_source(ANY_SOURCE if source is None else source, c.size, op)
+    tag = encode_tag(ANY_TAG if tag is None else tag, op, allow_any=True)
+    return x, c, source, tag, status_address(status, op)
+
+
+@refuses_token
+@raise_mpi_errors()
+def send(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> list:
+    """Sends `x` to rank `dest`.
+
+    MPI_Send: returns once `x` may be reused (MPI may or may not have delivered it). The
+    matching `recv` (or `sendrecv`) on `dest` names this rank, or any, and this tag, or any.
+    Two ranks that both send first may deadlock: exchange with `sendrecv`.
+
+    Args:
+        x: The array to send, any shape and supported dtype.
+        dest: The receiving rank, or `PROC_NULL` (nothing is sent): a static int.
+        tag: The message's tag, an int in `[0, 2**31)` (default 0).
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        An empty list (mpi4jax's result).
+
+    Derivative:
+        Linear: the tangent follows as a second message to `dest`. Reverse mode receives the
+        cotangent back from `dest` (whose `recv` transposes into a send). `vmap`: one message
+        for the whole batch.
+
+    Raises:
+        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator;
+            a rank is not a static int.
+        ValueError: A rank outside `comm` (or `ANY_SOURCE` as `dest`); a tag that is not an
+            int in `[0, 2**31)`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
+            op is in a program over several devices outside `shard_map`.
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time (a receive that does not fit the message fails
+            on the receiving rank). Inside your own jitted function JAX raises its own error
+            instead; `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            if rank == 0:
+                jaxmpi.send(jnp.arange(3.0), dest=1, tag=7)
+            else:
+                print(jaxmpi.recv(jnp.zeros(3), source=0, tag=7))
+
+        .. output::
+
+            [0. 1. 2.]
+    """
+    x, c, dest, tag = send_args(x, dest, tag, comm, "send")
+    return prim.send.bind(x, comm=c.handle, dest=dest, tag=tag)
+
+
+@refuses_token
+@raise_mpi_errors()
+def recv(
+    x: ArrayLike,
+    source: int | None = None,
+    *,
+    tag: int | None = None,
+    comm: CommArg = None,
+    status: StatusArg = None,
+) -> jax.Array:
+    """Receives an array shaped like `x` from rank `source`.
+
+    MPI_Recv: waits for a message from `source` with `tag` on `comm`. `x` is a template:
+    only its shape and dtype matter, its values are never read, and the message lands in a
+    fresh buffer without a copy.
+
+    Args:
+        x: Template of the message: its shape and dtype.
+        source: The sending rank, `ANY_SOURCE` (None, the default, means it too), or
+            `PROC_NULL` (nothing arrives: the result is `x`). A static int.
+        tag: The tag to match; None (default) or `ANY_TAG` match any.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        status: An mpi4py `MPI.Status` to fill in: the source, tag and element count. With
+            it, a message shorter than `x` is accepted (the rest of the result is zeros).
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        The array received, shaped like `x`.
+
+    Derivative:
+        Linear, for a named `source` (`ANY_SOURCE` raises NotImplementedError): the
+        sender's tangent follows as a second message. JAX differentiates the receive only if
+        `x` depends on the differentiated values: pass the array the result replaces (a
+        halo, say), not a constant, or the sender's tangent finds no receive. Reverse mode
+        sends the cotangent back to `source`. `vmap`: one message for the whole batch.
+
+    Raises:
+        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator;
+            a rank is not a static int; `status` is no `MPI.Status`.
+        ValueError: A rank outside `comm`; a tag that is not an int in `[0, 2**31)`; `comm`
+            is freed, `COMM_NULL` or an intercommunicator; or the op is in a program over
+            several devices outside `shard_map`.
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time: a message longer than the receive buffer, or
+            (without `status`) shorter; with `JAXMPI_CHECK=1`, a message whose dtype or shape
+            differs. Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+            from mpi4py import MPI
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            if rank == 1:
+                jaxmpi.send(jnp.ones(2), dest=0, tag=5)
+            else:
+                status = MPI.Status()
+                y = jaxmpi.recv(jnp.zeros(4), status=status)  # any source, any tag
+                print(y, status.Get_source(), status.Get_tag(), status.Get_count(MPI.FLOAT))
+
+        .. output::
+
+            [1. 1. 0. 0.] 1 5 2
+    """
+    x, c, source, tag, address = recv_args(x, source, tag, comm, status, "recv")
+    (y,) = prim.recv.bind(x, comm=c.handle, source=source, tag=tag, status=address)
+    return y
+
+
+@refuses_token
+@raise_mpi_errors()
+def sendrecv(
+    sendbuf: ArrayLike,
+    recvbuf: ArrayLike,
+    source: int,
+    dest: int,
+    *,
+    sendtag: int = 0,
+    recvtag: int | None = None,
+    comm: CommArg = None,
+    status: StatusArg = None,
+) -> jax.Array:
+    """Sends `sendbuf` to `dest` while receiving an array shaped like `recvbuf` from `source`.
+
+    MPI_Sendrecv: the send and the receive proceed together, so ranks that all exchange
+    at once (a ring, a halo exchange) cannot deadlock. `recvbuf` is a template: its values
+    are never read. The same array as both (`a = sendrecv(a, a, ...)`) is exchanged in
+    place, through one buffer (MPI_Sendrecv_replace).
+
+    Args:
+        sendbuf: The array to send, any shape and supported dtype.
+        recvbuf: Template of what arrives: its shape and dtype.
+        source: The sending rank, `ANY_SOURCE` or `PROC_NULL` (nothing arrives: the result
+            is `recvbuf`). A static int.
+        dest: The receiving rank, or `PROC_NULL` (nothing is sent). A static int.
+        sendtag: The tag of the message sent, in `[0, 2**31)` (default 0).
+        recvtag: The tag to match; None (default) or `ANY_TAG` match any.
+        comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
+            the world communicator, made at import.
+        status: An mpi4py `MPI.Status` to fill in, as for `recv` (a shorter message is
+            then accepted).
+        token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
+            ordered automatically.
+
+    Returns:
+        The array received from `source`, shaped like `recvbuf`.
+
+    Derivative:
+        Linear, for a named `source` (`ANY_SOURCE` raises NotImplementedError): the
+        tangents are exchanged right after the values. Reverse mode runs the swapped
+        exchange: the cotangent of the result goes back to `source`, that of `sendbuf` comes
+        from `dest`. `vmap`: one message for the whole batch.
+
+    Raises:
+        TypeError: `sendbuf` or `recvbuf` is not an array of a supported dtype, or `comm` no
+            communicator; a rank is not a static int; `status` is no `MPI.Status`.
+        ValueError: A rank outside `comm` (or `ANY_SOURCE` as `dest`); a tag that is not an
+            int in `[0, 2**31)`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
+            op is in a program over several devices outside `shard_map`.
+        RuntimeError: `token` was passed.
+        MPIError: MPI failed at run time: a message longer than the receive buffer, or
+            (without `status`) shorter; with `JAXMPI_CHECK=1`, a message whose dtype or shape
+            differs. Inside your own jitted function JAX raises its own error instead;
+            `raise_mpi_errors` turns it into this one.
+
+    Example:
+        .. mpirun::
+
+            import jax.numpy as jnp
+            import jaxmpi
+
+            rank = jaxmpi.COMM_WORLD.Get_rank()
+            other = 1 - rank
+            a = jnp.full(2, float(rank))
+            a = jaxmpi.sendrecv(a, a, source=other, dest=other)  # swapped in place
+            print(rank, a)
+
+        .. output::
+
+            0 [1. 1.]
+            1 [0. 0.]
+    """
+    replace = sendbuf is recvbuf
+    sendbuf, recvbuf = array_arg(sendbuf, "sendrecv"), array_arg(recvbuf, "sendrecv")
+    c = resolve_comm(comm, "sendrecv")
+    (y,) = prim.sendrecv.bind(
+        sendbuf,
+        recvbuf,
+        replace=replace,
+        comm=c.handle,
+        source=encode_source(source, c.size, "sendrecv"),
+        dest=encode_dest(dest, c.size, "sendrecv"),
+        sendtag=encode_tag(sendtag, "sendrecv", allow_any=False),
+        recvtag=encode_tag(ANY_TAG if recvtag is None else recvtag, "sendrecv", allow_any=True),
+        status=status_address(status, "sendrecv"),
+    )
+    return y
