@@ -129,6 +129,25 @@ if [[ -n ${JAXMPI_MATRIX_ONLY:-} ]]; then
     unset _sel _b
 fi
 
+# judge_log WHAT LOG KEYRE PROBLEM...: a job's outcome, for the fault tables of
+# tests/multihost_faults.sh and tests/slurm_jobs.sh. Passes (JUDGED=pass) when no PROBLEM
+# is given and a line of LOG matches KEYRE (the launchers' "+ " trace lines left out):
+# JUDGED_NOTE is that line, squeezed, at most 110 characters. Else JUDGED=FAIL, JUDGED_NOTE
+# the problems, LOG's last 30 lines printed under a banner naming WHAT, and status 1.
+judge_log() {
+    local what=$1 log=$2 keyre=$3 key
+    shift 3
+    key=$(grep -a -v '^+ ' "$log" | grep -a -m 1 -E -- "$keyre" | tr -s ' ' | cut -c 1-110)
+    [[ -z $key ]] && set -- "$@" "no line matching /$keyre/"
+    if (($#)); then
+        JUDGED=FAIL JUDGED_NOTE=$(IFS=';' && echo "$*")
+        printf '\n===== %s: FAIL (%s) =====\n' "$what" "$JUDGED_NOTE"
+        grep -a -v '^+ ' "$log" | tail -n 30
+        return 1
+    fi
+    JUDGED=pass JUDGED_NOTE=$key
+}
+
 # matrix_logdir KEEP PREFIX: sets `logdir` to KEEP (made if missing) when the caller asked
 # to keep its logs there, else to a fresh temporary folder removed when the script exits.
 matrix_logdir() {

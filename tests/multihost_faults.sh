@@ -55,20 +55,14 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
 left_on() { "$JXH" pids "$1" | wc -l; }
 
-# verdict BUILD CASE SECS RC LEFT LOG KEYRE PROBLEM...: one row of the table.
+# verdict BUILD CASE SECS RC LEFT LOG KEYRE PROBLEM...: one row of the table; the log's
+# first line matching KEYRE is its note (judge_log, ci/matrix.sh).
 verdict() {
-    local build=$1 case=$2 secs=$3 rc=$4 left=$5 log=$6 keyre=$7 key
-    shift 7
-    key=$(grep -a -v '^+ ' "$log" | grep -a -m 1 -E "$keyre" | tr -s ' ' | cut -c 1-90)
-    [[ -z $key ]] && set -- "$@" "no line matching /$keyre/"
-    if (($#)); then
-        failed=1
-        rows+=("$build|$case|$secs|$rc|$left|FAIL: $(IFS=';' && echo "$*")")
-        printf '\n===== %s %s: FAIL (%s) =====\n' "$build" "$case" "$*"
-        grep -a -v '^+ ' "$log" | tail -n 25
-    else
-        rows+=("$build|$case|$secs|$rc|$left|$key")
-    fi
+    local build=$1 case=$2 secs=$3 rc=$4 left=$5
+    shift 5
+    local note
+    judge_log "$build $case" "$@" && note=$JUDGED_NOTE || { failed=1 && note="FAIL: $JUDGED_NOTE"; }
+    rows+=("$build|$case|$secs|$rc|$left|$note")
 }
 
 # --- Settings the ranks disagree on ---------------------------------------------------
