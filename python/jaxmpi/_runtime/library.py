@@ -125,8 +125,9 @@ def _initialize() -> tuple[_LibraryInfo, tuple[int, int]]:
     _check_environment()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
-    slurm.check_world(_native.comm_size(_native.world()), _native.info()["family"])
-    _agree_across_ranks(_native.info())
+    loaded = _native.info()
+    slurm.check_world(_native.comm_size(_native.world()), loaded["family"])
+    _agree_across_ranks(loaded)
     # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).
     node = _native.node_local_rank(_native.world())
