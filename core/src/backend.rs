@@ -54,6 +54,11 @@ pub trait Library: Send + Sync {
     /// `color: None` is MPI_UNDEFINED: the caller joins no new communicator.
     fn comm_split(&self, comm: Comm, color: Option<i32>, key: i32) -> Result<Option<Comm>>;
     fn comm_free(&self, comm: Comm) -> Result<()>;
+    /// A new communicator of the world ranks `ranks`, ranked in that order, which returns
+    /// errors. Collective over those ranks only (MPI_Comm_create_group): the others need
+    /// not call it. Calls made at once from several threads of one process need distinct
+    /// `tag`s.
+    fn comm_create_group(&self, ranks: &[i32], tag: i32) -> Result<Comm>;
     /// This rank's (rank, size) among the ranks of `comm` that share its node
     /// (`MPI_COMM_TYPE_SHARED`). Collective over `comm`.
     fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)>;
@@ -131,6 +136,16 @@ pub trait Backend: Send + Sync {
             unsafe { std::ptr::write_bytes(dst.ptr(), 0, dst.len_bytes()) };
         }
         Ok(())
+    }
+
+    /// `dst = src op dst`, elementwise, on this process only (MPI_Reduce_local): how the
+    /// devices of one process combine their parts before one of them talks to the others.
+    fn reduce_local(&self, src: Buf, dst: BufMut, op: ReduceOp) -> Result<()> {
+        let _ = (src, dst);
+        Err(Error::unsupported(
+            "reduce_local",
+            format!("{op:?} across the devices of one process is not built for device memory"),
+        ))
     }
 
     // --- collectives ---

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 
 from . import _native
-from ._binding import placement, xla_collectives
+from ._binding import hlo_pass, placement, xla_collectives
 
 # What `initialize` decides itself, from the MPI job.
 _SET_HERE = ("coordinator_address", "num_processes", "process_id")
@@ -41,19 +41,21 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     rank calls it, before any JAX computation.
 
     Args:
-        collectives: What JAX's own cross-process collectives on the CPU run over (psum,
-            all_gather, ppermute in `shard_map`, and those XLA inserts into sharded
-            programs): "mpi", the job's MPI through jaxmpi's library; "gloo", JAX's TCP
-            default; "auto" (the default), MPI wherever it works (one CPU device per
-            process, jaxlib loaded jaxmpi's plug-in, MPI_THREAD_MULTIPLE), else gloo.
-            `python -m jaxmpi info` says which is used and why.
+        collectives: What JAX's own collectives on the CPU run over (psum, all_gather,
+            ppermute, ragged_all_to_all in `shard_map`, and those XLA inserts into sharded
+            programs): "jaxmpi", jaxmpi's own calls over the job's MPI, put in place of
+            every collective of a program by a pass over it (JAX >= 0.10.2; any number of
+            CPU devices per process); "mpi", XLA's MPI backend over jaxmpi's library (one
+            CPU device per process); "gloo", JAX's TCP default; "auto" (the default), the
+            first of those that works here. `python -m jaxmpi info` says which is used and
+            why.
         **kwargs: Passed to `jax.distributed.initialize` unchanged (e.g.
             `initialization_timeout`, `local_device_ids`); not `coordinator_address`,
             `num_processes` or `process_id`, which come from the MPI job.
 
     Raises:
         TypeError: `coordinator_address`, `num_processes` or `process_id` was passed.
-        ValueError: `collectives` is not "auto", "mpi" or "gloo".
+        ValueError: `collectives` is not "auto", "jaxmpi", "mpi" or "gloo".
         RuntimeError: `collectives="mpi"` where MPI cannot serve JAX's collectives (the
             message says why); JAX's process index or count does not match MPI's; or
             what `jax.distributed.initialize` raises (started twice, say).
@@ -80,7 +82,8 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
             "(rank 0's host, the world's size, this rank); leave it out, or call "
             "jax.distributed.initialize yourself"
         )
-    implementation, why = xla_collectives.choose(collectives, kwargs.get("local_device_ids"))
+    route, why = xla_collectives.choose(collectives, kwargs.get("local_device_ids"))
+    implementation = xla_collectives.UNDER_THE_PASS if route == "jaxmpi" else route
     jax.config.update("jax_cpu_collectives_implementation", implementation)
     world = _native.world()
     rank, size = _native.comm_rank(world), _native.comm_size(world)
@@ -101,7 +104,9 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
             f"{jax.process_count()}, MPI rank {rank} of {size}"
         )
     placement.process_index_is_world_rank = True
-    xla_collectives.chosen = (implementation, why)
+    if route == "jaxmpi":
+        hlo_pass.install()
+    xla_collectives.chosen = (route, why)
 
 
 __all__ = ["initialize"]

@@ -13,6 +13,7 @@ use jaxmpi_core::xla::handlers::{
     checked, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER,
     PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
 };
+use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -48,6 +49,28 @@ fn set_error_type(py: Python<'_>, error_type: Bound<'_, PyType>) {
 
 fn installed() -> PyResult<&'static dyn Library> {
     library().map_err(to_py)
+}
+
+/// The HLO pass (`jaxmpi_core::xla::hlo`): `bytes`, a serialized HloModuleProto, with every
+/// collective rewritten into a jaxmpi call, and how many; None when it holds none. A
+/// module that cannot be taken whole raises ValueError saying which instruction and why.
+#[pyfunction]
+fn rewrite_hlo<'py>(
+    py: Python<'py>,
+    module: &[u8],
+) -> PyResult<Option<(Bound<'py, PyBytes>, usize)>> {
+    match hlo::rewrite_module(module) {
+        Ok(None) => Ok(None),
+        Ok(Some(done)) => Ok(Some((PyBytes::new(py, &done.module), done.collectives))),
+        Err(refusal) => Err(PyValueError::new_err(refusal.to_string())),
+    }
+}
+
+/// Tells the handlers of XLA's collectives which process (world rank) owns each device
+/// of the job: `(device id, process index)` for every device, from `jax.devices()`.
+#[pyfunction]
+fn set_device_owners(owners: Vec<(i64, i32)>) -> PyResult<()> {
+    devices::set_owners(&owners).map_err(to_py)
 }
 
 /// Keeps failures of ops without results for later (fast dispatch), or stops keeping them.
@@ -377,6 +400,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The crate's version is the wheel's (pyproject.toml takes it from Cargo.toml).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
+    m.add_function(wrap_pyfunction!(rewrite_hlo, m)?)?;
+    m.add_function(wrap_pyfunction!(set_device_owners, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;

@@ -93,6 +93,10 @@ function_table! {
         MPI_Comm_split(H, c_int, c_int, *mut H);
         MPI_Comm_split_type(H, c_int, c_int, H, *mut H);
         MPI_Comm_free(*mut H);
+        MPI_Comm_group(H, *mut H);
+        MPI_Group_incl(H, c_int, *const c_int, *mut H);
+        MPI_Group_free(*mut H);
+        MPI_Comm_create_group(H, H, c_int, *mut H);
         MPI_Comm_test_inter(H, *mut c_int);
         MPI_Comm_set_errhandler(H, H);
         MPI_Comm_get_errhandler(H, *mut H);
@@ -109,6 +113,7 @@ function_table! {
 
         MPI_Barrier(H);
         MPI_Allreduce(*const c_void, *mut c_void, c_int, H, H, H);
+        MPI_Reduce_local(*const c_void, *mut c_void, c_int, H, H);
         MPI_Reduce(*const c_void, *mut c_void, c_int, H, H, c_int, H);
         MPI_Scan(*const c_void, *mut c_void, c_int, H, H, H);
         MPI_Exscan(*const c_void, *mut c_void, c_int, H, H, H);

@@ -36,6 +36,9 @@ impl<A: Abi> Backend for MpiLibrary<A> {
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         reductions::reduce_scatter(self, comm, send, recv, op)
     }
+    fn reduce_local(&self, src: Buf, dst: BufMut, op: ReduceOp) -> Result<()> {
+        reductions::reduce_local(self, src, dst, op)
+    }
 
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         collectives::bcast(self, comm, buf, root)

@@ -1,5 +1,7 @@
 //! `Library` for `MpiLibrary`: identity, lifetime, error handlers and communicators.
 
+use std::ffi::c_int;
+
 use jaxmpi_core::{Backend, Comm, Error, Library, LibraryInfo, Result, ThreadLevel};
 
 use super::abi::Abi;
@@ -161,6 +163,36 @@ impl<A: Abi> Library for MpiLibrary<A> {
         self.check("MPI_Comm_free", unsafe {
             (self.fns.MPI_Comm_free)(&mut handle)
         })
+    }
+
+    fn comm_create_group(&self, ranks: &[i32], tag: i32) -> Result<Comm> {
+        let count = c_int::try_from(ranks.len())
+            .map_err(|_| Error::invalid_argument("ranks", "more ranks than a C int counts"))?;
+        let (mut world, mut part) = (self.pre.comm_null, self.pre.comm_null);
+        // SAFETY: the world communicator and an out-pointer to one group handle.
+        self.check("MPI_Comm_group", unsafe {
+            (self.fns.MPI_Comm_group)(self.pre.comm_world, &mut world)
+        })?;
+        // SAFETY: `world` is the group just made; `ranks` holds `count` ranks.
+        let included = self.check("MPI_Group_incl", unsafe {
+            (self.fns.MPI_Group_incl)(world, count, ranks.as_ptr(), &mut part)
+        });
+        // SAFETY: `world` is ours to free.
+        unsafe { (self.fns.MPI_Group_free)(&mut world) };
+        included?;
+        let mut comm = self.pre.comm_null;
+        // SAFETY: a group of world ranks, every one of which makes this same call.
+        let created = self.check("MPI_Comm_create_group", unsafe {
+            (self.fns.MPI_Comm_create_group)(self.pre.comm_world, part, tag, &mut comm)
+        });
+        // SAFETY: `part` is ours to free.
+        unsafe { (self.fns.MPI_Group_free)(&mut part) };
+        created?;
+        // SAFETY: `comm` is the communicator just created.
+        self.check("MPI_Comm_set_errhandler", unsafe {
+            (self.fns.MPI_Comm_set_errhandler)(comm, self.pre.errors_return)
+        })?;
+        Ok(self.to_comm(comm))
     }
 
     fn node_local_rank(&self, comm: Comm) -> Result<(i32, i32)> {

@@ -177,3 +177,29 @@ pub(super) fn reduce_scatter<A: Abi>(
     }
     Ok(())
 }
+
+/// MPI_Reduce_local: `dst = src op dst` on this process, in `int`-sized segments.
+pub(super) fn reduce_local<A: Abi>(
+    lib: &MpiLibrary<A>,
+    src: Buf,
+    dst: BufMut,
+    op: ReduceOp,
+) -> Result<()> {
+    same_dtype(&src, &dst)?;
+    expect_len("the destination", dst.count(), src.count())?;
+    let f = lib.fns.MPI_Reduce_local;
+    let datatype = lib.pre.datatype(dst.dtype());
+    let op = lib.op(op, dst.dtype())?;
+    let (send, recv) = (src.ptr().cast(), dst.ptr().cast());
+    lib.in_segments(
+        "MPI_Reduce_local",
+        dst.count(),
+        dst.dtype(),
+        send,
+        recv,
+        |s, r, n| {
+            // SAFETY: `in_segments` hands segments within both buffers' counts.
+            unsafe { f(s, r, n, datatype, op) }
+        },
+    )
+}

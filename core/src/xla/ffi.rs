@@ -224,7 +224,18 @@ pub struct FutureArgs {
     pub error: *mut FfiError,
 }
 
+/// `RunId_Get` and `DeviceOrdinal_Get`'s arguments: the header, the call's context, the
+/// value written (an int64 run id; an int32 ordinal, in the low half).
+#[repr(C)]
+pub struct ContextValueArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub ctx: *mut ExecutionContext,
+    pub value: i64,
+}
+
 pub type ErrorCreate = unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut FfiError;
+pub type ContextValueGet = unsafe extern "C" fn(*mut ContextValueArgs) -> *mut FfiError;
 pub type StreamGet = unsafe extern "C" fn(*mut StreamGetArgs) -> *mut FfiError;
 pub type FutureCall = unsafe extern "C" fn(*mut FutureArgs) -> *mut FfiError;
 
@@ -245,9 +256,13 @@ pub struct Api {
     pub future_create: Option<FutureCall>,
     pub future_set_available: Option<FutureCall>,
     pub future_set_error: Option<FutureCall>,
+    pub run_id_get: Option<ContextValueGet>,
+    pub device_ordinal_get: Option<ContextValueGet>,
 }
-/// The least `Api::struct_size` that holds the future entries (jaxlib 0.6.2 reports 192).
+/// The least `Api::struct_size` that holds the future entries.
 pub const API_WITH_FUTURES: usize = 176;
+/// The least that holds `device_ordinal_get` (jaxlib 0.6.2 and later report 192).
+pub const API_WITH_DEVICE_ORDINAL: usize = 192;
 
 /// The C type of an FFI handler.
 pub type Handler = unsafe extern "C" fn(*mut CallFrame) -> *mut FfiError;
@@ -316,7 +331,11 @@ mod tests {
         assert_eq!(offset_of!(Api, future_create), 152);
         assert_eq!(offset_of!(Api, future_set_available), 160);
         assert_eq!(offset_of!(Api, future_set_error), 168);
-        assert_eq!(size_of::<Api>(), API_WITH_FUTURES);
+        assert_eq!(offset_of!(Api, run_id_get), API_WITH_FUTURES);
+        assert_eq!(size_of::<Api>(), API_WITH_DEVICE_ORDINAL);
+        // RunId's value is an int64 at 24; DeviceOrdinal's an int32 there (little-endian:
+        // the low half of `value`).
+        assert_eq!(offset_of!(ContextValueArgs, value), 24);
         // Create's declared size is 16, SetAvailable's 24 and SetError's 32: one struct of
         // 32 bytes is at least as large as each, with `future` and `error` where they are.
         assert_eq!(offset_of!(FutureArgs, future), 16);

@@ -4,7 +4,9 @@
 //! at the crate's root. `collectives` tracks the MPI calls XLA makes itself the same way.
 
 pub mod collectives;
+pub mod devices;
 pub mod ffi;
 pub mod handlers;
+pub mod hlo;
 mod monitor;
 mod watchdog;

@@ -158,6 +158,32 @@ def is_token(value) -> bool:
         return False
 
 
+def has_hlo_pass_hook() -> bool:
+    """Whether JAX can hand every CPU module to a pass of ours before XLA compiles it
+    (`jax.extend.xla.register_hlo_module_transformation`, public from JAX 0.10.2, which
+    needs jaxlib 0.10.2 too)."""
+    try:
+        from jax.extend import xla as _extend_xla
+    except ImportError:
+        return False
+    if not hasattr(_extend_xla, "register_hlo_module_transformation"):
+        return False
+    from jax._src.lib import _xla
+
+    return hasattr(_xla, "register_xla_transform")
+
+
+def salt_compilation_cache(salt: str) -> None:
+    """Makes every persistent compilation cache key depend on `salt` too: JAX leaves
+    registered passes out of its keys, so an executable compiled without the pass would
+    otherwise be served to a run with it, and the reverse (`jax._src.cache_key`'s
+    `custom_hook`, hashed into every key)."""
+    from jax._src import cache_key
+
+    earlier = cache_key.custom_hook
+    cache_key.custom_hook = lambda: earlier() + salt
+
+
 def jaxlib_has_mpi_collectives() -> bool:
     """Whether this jaxlib builds XLA's MPI CPU collectives (`jax_cpu_collectives_implementation
     ="mpi"`, through the MPItrampoline it carries)."""

@@ -1,13 +1,17 @@
-"""JAX's own collectives over jaxmpi's MPI: which implementation XLA's cross-process CPU
-collectives (psum, all_gather, ppermute, and those XLA inserts into sharded programs) get
-from `jaxmpi.distributed.initialize`, and why.
+"""JAX's own collectives over jaxmpi's MPI: which route XLA's cross-process CPU collectives
+(psum, all_gather, ppermute, and those XLA inserts into sharded programs) take from
+`jaxmpi.distributed.initialize`, and why. Three routes:
 
-jaxlib's MPItrampoline loads jaxmpi's extension module as its MPI library at `import jax`
-(MPITRAMPOLINE_LIB, set by jaxmpi's startup hook `_jaxmpi_startup`); with
-`jax_cpu_collectives_implementation="mpi"` XLA then makes its MPI calls through jaxmpi's
-library (backends/src/xla_collectives): one MPI, initialized once, debug lines and watchdog
-included. "auto" picks MPI wherever that works, else gloo; "mpi" refuses, before anything
-runs, where it cannot work.
+- "jaxmpi": jaxmpi's HLO pass (`hlo_pass.py`, JAX >= 0.10.2) replaces every collective of
+  a program by a call to jaxmpi's own handlers: any number of CPU devices per process,
+  every dtype, ragged all-to-all, in one order with jaxmpi's ops.
+- "mpi": XLA's own MPI backend, reaching jaxmpi's library through the MPItrampoline that
+  jaxlib carries (MPITRAMPOLINE_LIB, set by jaxmpi's startup hook `_jaxmpi_startup`;
+  backends/src/xla_collectives): one CPU device per process only.
+- "gloo": JAX's TCP default.
+
+"auto" takes the first that works here, in that order; an explicit choice refuses, before
+anything runs, where it cannot work.
 """
 
 from __future__ import annotations
@@ -21,9 +25,13 @@ import jax
 from .. import _native
 from .._runtime.gpu import cuda
 from .._runtime.library import info
-from . import jax_shim
+from . import hlo_pass, jax_shim
 
-CHOICES = ("auto", "mpi", "gloo")
+CHOICES = ("auto", "jaxmpi", "mpi", "gloo")
+
+# What XLA's own collectives are set to under the "jaxmpi" route, where the pass leaves
+# XLA none to run: the implementation that needs nothing of MPI.
+UNDER_THE_PASS = "gloo"
 
 # What `jaxmpi.distributed.initialize` chose in this process, and why (None: not called).
 chosen: tuple[str, str] | None = None
@@ -90,6 +98,32 @@ def _plugin_not_loaded() -> str:
     )
 
 
+_GPUS = (
+    "JAX runs this process on GPUs, whose collectives XLA runs over NCCL; MPI serves CPU "
+    "devices only (set JAX_PLATFORMS=cpu for a CPU job)"
+)
+
+
+def pass_obstacles(local_device_ids: Any = None) -> list[str]:
+    """Why jaxmpi's pass cannot take JAX's collectives in this process (none: it can)."""
+    found = []
+    if not hlo_pass.available():
+        found.append(
+            f"JAX {jax.__version__} has no hook for a pass over its programs "
+            "(jax.extend.xla.register_hlo_module_transformation, JAX >= 0.10.2)"
+        )
+    if _on_gpus():
+        found.append(_GPUS)
+    devices = _local_cpu_devices(local_device_ids)
+    if devices > 1 and info["thread_level"] != "MPI_THREAD_MULTIPLE":
+        found.append(
+            f"this process would have {devices} CPU devices calling MPI at once, and MPI "
+            f"was initialized with {info['thread_level']}: let jaxmpi or mpi4py initialize "
+            "MPI (both ask for MPI_THREAD_MULTIPLE)"
+        )
+    return found
+
+
 def obstacles(local_device_ids: Any = None) -> list[str]:
     """Why XLA's collectives cannot run over jaxmpi's MPI in this process (none: they can),
     each saying what to do."""
@@ -99,10 +133,7 @@ def obstacles(local_device_ids: Any = None) -> list[str]:
     elif not _native.xla_plugin_loaded():
         found.append(_plugin_not_loaded())
     if _on_gpus():
-        found.append(
-            "JAX runs this process on GPUs, whose collectives XLA runs over NCCL; MPI serves "
-            "CPU devices only (set JAX_PLATFORMS=cpu for a CPU job)"
-        )
+        found.append(_GPUS)
     devices = _local_cpu_devices(local_device_ids)
     if devices > 1:
         found.append(
@@ -118,29 +149,43 @@ def obstacles(local_device_ids: Any = None) -> list[str]:
 
 
 def choose(requested: str, local_device_ids: Any = None) -> tuple[str, str]:
-    """(implementation, why) for `collectives=requested`; raises where "mpi" cannot work."""
+    """(route, why) for `collectives=requested`; raises where the route asked for cannot
+    work."""
     if requested not in CHOICES:
         raise ValueError(
-            f"collectives={requested!r}: expected 'auto' (MPI where it works, else gloo), "
-            "'mpi' or 'gloo'"
+            f"collectives={requested!r}: expected 'auto' (the fastest route that works: "
+            "'jaxmpi', then 'mpi', then 'gloo'), 'jaxmpi', 'mpi' or 'gloo'"
         )
     if requested == "gloo":
         return "gloo", "collectives='gloo' was asked for"
-    problems = obstacles(local_device_ids)
-    if requested == "mpi" and problems:
-        raise RuntimeError(
-            "jaxmpi.distributed.initialize(collectives='mpi'): JAX's collectives cannot run "
-            f"over MPI here: {'; '.join(problems)}. Or pass collectives='gloo'."
-        )
-    if problems:
-        return "gloo", f"MPI cannot serve them here: {problems[0]}"
-    why = "asked for" if requested == "mpi" else "the default where it works"
-    return "mpi", f"{why}: jaxlib sends XLA's MPI calls to jaxmpi's MPI library"
+    routes = {"jaxmpi": pass_obstacles(local_device_ids), "mpi": obstacles(local_device_ids)}
+    if requested != "auto":
+        problems = routes[requested]
+        if problems:
+            raise RuntimeError(
+                f"jaxmpi.distributed.initialize(collectives={requested!r}): JAX's collectives "
+                f"cannot take that route here: {'; '.join(problems)}. Or pass "
+                "collectives='auto' (the fastest route that works) or 'gloo'."
+            )
+        return requested, f"asked for: {_WHAT[requested]}"
+    for route, problems in routes.items():
+        if not problems:
+            return route, f"the fastest route that works here: {_WHAT[route]}"
+    return "gloo", (
+        f"neither jaxmpi's pass ({routes['jaxmpi'][0]}) nor XLA's MPI backend "
+        f"({routes['mpi'][0]}) can serve them here"
+    )
+
+
+_WHAT = {
+    "jaxmpi": "jaxmpi's pass hands every collective of a program to jaxmpi's own calls",
+    "mpi": "jaxlib sends XLA's MPI calls to jaxmpi's MPI library",
+}
 
 
 def explain() -> tuple[str, str]:
     """What `python -m jaxmpi info` says: the choice `initialize` made, or would make."""
     if chosen is not None:
         return chosen
-    implementation, why = choose("auto")
-    return implementation, f"jaxmpi.distributed.initialize() would use it: {why}"
+    route, why = choose("auto")
+    return route, f"jaxmpi.distributed.initialize() would take it: {why}"

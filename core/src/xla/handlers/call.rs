@@ -5,8 +5,8 @@ use std::ffi::c_void;
 
 use super::deferred::Deferred;
 use crate::xla::ffi::{
-    ArgType, Args, AttrType, Buffer, CallFrame, DataType, ExecutionStage, Scalar,
-    CALL_FRAME_STRUCT_SIZE,
+    ArgType, Args, AttrType, Buffer, ByteSpan, CallFrame, ContextValueArgs, ContextValueGet,
+    DataType, ExecutionStage, Scalar, API_WITH_DEVICE_ORDINAL, CALL_FRAME_STRUCT_SIZE,
 };
 use crate::{Buf, BufMut, Dtype, Error, Input, Result};
 
@@ -84,6 +84,10 @@ impl<'a> Operand<'a> {
 
     pub fn data(&self) -> *mut c_void {
         self.buffer.data
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.count() * self.dtype().map_or(0, Dtype::size)
     }
 
     /// The buffer as input. XLA owns the memory for the duration of the call.
@@ -210,6 +214,16 @@ impl<'a> Call<'a> {
         self.find_buffer(&self.frame.args, index)
     }
 
+    /// How many data operands the call has (tokens not counted).
+    pub fn args_len(&self) -> usize {
+        Self::data_buffers(&self.frame.args).count()
+    }
+
+    /// How many data results the call has (tokens not counted).
+    pub fn rets_len(&self) -> usize {
+        Self::data_buffers(&self.frame.rets).count()
+    }
+
     pub fn ret(&self, index: usize) -> Result<Operand<'a>> {
         self.buffer(&self.frame.rets, index, "result")
     }
@@ -298,6 +312,56 @@ impl<'a> Call<'a> {
         }
         // SAFETY: the value has the checked type.
         Ok(unsafe { *(scalar.value as *const i64) })
+    }
+
+    /// The string attribute `name`.
+    pub fn text(&self, name: &str) -> Result<&'a str> {
+        let ptr = self.attr_ptr(name, AttrType::STRING)?;
+        // SAFETY: a STRING attribute points to a byte span, alive as long as the frame.
+        let bytes = unsafe {
+            let span = &*(ptr as *const ByteSpan);
+            std::slice::from_raw_parts(span.ptr as *const u8, span.len)
+        };
+        std::str::from_utf8(bytes).map_err(|_| self.bad_attr(name, "is not UTF-8"))
+    }
+
+    /// A value of the call's execution context (`RunId_Get`, `DeviceOrdinal_Get`).
+    fn context_value(
+        &self,
+        what: &str,
+        get: impl Fn(&crate::xla::ffi::Api) -> Option<ContextValueGet>,
+    ) -> Result<i64> {
+        let unavailable = || {
+            Error::unsupported(
+                self.name,
+                format!("this XLA does not give a call its {what}"),
+            )
+        };
+        // SAFETY: XLA's API table lives as long as the process.
+        let api = unsafe { self.frame.api.as_ref() }.ok_or_else(unavailable)?;
+        if api.struct_size < API_WITH_DEVICE_ORDINAL {
+            return Err(unavailable());
+        }
+        let get = get(api).ok_or_else(unavailable)?;
+        let mut args = ContextValueArgs {
+            struct_size: std::mem::size_of::<ContextValueArgs>(),
+            extension_start: std::ptr::null_mut(),
+            ctx: self.frame.ctx,
+            value: 0,
+        };
+        // SAFETY: the frame's own context, and arguments of the size XLA checks.
+        let error = unsafe { get(&mut args) };
+        if !error.is_null() {
+            return Err(unavailable());
+        }
+        Ok(args.value)
+    }
+
+    /// The global id of the device this call runs on (a jax `Device.id`).
+    pub fn device(&self) -> Result<i64> {
+        // An int32 written into the low half.
+        let value = self.context_value("device", |api| api.device_ordinal_get)?;
+        Ok(i64::from(value as i32))
     }
 
     /// The 1-D int64 array attribute `name`.

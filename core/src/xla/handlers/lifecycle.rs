@@ -27,6 +27,8 @@ pub struct CallInfo {
     comm: usize,
     attrs: [Option<i64>; DESCRIBED.len()],
     bytes: usize,
+    /// The JAX operation an XLA collective came from.
+    origin: Option<String>,
 }
 
 impl CallInfo {
@@ -35,12 +37,16 @@ impl CallInfo {
             comm: call.optional_i64("comm").unwrap_or(0) as u64 as usize,
             attrs: DESCRIBED.map(|name| call.optional_i64(name)),
             bytes: call.operand_bytes(),
+            origin: call.text("origin").ok().map(str::to_string),
         }
     }
 }
 
 impl fmt::Display for CallInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(origin) = &self.origin {
+            return write!(f, "from {origin}, {} bytes", self.bytes);
+        }
         write!(f, "comm {:#x}", self.comm)?;
         for (name, value) in DESCRIBED.iter().zip(self.attrs) {
             let Some(value) = value else { continue };
@@ -116,8 +122,12 @@ pub(super) fn run<A: Attrs>(
     // nobody changed it) returns errors for the duration of this call only. The check and
     // the swap are MPI calls too, so they run inside the monitored part: below
     // MPI_THREAD_MULTIPLE they must not overlap another thread's call either.
-    let comm = attrs.comm();
     let with_errors_returned = || {
+        // XLA's collectives (`hlo.rs`) run on communicators of jaxmpi's own, made to
+        // return errors when they are made.
+        let Some(comm) = attrs.comm() else {
+            return body(&attrs);
+        };
         let _returned = ErrorsReturned::on(library, comm)?;
         if checked::enabled() && !POINT_TO_POINT.contains(&call.name()) {
             checked::collective(call, library, comm)?;
@@ -150,6 +160,7 @@ mod tests {
             comm: 0x4400_0000,
             attrs,
             bytes: 16,
+            origin: None,
         };
         assert_eq!(
             info.to_string(),

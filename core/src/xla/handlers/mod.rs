@@ -7,7 +7,9 @@ mod call;
 pub mod checked;
 mod deferred;
 mod device;
+mod device_groups;
 mod entry;
+mod hlo;
 pub mod in_flight;
 mod lifecycle;
 pub mod nonblocking;
@@ -21,7 +23,8 @@ mod tests;
 pub use call::Call;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Kind, Signature, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
+    Address, AttrDecl, Counts, Groups, Kind, Pairs, Signature, Sizes, Text, OP_USER, PEER_ANY,
+    PEER_NULL, TAG_ANY, USER_OP,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
@@ -68,4 +71,20 @@ declare_ops! {
     // the result's initial contents (aliased: rows nobody sends to stay as they are).
     ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)
         -> (y) { comm: Comm, origin: i32 },
+    // XLA's collectives, as the HLO pass (`xla/hlo`) rewrites them (`hlo.rs`): on every
+    // device of a sharded program, with their devices' groups instead of a communicator,
+    // and the JAX operation they came from. `x`/`y`: one or more arrays (all-reduce and
+    // all-to-all take several); `outer`: per array, the slices outside the collective's
+    // dimension. ragged_all_to_all's result starts as `output` (aliased where the pass
+    // found it safe).
+    hlo_all_reduce: HloAllReduce (x) -> (y) { groups: Groups, op: ReduceOp, origin: Text },
+    hlo_all_gather: HloAllGather (x) -> (y) { groups: Groups, outer: Sizes, origin: Text },
+    hlo_reduce_scatter: HloReduceScatter (x) -> (y) {
+        groups: Groups, outer: Sizes, op: ReduceOp, origin: Text,
+    },
+    hlo_all_to_all: HloAllToAll (x) -> (y) { groups: Groups, outer: Sizes, origin: Text },
+    hlo_collective_permute: HloCollectivePermute (x) -> (y) { pairs: Pairs, origin: Text },
+    hlo_ragged_all_to_all: HloRaggedAllToAll (
+        input, output, input_offsets, send_sizes, output_offsets, recv_sizes
+    ) -> (y) { groups: Groups, origin: Text },
 }

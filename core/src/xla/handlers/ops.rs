@@ -4,6 +4,10 @@
 //! (the Python side returns the input), so the presence of a result is what tells a body
 //! whether this rank receives.
 
+pub use super::hlo::{
+    hlo_all_gather, hlo_all_reduce, hlo_all_to_all, hlo_collective_permute, hlo_ragged_all_to_all,
+    hlo_reduce_scatter,
+};
 pub use super::nonblocking::{irecv, isend, wait};
 pub use super::ragged::ragged_alltoallv;
 

@@ -35,6 +35,14 @@ pub enum Kind {
     /// Per-rank counts of rows (entries of the leading axis), blocks back to back in rank
     /// order; the handler turns them into element counts and displacements.
     Counts,
+    /// Devices by global id, in groups: each group's size, then its devices ([`Groups`]).
+    Groups,
+    /// (source, target) device pairs, flattened ([`Pairs`]).
+    Pairs,
+    /// Non-negative sizes, one per operand ([`Sizes`]).
+    Sizes,
+    /// A string ([`Text`]).
+    Text,
 }
 
 impl Kind {
@@ -48,6 +56,10 @@ impl Kind {
             Kind::Int => "int",
             Kind::AnyTag => "any_tag",
             Kind::Counts => "counts",
+            Kind::Groups => "groups",
+            Kind::Pairs => "pairs",
+            Kind::Sizes => "sizes",
+            Kind::Text => "text",
         }
     }
 }
@@ -93,17 +105,49 @@ impl Counts {
     }
 }
 
+/// The devices of an XLA collective (`hlo.rs`), in groups of global device ids: every
+/// device of the program is in one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Groups(pub Vec<Vec<i64>>);
+
+impl Groups {
+    /// The group holding `device`, and its place there.
+    pub fn of(&self, device: i64) -> Option<(&[i64], usize)> {
+        self.0.iter().find_map(|group| {
+            let at = group.iter().position(|&d| d == device)?;
+            Some((group.as_slice(), at))
+        })
+    }
+}
+
+/// A collective-permute's (source, target) device pairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pairs(pub Vec<(i64, i64)>);
+
+/// A size per operand (how many slices lie outside a collective's dimension).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sizes(pub Vec<usize>);
+
+/// Words for people (the JAX operation an XLA collective came from).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Text(pub String);
+
 /// A Rust type an attribute decodes into; its kind is what Python is told.
 pub trait Attr: Sized {
     const KIND: Kind;
     fn decode(call: &Call, name: &'static str) -> Result<Self>;
+    /// The communicator this attribute names, if it names one.
+    fn as_comm(&self) -> Option<Comm> {
+        None
+    }
 }
 
 /// An op's attributes as one typed value, decoded before its body runs.
 pub trait Attrs: Sized {
     fn decode(call: &Call) -> Result<Self>;
-    /// The communicator every op runs on (the table cannot declare an op without one).
-    fn comm(&self) -> Comm;
+    /// The communicator the op runs on, where the program names one; XLA's collectives
+    /// (`hlo.rs`) find theirs from their devices when they run.
+    fn comm(&self) -> Option<Comm>;
 }
 
 fn int(call: &Call, name: &'static str) -> Result<i32> {
@@ -120,6 +164,9 @@ impl Attr for Comm {
     const KIND: Kind = Kind::Comm;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
         Ok(Comm(address(call, name)?))
+    }
+    fn as_comm(&self) -> Option<Comm> {
+        Some(*self)
     }
 }
 
@@ -185,13 +232,64 @@ impl Attr for Counts {
     }
 }
 
+fn sizes(call: &Call, name: &'static str) -> Result<Vec<usize>> {
+    call.array_i64(name)?
+        .iter()
+        .map(|&v| {
+            usize::try_from(v).map_err(|_| call.bad_attr(name, format_args!("holds {v} < 0")))
+        })
+        .collect()
+}
+
+impl Attr for Groups {
+    const KIND: Kind = Kind::Groups;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        let flat = call.array_i64(name)?;
+        let mut groups = Vec::new();
+        let mut at = 0;
+        while at < flat.len() {
+            let len = usize::try_from(flat[at]).unwrap_or(usize::MAX);
+            let group = flat.get(at + 1..at.saturating_add(1).saturating_add(len));
+            let group = group.ok_or_else(|| call.bad_attr(name, "is cut short"))?;
+            groups.push(group.to_vec());
+            at += 1 + len;
+        }
+        Ok(Groups(groups))
+    }
+}
+
+impl Attr for Pairs {
+    const KIND: Kind = Kind::Pairs;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        let flat = call.array_i64(name)?;
+        if flat.len() % 2 != 0 {
+            return Err(call.bad_attr(name, "holds an odd number of devices"));
+        }
+        Ok(Pairs(flat.chunks(2).map(|p| (p[0], p[1])).collect()))
+    }
+}
+
+impl Attr for Sizes {
+    const KIND: Kind = Kind::Sizes;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(Sizes(sizes(call, name)?))
+    }
+}
+
+impl Attr for Text {
+    const KIND: Kind = Kind::Text;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(Text(call.text(name)?.to_string()))
+    }
+}
+
 /// Declares every op once: its signature (for Python), its typed attributes (for its
 /// body) and its exported handlers (for XLA).
 macro_rules! declare_ops {
     ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*) { $($field:ident: $ty:ty),* $(,)? }),* $(,)?) => {
         /// Each op's attributes, typed.
         pub mod attrs {
-            use super::signature::{Address, Attr, Attrs, Counts};
+            use super::signature::{Address, Attr, Attrs, Counts, Groups, Pairs, Sizes, Text};
             use super::Call;
             use crate::{Comm, Peer, ReduceOp, Result};
             $(
@@ -200,8 +298,8 @@ macro_rules! declare_ops {
                     fn decode(call: &Call) -> Result<Self> {
                         Ok($attrs { $($field: <$ty as Attr>::decode(call, stringify!($field))?),* })
                     }
-                    fn comm(&self) -> Comm {
-                        self.comm
+                    fn comm(&self) -> Option<Comm> {
+                        None $(.or(Attr::as_comm(&self.$field)))*
                     }
                 }
             )*

@@ -118,6 +118,8 @@ fn a_call_without_a_backend_returns_an_error_naming_the_op() {
         future_create: None,
         future_set_available: None,
         future_set_error: None,
+        run_id_get: None,
+        device_ordinal_get: None,
     };
     let (_, barrier) = HANDLERS
         .iter()

@@ -1,0 +1,337 @@
+//! Where a device stands in one of XLA's collectives (`hlo.rs`): its group, the processes
+//! that group spans, the MPI communicator among them, and the meeting of the group's
+//! devices that share this process.
+//!
+//! A group is named by its devices (global ids, in group order), which are the same on
+//! every rank and every run: its communicator is made the first time the group meets,
+//! by the processes it spans only (MPI_Comm_create_group), in the order their calls reach
+//! it, which the module's token makes the same everywhere. With one device per process
+//! (the common case), a group's communicator ranks are its positions and the call is one
+//! MPI collective on the devices' own buffers. With several devices of a group in one
+//! process, they meet (`Group::meet`): the last to arrive does the whole process's part
+//! (local copies and reductions, and the MPI calls), then everyone returns.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+use crate::xla::devices;
+use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, Peer, Result};
+
+/// One device's buffers at a meeting: its operands and results.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub ptr: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+}
+
+impl Span {
+    pub fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+
+    /// # Safety
+    /// The span must be a live buffer of the call that made it, which is still running.
+    pub unsafe fn buf<'a>(&self) -> Buf<'a> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Buf::from_raw(self.ptr as *const u8, self.count, self.dtype) }
+    }
+
+    /// # Safety
+    /// As `buf`, and nobody else writes it meanwhile.
+    pub unsafe fn buf_mut<'a>(&self) -> BufMut<'a> {
+        // SAFETY: forwarded from the caller.
+        unsafe { BufMut::from_raw(self.ptr as *mut u8, self.count, self.dtype) }
+    }
+}
+
+/// What a device brings to a meeting.
+#[derive(Clone, Debug, Default)]
+pub struct Seat {
+    pub args: Vec<Span>,
+    pub rets: Vec<Span>,
+}
+
+pub struct Group {
+    pub devices: Vec<i64>,
+    /// The world rank owning each position.
+    owners: Vec<i32>,
+    /// The processes the group spans, in the order they first appear in it: the ranks of
+    /// its communicator.
+    processes: Vec<i32>,
+    /// The positions this process holds, in order.
+    pub local: Vec<usize>,
+    comm: Mutex<Option<Comm>>,
+    room: Room,
+}
+
+impl Group {
+    fn new(devices: &[i64], me: i32) -> Result<Group> {
+        let owners = devices
+            .iter()
+            .map(|&d| devices::owner(d))
+            .collect::<Result<Vec<_>>>()?;
+        let mut processes = Vec::new();
+        for &p in &owners {
+            if !processes.contains(&p) {
+                processes.push(p);
+            }
+        }
+        let local: Vec<usize> = (0..owners.len()).filter(|&i| owners[i] == me).collect();
+        Ok(Group {
+            devices: devices.to_vec(),
+            room: Room::new(local.len()),
+            owners,
+            processes,
+            local,
+            comm: Mutex::new(None),
+        })
+    }
+
+    pub fn size(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Every position in a process of its own: then communicator ranks are positions.
+    pub fn distinct(&self) -> bool {
+        self.processes.len() == self.owners.len()
+    }
+
+    pub fn spans_processes(&self) -> bool {
+        self.processes.len() > 1
+    }
+
+    pub fn is_local(&self, position: usize) -> bool {
+        self.local.contains(&position)
+    }
+
+    /// The rank, in the group's communicator, of the process holding `position`.
+    pub fn rank_of(&self, position: usize) -> i32 {
+        let owner = self.owners[position];
+        self.processes.iter().position(|&p| p == owner).unwrap_or(0) as i32
+    }
+
+    /// The slot of `position` among this process's positions (its place at meetings).
+    pub fn slot(&self, position: usize) -> usize {
+        self.local.iter().position(|&p| p == position).unwrap_or(0)
+    }
+
+    /// The communicator among the group's processes, made at the first call.
+    pub fn comm(&self, library: &dyn Library) -> Result<Comm> {
+        let mut made = self.comm.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(comm) = *made {
+            return Ok(comm);
+        }
+        // Distinct tags for groups whose communicators different threads of this process
+        // may be making at once; the group's devices are the same on every rank.
+        let tag = (fnv(&self.devices) % 32_000) as i32;
+        let comm = library.comm_create_group(&self.processes, tag)?;
+        *made = Some(comm);
+        Ok(comm)
+    }
+
+    /// Meets this process's other devices of the group for the same call: the last one to
+    /// arrive runs `run` on every device's seat (in position order), and each gets its
+    /// outcome.
+    pub fn meet(
+        &self,
+        position: usize,
+        seat: Seat,
+        run: impl FnOnce(&[Seat]) -> Result<()>,
+    ) -> Result<()> {
+        self.room.meet(self.slot(position), seat, run)
+    }
+}
+
+fn fnv(values: &[i64]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for v in values {
+        for byte in v.to_le_bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// Every group this process has taken part in, by its devices.
+fn groups() -> MutexGuard<'static, HashMap<Vec<i64>, Arc<Group>>> {
+    static GROUPS: OnceLock<Mutex<HashMap<Vec<i64>, Arc<Group>>>> = OnceLock::new();
+    GROUPS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// The group of `devices` as this process sees it.
+pub fn group(library: &dyn Library, devices: &[i64]) -> Result<Arc<Group>> {
+    if let Some(group) = groups().get(devices) {
+        return Ok(group.clone());
+    }
+    let me = library.comm_rank(library.world())?;
+    let group = Arc::new(Group::new(devices, me)?);
+    Ok(groups().entry(devices.to_vec()).or_insert(group).clone())
+}
+
+/// Where the devices of one process meet, call after call.
+struct Room {
+    members: usize,
+    state: Mutex<RoomState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct RoomState {
+    /// Each member's next call number: the n-th call of every member is the same call.
+    next: Vec<u64>,
+    rounds: HashMap<u64, Round>,
+}
+
+struct Round {
+    seats: Vec<Option<Seat>>,
+    arrived: usize,
+    outcome: Option<Result<()>>,
+    collected: usize,
+}
+
+impl Room {
+    fn new(members: usize) -> Room {
+        Room {
+            members,
+            state: Mutex::new(RoomState {
+                next: vec![0; members],
+                rounds: HashMap::new(),
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RoomState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn meet(&self, slot: usize, seat: Seat, run: impl FnOnce(&[Seat]) -> Result<()>) -> Result<()> {
+        let members = self.members;
+        let mut state = self.lock();
+        let number = state.next[slot];
+        state.next[slot] += 1;
+        let round = state.rounds.entry(number).or_insert_with(|| Round {
+            seats: vec![None; members],
+            arrived: 0,
+            outcome: None,
+            collected: 0,
+        });
+        round.seats[slot] = Some(seat);
+        round.arrived += 1;
+        if round.arrived == members {
+            let seats: Vec<Seat> = round
+                .seats
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_default())
+                .collect();
+            drop(state);
+            // Everyone else waits for this outcome: a panic must become one.
+            let outcome = catch_unwind(AssertUnwindSafe(|| run(&seats))).unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "collective",
+                    "internal error (panic) while the devices of this process met",
+                ))
+            });
+            state = self.lock();
+            if let Some(round) = state.rounds.get_mut(&number) {
+                round.outcome = Some(outcome);
+            }
+            self.changed.notify_all();
+        }
+        loop {
+            let round = state.rounds.get_mut(&number);
+            if let Some(outcome) = round.as_ref().and_then(|r| r.outcome.clone()) {
+                let round = state.rounds.get_mut(&number).expect("the round just read");
+                round.collected += 1;
+                if round.collected == members {
+                    state.rounds.remove(&number);
+                }
+                return outcome;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// One message of a point-to-point plan: `bytes` from position `from` to position `to`,
+/// at `send` in the sender's memory and `recv` in the receiver's (each known, and used,
+/// only where that side is local).
+#[derive(Clone, Copy, Debug)]
+pub struct Piece {
+    pub from: usize,
+    pub to: usize,
+    pub bytes: usize,
+    pub send: usize,
+    pub recv: usize,
+}
+
+/// Moves every piece this process sends or receives: between its own devices a copy,
+/// between processes a non-blocking send and receive on the group's communicator. Every
+/// process lists the pieces in the same order; MPI delivers messages between two
+/// processes on one communicator and tag in the order they were sent, so each receive
+/// matches its own send.
+pub fn exchange(
+    group: &Group,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    pieces: &[Piece],
+) -> Result<()> {
+    let remote = pieces
+        .iter()
+        .any(|p| group.is_local(p.from) != group.is_local(p.to));
+    let comm = if remote {
+        Some(group.comm(library)?)
+    } else {
+        None
+    };
+    let mut requests = Vec::new();
+    let mut outcome = Ok(());
+    for piece in pieces.iter().filter(|p| p.bytes > 0) {
+        let (sends, receives) = (group.is_local(piece.from), group.is_local(piece.to));
+        let started = match (sends, receives, comm) {
+            (true, true, _) => {
+                // SAFETY: both are live buffers of this process's calls, `bytes` long.
+                unsafe {
+                    std::ptr::copy(piece.send as *const u8, piece.recv as *mut u8, piece.bytes)
+                };
+                continue;
+            }
+            (true, false, Some(comm)) => {
+                // SAFETY: a live operand, unchanged until the wait below.
+                let buf = unsafe { Buf::from_raw(piece.send as *const u8, piece.bytes, Dtype::U8) };
+                // SAFETY: the buffer outlives the request, which is waited for below.
+                unsafe { backend.isend(comm, buf, Peer::Rank(group.rank_of(piece.to)), 0) }
+            }
+            (false, true, Some(comm)) => {
+                // SAFETY: a live result that only this receive writes until the wait.
+                let buf =
+                    unsafe { BufMut::from_raw(piece.recv as *mut u8, piece.bytes, Dtype::U8) };
+                let source = Peer::Rank(group.rank_of(piece.from));
+                // SAFETY: as for the send.
+                unsafe { backend.irecv(comm, buf, source, Some(0)) }
+            }
+            _ => continue,
+        };
+        match started {
+            Ok(request) => requests.push(request),
+            Err(err) => {
+                outcome = Err(err);
+                break;
+            }
+        }
+    }
+    // Started transfers complete before their buffers are handed back, even after an error.
+    for mut request in requests {
+        let waited = backend.wait(&mut request);
+        if outcome.is_ok() {
+            outcome = waited.map(|_| ());
+        }
+    }
+    outcome
+}

@@ -1,0 +1,75 @@
+//! The HLO pass that hands XLA's collectives to jaxmpi: JAX registers it (jax >= 0.10.2,
+//! `jax.extend.xla.register_hlo_module_transformation`) and calls it with every CPU module
+//! after SPMD partitioning; it replaces every all-reduce, all-gather, reduce-scatter,
+//! all-to-all, collective-permute and ragged-all-to-all by a call to a `jaxmpi_hlo_*`
+//! handler (`handlers/hlo.rs`), and threads one token through those calls and jaxmpi's own
+//! ops so that every rank makes its MPI calls in one order.
+//!
+//! All or none: a module it cannot take whole is refused with the instruction and the
+//! reason (a collective left to XLA would be unordered against the rewritten ones).
+//!
+//! `wire.rs` reads and writes the protobuf bytes keeping every field it does not name,
+//! `proto.rs` names the fields it does, `groups.rs` turns XLA's replica groups into global
+//! device ids, `rewrite.rs` replaces each collective, `order.rs` threads the token.
+
+mod config;
+mod groups;
+mod order;
+mod proto;
+mod rewrite;
+mod wire;
+
+use std::fmt;
+
+pub use rewrite::{rewrite_module, Rewritten, TARGETS};
+
+/// Why a module cannot run over jaxmpi: compiling it fails with this, before anything runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The instruction (its HLO name and the JAX operation it came from), if one is to blame.
+    pub instruction: Option<(String, String)>,
+    pub reason: String,
+}
+
+impl Refusal {
+    pub fn module(reason: impl Into<String>) -> Refusal {
+        Refusal {
+            instruction: None,
+            reason: reason.into(),
+        }
+    }
+
+    pub fn at(name: String, jax_op: String, reason: impl Into<String>) -> Refusal {
+        Refusal {
+            instruction: Some((name, jax_op)),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("jaxmpi cannot run this program's collectives over MPI: ")?;
+        match &self.instruction {
+            Some((name, jax_op)) if !jax_op.is_empty() => {
+                write!(f, "{name} (from {jax_op}): ")?;
+            }
+            Some((name, _)) => write!(f, "{name}: ")?,
+            None => {}
+        }
+        write!(
+            f,
+            "{}. Rewrite that part of the program, or run JAX's collectives over gloo \
+             (jaxmpi.distributed.initialize(collectives=\"gloo\"))",
+            self.reason
+        )
+    }
+}
+
+impl From<wire::WireError> for Refusal {
+    fn from(err: wire::WireError) -> Refusal {
+        Refusal::module(format!(
+            "the HLO module XLA handed over is malformed ({err})"
+        ))
+    }
+}
