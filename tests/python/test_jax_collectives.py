@@ -1,0 +1,397 @@
+"""JAX's collectives through jaxmpi's own calls (`collectives="jaxmpi"`, JAX >= 0.10.2), in
+every layout of devices per process: each collective XLA emits against numpy, every dtype,
+groups over each axis of a mesh that splits processes and local devices, a mesh over some
+of the processes only, the collectives GSPMD inserts, loops and branches holding them,
+many in one program with ranks delayed differently, and jaxmpi's own ops beside them.
+
+Runs in cells of its own (JAXMPI_TEST_LAYOUT="PxD": P processes of D CPU devices, set with
+XLA_FLAGS=--xla_force_host_platform_device_count=D): jax.distributed starts once per
+process. Expected values are computed from the global input on every rank, and each rank
+checks the blocks it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+LAYOUT = os.environ.get("JAXMPI_TEST_LAYOUT")
+if LAYOUT is None:
+    pytest.skip("set JAXMPI_TEST_LAYOUT=PxD (a cell of its own)", allow_module_level=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jaxmpi  # noqa: E402
+import jaxmpi.distributed  # noqa: E402
+from helpers import ALL_DTYPES, RANK, SIZE, assert_array  # noqa: E402
+from jaxmpi._binding import hlo_pass, jax_shim, xla_collectives  # noqa: E402
+
+if not jax_shim.has_hlo_pass_hook():
+    pytest.skip(f"JAX {jax.__version__} has no HLO pass hook", allow_module_level=True)
+
+jaxmpi.distributed.initialize(collectives="jaxmpi")
+
+from jax import shard_map  # noqa: E402  (public from JAX 0.7; the hook needs 0.10.2)
+
+PROCESSES, LOCAL = (int(n) for n in LAYOUT.split("x"))
+DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+N = len(DEVICES)
+MESH = Mesh(np.array(DEVICES), ("i",))
+
+
+def test_the_layout_is_the_one_asked_for():
+    assert (SIZE, jax.local_device_count()) == (PROCESSES, LOCAL)
+    assert xla_collectives.chosen[0] == "jaxmpi", xla_collectives.chosen
+
+
+def put(value: np.ndarray, spec=P("i"), mesh: Mesh = MESH) -> jax.Array:
+    """The global array `value`, sharded by `spec` over `mesh`."""
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
+    """Every block this process holds equals that block of `expected`."""
+    for shard in got.addressable_shards:
+        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
+
+
+def check_close(got: jax.Array, expected: np.ndarray, what: str) -> None:
+    """As `check`, for results whose float sums XLA may order differently."""
+    for shard in got.addressable_shards:
+        np.testing.assert_allclose(
+            np.asarray(shard.data), expected[shard.index], rtol=1e-5, err_msg=what
+        )
+
+
+def smap(body, in_specs=P("i"), out_specs=P("i"), mesh: Mesh = MESH):
+    return jax.jit(
+        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    )
+
+
+def blocks_of(dtype: str, rows: int = 2, cols: int = 3, devices: int = N) -> np.ndarray:
+    """A global array of `devices` blocks of (rows, cols), distinct per block and element,
+    small enough for a sum over 8 devices to fit every type."""
+    base = np.arange(devices * rows * cols).reshape(devices * rows, cols) % 13
+    if dtype == "bool":
+        return base % 3 == 0
+    if dtype.startswith("complex"):
+        return (base + 1j * (base[::-1] % 5)).astype(dtype)
+    if dtype == "bfloat16":
+        return np.asarray(base, jnp.bfloat16)
+    return np.asarray(base, dtype)
+
+
+def per_block(value: np.ndarray, devices: int = N) -> np.ndarray:
+    return value.reshape(devices, -1, *value.shape[1:])
+
+
+REDUCTIONS = {
+    "psum": (jax.lax.psum, np.sum),
+    "pmax": (jax.lax.pmax, np.max),
+    "pmin": (jax.lax.pmin, np.min),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_psum_pmax_pmin_of_every_dtype(dtype):
+    x = blocks_of(dtype)
+    got = {}
+    for name, (collective, _) in REDUCTIONS.items():
+        if dtype.startswith("complex") and name != "psum":
+            continue  # XLA has no MIN/MAX on complex numbers
+        if dtype == "bool" and name == "psum":
+            continue  # JAX sums booleans as int32 (checked below)
+        got[name] = smap(lambda a, c=collective: c(a, "i"))(put(x))
+    for name, out in got.items():
+        reducer = REDUCTIONS[name][1]
+        # In float64 or complex128 (exact for these values), then back to the input's type.
+        wide = per_block(x).astype(np.complex128 if dtype.startswith("complex") else np.float64)
+        total = reducer(wide, axis=0).astype(x.dtype)
+        check(out, np.tile(total, (N, 1)), f"{name} {dtype}")
+
+
+def test_a_sum_of_booleans_is_an_int32_sum():
+    x = blocks_of("bool")
+    got = smap(lambda a: jax.lax.psum(a, "i"))(put(x))
+    check(got, np.tile(per_block(x).sum(0, dtype=np.int32), (N, 1)), "psum bool")
+
+
+def test_independent_sums_of_mixed_types_in_one_program():
+    """XLA merges independent sums into one variadic all-reduce: one call, several arrays."""
+    xs = [blocks_of(d) for d in ("float32", "float32", "int32", "float16")]
+    got = smap(lambda *a: tuple(jax.lax.psum(v, "i") for v in a), (P("i"),) * 4, (P("i"),) * 4)(
+        *map(put, xs)
+    )
+    for x, out in zip(xs, got):
+        check(out, np.tile(per_block(x).sum(0).astype(x.dtype), (N, 1)), f"psum {x.dtype}")
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("tiled", [True, False])
+def test_all_gather(axis, tiled):
+    x = blocks_of("float32")
+    got = smap(lambda a: jax.lax.all_gather(a, "i", axis=axis, tiled=tiled)[None])(put(x))
+    blocks = per_block(x)
+    whole = np.concatenate(blocks, axis=axis) if tiled else np.stack(blocks, axis=axis)
+    check(got, np.stack([whole] * N), f"all_gather axis={axis} tiled={tiled}")
+
+
+@pytest.mark.parametrize("dimension", [0, 1])
+def test_psum_scatter(dimension):
+    x = blocks_of("int32", rows=N * 2, cols=N * 3)
+    got = smap(lambda a: jax.lax.psum_scatter(a, "i", scatter_dimension=dimension, tiled=True))(
+        put(x)
+    )
+    total = per_block(x).sum(0).astype(x.dtype)
+    parts = np.split(total, N, axis=dimension)
+    check(got, np.concatenate(parts, axis=0), f"psum_scatter dimension={dimension}")
+
+
+@pytest.mark.parametrize("split_axis,concat_axis", [(0, 0), (1, 0), (0, 1)])
+def test_all_to_all(split_axis, concat_axis):
+    x = blocks_of("float64", rows=N * 2, cols=N * 3)
+    got = smap(lambda a: jax.lax.all_to_all(a, "i", split_axis, concat_axis, tiled=True))(put(x))
+    blocks = per_block(x)
+    chunks = [np.split(b, N, axis=split_axis) for b in blocks]  # chunks[source][target]
+    expected = [np.concatenate([chunks[s][t] for s in range(N)], axis=concat_axis) for t in range(N)]
+    check(got, np.concatenate(expected, axis=0), f"all_to_all {split_axis}->{concat_axis}")
+
+
+@pytest.mark.parametrize("pairs", ["ring", "reversed", "one pair"])
+def test_ppermute(pairs):
+    perm = {
+        "ring": [(j, (j + 1) % N) for j in range(N)],
+        "reversed": [(j, N - 1 - j) for j in range(N)],
+        "one pair": [(0, N - 1)],
+    }[pairs]
+    x = blocks_of("complex64")
+    got = smap(lambda a: jax.lax.ppermute(a, "i", perm))(put(x))
+    blocks = per_block(x)
+    expected = np.zeros_like(blocks)
+    for source, target in perm:
+        expected[target] = blocks[source]
+    check(got, np.concatenate(expected), f"ppermute {pairs}")
+
+
+def test_ragged_all_to_all():
+    """Device s sends s + t + 1 rows to device t (its rows after the first ones it sent),
+    placed at the rows it names in t's output; XLA:CPU itself cannot run this at all."""
+    rows = 2 * N + N * (N + 1)
+    sizes = np.array([[s + t + 1 for t in range(N)] for s in range(N)])
+    send_offsets = np.cumsum(np.concatenate([np.zeros((N, 1), int), sizes[:, :-1]], 1), 1)
+    # Receiver t takes sender s's rows at the sum of what senders before s send it.
+    out_offsets = np.cumsum(np.concatenate([np.zeros((1, N), int), sizes[:-1]], 0), 0)
+    x = np.arange(N * rows * 2, dtype=np.float32).reshape(N * rows, 2)
+    out = np.full((N * rows, 2), -1.0, np.float32)
+
+    def body(a, o, so, ss, oo, rs):
+        return jax.lax.ragged_all_to_all(a, o, so[0], ss[0], oo[0], rs[0], axis_name="i")
+
+    def table(values):  # per device: its own row of `values`
+        return put(np.asarray(values, np.int32).reshape(N, N))
+
+    got = smap(body, (P("i"),) * 6)(
+        put(x), put(out), table(send_offsets), table(sizes), table(out_offsets), table(sizes.T)
+    )
+    expected = per_block(out).copy()
+    blocks = per_block(x)
+    for s in range(N):
+        for t in range(N):
+            rows_sent = blocks[s][send_offsets[s, t] : send_offsets[s, t] + sizes[s, t]]
+            expected[t][out_offsets[s, t] : out_offsets[s, t] + sizes[s, t]] = rows_sent
+    check(got, np.concatenate(expected), "ragged_all_to_all")
+
+
+def mesh_2d() -> Mesh:
+    """Processes on one axis, each process's devices on the other (4 x 1: 2 x 2 of
+    processes)."""
+    if LOCAL > 1:
+        return Mesh(np.array(DEVICES).reshape(PROCESSES, LOCAL), ("proc", "local"))
+    if N % 2:
+        pytest.skip(f"no 2-D mesh of {N} devices")
+    return Mesh(np.array(DEVICES).reshape(2, N // 2), ("proc", "local"))
+
+
+@pytest.mark.parametrize("axes", [("proc",), ("local",), ("proc", "local")])
+def test_psum_over_each_axis_of_a_2d_mesh(axes):
+    mesh = mesh_2d()
+    rows, cols = mesh.devices.shape
+    x = blocks_of("float32")
+    spec = P(("proc", "local"))
+    got = smap(lambda a: jax.lax.psum(a, axes), spec, spec, mesh)(put(x, spec, mesh))
+    blocks = per_block(x).reshape(rows, cols, 2, 3)
+    over = tuple(("proc", "local").index(a) for a in axes)
+    total = np.broadcast_to(blocks.sum(over, keepdims=True), blocks.shape)
+    check(got, total.reshape(N * 2, 3), f"psum over {axes}")
+
+
+def test_all_gather_and_ppermute_along_one_axis_of_a_2d_mesh():
+    mesh = mesh_2d()
+    rows, cols = mesh.devices.shape
+    x = blocks_of("int16")
+    spec = P(("proc", "local"))
+
+    def body(a):
+        gathered = jax.lax.all_gather(a, "local", tiled=True)
+        moved = jax.lax.ppermute(a, "proc", [(p, (p + 1) % rows) for p in range(rows)])
+        return gathered, moved
+
+    gathered, moved = smap(body, spec, (spec, spec), mesh)(put(x, spec, mesh))
+    blocks = per_block(x).reshape(rows, cols, 2, 3)
+    want_gathered = np.concatenate(
+        [np.concatenate(list(blocks[r]), 0)[None].repeat(cols, 0) for r in range(rows)]
+    )
+    check(gathered, want_gathered.reshape(N * 2 * cols, 3), "all_gather over local")
+    check(moved, np.roll(blocks, 1, axis=0).reshape(N * 2, 3), "ppermute over proc")
+
+
+def test_a_mesh_over_some_processes_only():
+    """The processes outside the mesh do not run the program at all: its communicators
+    are made by its members alone."""
+    if PROCESSES < 3:
+        pytest.skip("needs 3 or more processes")
+    members = [d for d in DEVICES if d.process_index < 2]
+    mesh = Mesh(np.array(members), ("i",))
+    x = blocks_of("float32", devices=len(members))
+    if RANK < 2:
+        got = smap(lambda a: jax.lax.psum(a, "i"), mesh=mesh)(put(x, mesh=mesh))
+        expected = np.tile(per_block(x, len(members)).sum(0), (len(members), 1))
+        check(got, expected, "psum over processes 0 and 1")
+
+
+def test_a_matmul_whose_contraction_is_split():
+    """GSPMD inserts the all-reduce (its replica groups in the mesh-axes form)."""
+    a = np.arange(8 * 4 * N, dtype=np.float32).reshape(8, 4 * N) % 7
+    b = np.arange(4 * N * 6, dtype=np.float32).reshape(4 * N, 6) % 5
+    replicated = NamedSharding(MESH, P())
+    got = jax.jit(lambda u, v: u @ v, out_shardings=replicated)(
+        put(a, P(None, "i")), put(b, P("i", None))
+    )
+    check_close(got, a @ b, "matmul")
+
+
+def test_a_data_parallel_training_step_written_with_shardings_only():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(3, 2)).astype(np.float32)
+    xs = rng.normal(size=(4 * N, 3)).astype(np.float32)
+    ys = rng.normal(size=(4 * N, 2)).astype(np.float32)
+
+    def loss(w, x, y):
+        return jnp.mean((x @ w - y) ** 2)
+
+    step = jax.jit(
+        lambda w, x, y: w - 0.1 * jax.grad(loss)(w, x, y),
+        out_shardings=NamedSharding(MESH, P()),
+    )
+    got = step(put(w, P()), put(xs), put(ys))
+    gradient = 2.0 / ys.size * xs.T @ (xs @ w - ys)
+    check_close(got, w - 0.1 * gradient, "trained weights")
+
+
+def test_collectives_in_loops_and_branches():
+    x = blocks_of("float64")
+
+    def body(a):
+        looped = jax.lax.fori_loop(0, 5, lambda k, c: jax.lax.psum(c, "i") / N + c * 0, a)
+        branched = jax.lax.cond(
+            jnp.sum(a) > -1, lambda b: jax.lax.pmax(b, "i") + 0 * b, lambda b: b * 2, a
+        )
+        counted = jax.lax.while_loop(
+            lambda c: jax.lax.psum(c[1], "i") < 3 * N, lambda c: (c[0] + 1, c[1] + 1), (a, 0)
+        )[0]
+        return looped, branched, counted
+
+    looped, branched, counted = smap(body, P("i"), (P("i"),) * 3)(put(x))
+    blocks = per_block(x)
+    check(looped, np.tile(blocks.mean(0), (N, 1)), "psum in fori_loop")
+    check(branched, np.tile(blocks.max(0), (N, 1)), "pmax in cond")
+    check(counted, x + 3, "psum in a while condition")
+
+
+def test_many_collectives_of_every_kind_with_ranks_delayed_differently():
+    """70 collectives whose calls XLA:CPU would run concurrently; a host callback delays
+    each rank by a different time between them."""
+    x = blocks_of("float32")
+
+    def delay(v):
+        time.sleep(0.002 * (RANK % 3))
+        return v
+
+    def body(a):
+        outs = []
+        for k in range(70):
+            v = a * (k + 1)
+            if k % 10 == 5:
+                v = jax.pure_callback(delay, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+            kind = k % 4
+            if kind == 0:
+                outs.append(jax.lax.psum(v, "i"))
+            elif kind == 1:
+                outs.append(jax.lax.all_gather(v, "i", tiled=True)[: v.shape[0]])
+            elif kind == 2:
+                outs.append(jax.lax.ppermute(v, "i", [(j, (j + 1) % N) for j in range(N)]))
+            else:
+                outs.append(jax.lax.pmax(v, "i"))
+        return sum(outs)
+
+    got = smap(body)(put(x))
+    blocks = per_block(x)
+    expected = np.zeros_like(blocks)
+    for k in range(70):
+        v = blocks * (k + 1)
+        kind = k % 4
+        if kind == 0:
+            expected += v.sum(0)
+        elif kind == 1:
+            expected += v[0]
+        elif kind == 2:
+            expected += np.roll(v, 1, axis=0)
+        else:
+            expected += v.max(0)
+    check(got, np.concatenate(expected), "70 collectives")
+    assert hlo_pass.rewritten["collectives"] >= 70
+
+
+def test_jaxmpi_ops_and_jax_collectives_in_one_body_and_across_calls():
+    if LOCAL > 1:
+        pytest.skip("jaxmpi's own ops run with one device per process (issue 44)")
+    x = blocks_of("float32")
+
+    def body(a):
+        s = jax.lax.psum(a, "i")
+        t = jaxmpi.allreduce(a, jaxmpi.SUM)
+        u = jax.lax.psum(t * 2, "i")
+        return s + t + u
+
+    got = smap(body)(put(x))
+    total = per_block(x).sum(0)
+    check(got, np.tile(total * (2 + 2 * N), (N, 1)), "psum beside allreduce")
+    # Across calls: a jaxmpi op between two programs that hold JAX collectives.
+    first = smap(lambda a: jax.lax.psum(a, "i"))(put(x))
+    between = jaxmpi.allreduce(np.float32(RANK), jaxmpi.SUM)
+    second = smap(lambda a: jax.lax.pmax(a, "i"))(first)
+    check(second, np.tile(total, (N, 1)), "psum, allreduce, pmax")
+    assert float(between) == SIZE * (SIZE - 1) / 2
+
+
+def test_types_xla_widens_first_are_summed_too():
+    """float8 and int4 reach the pass widened (to float32 and int8): their sums are exact."""
+    x = put(blocks_of("float32") % 4)
+    got = smap(
+        lambda a: (
+            jax.lax.psum(a.astype(jnp.float8_e4m3fn), "i").astype(jnp.float32),
+            jax.lax.psum(a.astype(jnp.int4), "i").astype(jnp.float32),
+        ),
+        out_specs=(P("i"), P("i")),
+    )(x)
+    total = np.tile(per_block(blocks_of("float32") % 4).sum(0), (N, 1))
+    check(got[0], total, "psum float8")
+    check(got[1], ((total + 8) % 16 - 8).astype(np.float32), "psum int4 (wraps)")
