@@ -17,6 +17,8 @@ mod groups;
 mod order;
 mod proto;
 mod rewrite;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 use std::fmt;

@@ -1,0 +1,279 @@
+//! The pass on small modules built here field by field, as XLA would hand them over: what
+//! a collective becomes, where the token goes, when a result may take its operand's
+//! memory, and each refusal. (The modules JAX really makes are run in
+//! tests/python/test_jax_collectives.py.)
+
+use super::proto::{computation, instruction, module, shape, Computation, Instruction, Shape};
+use super::rewrite::rewrite_module;
+use super::wire::Message;
+
+fn array(element_type: i64, dims: &[i64]) -> Shape {
+    let mut m = Message::default();
+    m.set_int(shape::ELEMENT_TYPE, element_type);
+    m.set_ints(shape::DIMENSIONS, dims);
+    let mut layout = Message::default();
+    let minor_to_major: Vec<i64> = (0..dims.len() as i64).rev().collect();
+    layout.set_ints(shape::MINOR_TO_MAJOR, &minor_to_major);
+    m.set_message(shape::LAYOUT, &layout);
+    Shape(m)
+}
+
+const F32: i64 = 11;
+
+fn parameter(id: i64, number: i64, shape: &Shape) -> Instruction {
+    let mut p = Instruction::new(id, &format!("p{id}"), "parameter", shape, &[]);
+    p.0.set_int(instruction::PARAMETER_NUMBER, number);
+    p
+}
+
+fn computation_of(id: i64, name: &str, instructions: Vec<Instruction>, root: i64) -> Vec<u8> {
+    let mut rest = Message::default();
+    rest.set_string(computation::NAME, name);
+    for inst in &instructions {
+        rest.push_message(computation::INSTRUCTIONS, &inst.0);
+    }
+    rest.set_int(computation::ID, id);
+    rest.set_int(computation::ROOT_ID, root);
+    rest.encode()
+}
+
+/// A scalar `add` reducer, computation 1.
+fn adder() -> Vec<u8> {
+    let scalar = array(F32, &[]);
+    let add = Instruction::new(12, "add", "add", &scalar, &[10, 11]);
+    computation_of(1, "add", vec![parameter(10, 0, &scalar), parameter(11, 1, &scalar), add], 12)
+}
+
+/// A module of `computations` (the entry is computation 0) on 1 replica x 2 partitions.
+fn module_of(computations: Vec<Vec<u8>>) -> Vec<u8> {
+    let mut m = Message::default();
+    for c in &computations {
+        m.push(module::COMPUTATIONS, super::wire::Value::Bytes(c.clone()));
+    }
+    m.set_int(module::ENTRY_COMPUTATION_ID, 0);
+    let mut assignment = Message::default();
+    assignment.set_int(1, 1);
+    assignment.set_int(2, 2);
+    for device in [0, 2048] {
+        let mut partition = Message::default();
+        partition.set_ints(1, &[device]);
+        assignment.push_message(3, &partition);
+    }
+    m.set_message(module::DEVICE_ASSIGNMENT, &assignment);
+    m.encode()
+}
+
+/// A psum of `operand` over both partitions, id 3.
+fn all_reduce(operand: i64, shape: &Shape) -> Instruction {
+    let mut ar = Instruction::new(3, "psum", "all-reduce", shape, &[operand]);
+    ar.0.set_int(instruction::CHANNEL_ID, 1);
+    ar.0.set_int(instruction::USE_GLOBAL_DEVICE_IDS, 1);
+    ar.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[1]);
+    let mut group = Message::default();
+    group.set_ints(1, &[0, 1]);
+    let mut list = Message::default();
+    list.push_message(1, &group);
+    ar.0.set_message(instruction::COLLECTIVE_DEVICE_LIST, &list);
+    ar
+}
+
+fn entry(instructions: Vec<Instruction>, root: i64) -> Vec<u8> {
+    computation_of(0, "main", instructions, root)
+}
+
+fn rewritten(bytes: &[u8]) -> Vec<Computation> {
+    let done = rewrite_module(bytes).expect("rewritten").expect("changed");
+    let m = Message::parse(&done.module).unwrap();
+    m.all_bytes(module::COMPUTATIONS)
+        .map(|c| Computation::parse(c).unwrap())
+        .collect()
+}
+
+fn find<'a>(c: &'a Computation, opcode: &str) -> Vec<&'a Instruction> {
+    c.instructions.iter().filter(|i| i.opcode() == opcode).collect()
+}
+
+#[test]
+fn a_psum_becomes_a_call_taking_and_giving_the_token() {
+    let x = array(F32, &[4]);
+    let bytes = module_of(vec![
+        entry(vec![parameter(2, 0, &x), all_reduce(2, &x)], 3),
+        adder(),
+    ]);
+    let computations = rewritten(&bytes);
+    let main = &computations[0];
+    let [call] = find(main, "custom-call")[..] else { panic!("one call") };
+    assert_eq!(call.target(), "jaxmpi_hlo_all_reduce");
+    let config = call.0.string(instruction::BACKEND_CONFIG);
+    assert!(config.contains("groups = dense<[2, 0, 2048]> : tensor<3xi64>"), "{config}");
+    assert!(config.contains("op = 0 : i64"), "{config}");
+    let [token] = find(main, "after-all")[..] else { panic!("one fresh token") };
+    assert_eq!(call.operands().unwrap(), vec![2, token.id()]);
+    // A parameter's memory is the caller's: the result never takes it.
+    assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
+    // The psum's id now names the call's first result: the root needs no change.
+    let value = main.instructions.iter().find(|i| i.id() == 3).unwrap();
+    assert_eq!(value.opcode(), "get-tuple-element");
+    assert_eq!(value.operands().unwrap(), vec![call.id()]);
+    assert_eq!(main.root_id(), 3);
+}
+
+#[test]
+fn a_fresh_operand_used_once_is_written_in_place() {
+    let x = array(F32, &[4]);
+    let doubled = Instruction::new(5, "doubled", "add", &x, &[2, 2]);
+    let bytes = module_of(vec![
+        entry(vec![parameter(2, 0, &x), doubled, all_reduce(5, &x)], 3),
+        adder(),
+    ]);
+    let main = &rewritten(&bytes)[0];
+    let [call] = find(main, "custom-call")[..] else { panic!("one call") };
+    assert!(call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
+}
+
+#[test]
+fn an_operand_used_elsewhere_too_keeps_its_memory() {
+    let x = array(F32, &[4]);
+    let doubled = Instruction::new(5, "doubled", "add", &x, &[2, 2]);
+    let sum = Instruction::new(6, "sum", "add", &x, &[3, 5]);
+    let bytes = module_of(vec![
+        entry(vec![parameter(2, 0, &x), doubled, all_reduce(5, &x), sum], 6),
+        adder(),
+    ]);
+    let main = &rewritten(&bytes)[0];
+    let [call] = find(main, "custom-call")[..] else { panic!("one call") };
+    assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
+}
+
+#[test]
+fn the_token_goes_through_a_loop_state() {
+    let x = array(F32, &[4]);
+    let state = Shape::tuple(&[x.clone()]);
+    let pred = array(1, &[]);
+    // Body (computation 2): psum of the state's element, back into a tuple.
+    let body = computation_of(
+        2,
+        "body",
+        vec![
+            parameter(20, 0, &state),
+            Instruction::get_tuple_element(21, "element", &x, 20, 0),
+            {
+                let mut ar = all_reduce(21, &x);
+                ar.0.set_int(instruction::ID, 22);
+                ar
+            },
+            Instruction::new(23, "next", "tuple", &state, &[22]),
+        ],
+        23,
+    );
+    let condition = computation_of(
+        3,
+        "condition",
+        vec![parameter(30, 0, &state), Instruction::new(31, "go", "constant", &pred, &[])],
+        31,
+    );
+    let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
+    lp.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2, 3]);
+    let bytes = module_of(vec![
+        entry(
+            vec![
+                parameter(2, 0, &x),
+                Instruction::new(5, "init", "tuple", &state, &[2]),
+                lp,
+            ],
+            4,
+        ),
+        adder(),
+        body,
+        condition,
+    ]);
+    let computations = rewritten(&bytes);
+    let (main, body, condition) = (&computations[0], &computations[2], &computations[3]);
+    let while_loop = main.instructions.iter().find(|i| i.id() == 4).unwrap();
+    let elements = while_loop.shape().unwrap().elements().unwrap();
+    assert_eq!(elements.len(), 2);
+    assert!(elements[1].is_token());
+    // The body takes the token from its state, gives it to the call, and puts back
+    // the call's.
+    let [call] = find(body, "custom-call")[..] else { panic!("one call in the body") };
+    let token_in = call.operands().unwrap()[1];
+    let from_state = body.instructions.iter().find(|i| i.id() == token_in).unwrap();
+    assert_eq!(from_state.opcode(), "get-tuple-element");
+    assert_eq!(from_state.0.int(instruction::TUPLE_INDEX), 1);
+    let root = body.instructions.iter().find(|i| i.id() == body.root_id()).unwrap();
+    assert_eq!(root.shape().unwrap().elements().unwrap().len(), 2);
+    let parameter = find(condition, "parameter")[0];
+    assert!(parameter.shape().unwrap().elements().unwrap()[1].is_token());
+}
+
+fn refusal_of(bytes: &[u8]) -> String {
+    match rewrite_module(bytes) {
+        Err(refusal) => refusal.to_string(),
+        Ok(_) => panic!("the module was taken"),
+    }
+}
+
+#[test]
+fn asynchronous_collectives_are_refused_by_name() {
+    let x = array(F32, &[4]);
+    let mut start = all_reduce(2, &x);
+    start.0.set_string(instruction::OPCODE, "all-reduce-start");
+    let bytes = module_of(vec![entry(vec![parameter(2, 0, &x), start], 3), adder()]);
+    let message = refusal_of(&bytes);
+    assert!(message.contains("psum") && message.contains("all-reduce-start"), "{message}");
+    assert!(message.contains("gloo"), "{message}");
+}
+
+#[test]
+fn a_collective_inside_a_called_computation_is_refused() {
+    let x = array(F32, &[4]);
+    let inner = computation_of(
+        2,
+        "inner",
+        vec![parameter(20, 0, &x), {
+            let mut ar = all_reduce(20, &x);
+            ar.0.set_int(instruction::ID, 21);
+            ar
+        }],
+        21,
+    );
+    let mut call = Instruction::new(3, "outer_call", "call", &x, &[2]);
+    call.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2]);
+    let bytes = module_of(vec![entry(vec![parameter(2, 0, &x), call], 3), adder(), inner]);
+    let message = refusal_of(&bytes);
+    assert!(message.contains("outer_call") && message.contains("call"), "{message}");
+}
+
+#[test]
+fn groups_that_leave_a_device_out_are_refused() {
+    let x = array(F32, &[4]);
+    let mut ar = all_reduce(2, &x);
+    let mut group = Message::default();
+    group.set_ints(1, &[0]);
+    let mut list = Message::default();
+    list.push_message(1, &group);
+    ar.0.set_message(instruction::COLLECTIVE_DEVICE_LIST, &list);
+    let bytes = module_of(vec![entry(vec![parameter(2, 0, &x), ar], 3), adder()]);
+    assert!(refusal_of(&bytes).contains("exactly once"));
+}
+
+#[test]
+fn an_all_gather_whose_layouts_differ_is_refused() {
+    let x = array(F32, &[2, 3]);
+    let mut y = array(F32, &[4, 3]);
+    let mut layout = Message::default();
+    layout.set_ints(shape::MINOR_TO_MAJOR, &[0, 1]);
+    y.0.set_message(shape::LAYOUT, &layout);
+    let mut ag = all_reduce(2, &y);
+    ag.0.set_string(instruction::OPCODE, "all-gather");
+    ag.0.set_ints(instruction::DIMENSIONS, &[0]);
+    let bytes = module_of(vec![entry(vec![parameter(2, 0, &x), ag], 3), adder()]);
+    assert!(refusal_of(&bytes).contains("laid out in memory differently"));
+}
+
+#[test]
+fn modules_without_collectives_are_left_alone() {
+    let x = array(F32, &[4]);
+    let bytes = module_of(vec![entry(vec![parameter(2, 0, &x)], 2)]);
+    assert!(rewrite_module(&bytes).unwrap().is_none());
+}
