@@ -10,7 +10,7 @@ use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_collectives;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER,
+    checked, handles, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER,
     PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
@@ -64,6 +64,24 @@ fn rewrite_hlo<'py>(
         Ok(Some(done)) => Ok(Some((PyBytes::new(py, &done.module), done.collectives))),
         Err(refusal) => Err(PyValueError::new_err(refusal.to_string())),
     }
+}
+
+/// The id a program carries for the raw handle or address `raw` (`kind`: "comm" or
+/// "address"), registered now if new: the same in every run of the same program.
+#[pyfunction]
+fn handle_id(kind: &str, raw: u64) -> PyResult<i64> {
+    let table = match kind {
+        "comm" => handles::Table::Comm,
+        "address" => handles::Table::Address,
+        other => return Err(PyValueError::new_err(format!("no handle kind {other:?}"))),
+    };
+    Ok(handles::id_of(table, raw as usize))
+}
+
+/// The FFI targets the HLO pass calls, by HLO opcode.
+#[pyfunction]
+fn hlo_targets() -> Vec<(&'static str, &'static str)> {
+    hlo::TARGETS.to_vec()
 }
 
 /// Tells the handlers of XLA's collectives which process (world rank) owns each device
@@ -402,6 +420,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     m.add_function(wrap_pyfunction!(rewrite_hlo, m)?)?;
     m.add_function(wrap_pyfunction!(set_device_owners, m)?)?;
+    m.add_function(wrap_pyfunction!(handle_id, m)?)?;
+    m.add_function(wrap_pyfunction!(hlo_targets, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;

@@ -31,11 +31,15 @@ for _platform in ("cpu", "CUDA") if cuda["plugin"] else ("cpu",):
         jax_shim.register_ffi_target(_target, _capsule, platform=_platform)
 
 
-def address(value: int) -> np.int64:
-    """Handles and addresses travel as their two's-complement bit pattern: MLIR cannot
-    hold an unsigned 64-bit attribute above 2^63, and MPICH user handles as mpi4py gives
-    them are that large."""
-    return np.int64(value - (1 << 64) if value >= 1 << 63 else value)
+def _comm_id(handle: int) -> np.int64:
+    """A program carries a communicator as a small id, the same in every run (its handle
+    differs between runs and ranks: see core/src/xla/handlers/handles.rs)."""
+    return np.int64(_native.handle_id("comm", handle))
+
+
+def _address_id(value: int) -> np.int64:
+    """Likewise for a Status's address or a user op's handle (0, none, stays 0)."""
+    return np.int64(_native.handle_id("address", value))
 
 
 def _counts(value) -> np.ndarray:
@@ -44,8 +48,8 @@ def _counts(value) -> np.ndarray:
 
 # How each kind of attribute is encoded: the handler reads an int64, or an int64 array.
 _ENCODERS = {
-    "comm": address,
-    "address": address,
+    "comm": _comm_id,
+    "address": _address_id,
     "reduce_op": np.int64,
     "peer": np.int64,
     "int": np.int64,

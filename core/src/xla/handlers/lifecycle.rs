@@ -8,6 +8,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
+use super::handles;
 use super::signature::{Attrs, PEER_ANY, PEER_NULL, TAG_ANY};
 use super::{checked, Call};
 use crate::xla::ffi::CallFrame;
@@ -34,7 +35,10 @@ pub struct CallInfo {
 impl CallInfo {
     pub fn of(call: &Call) -> Self {
         CallInfo {
-            comm: call.optional_i64("comm").unwrap_or(0) as u64 as usize,
+            comm: call
+                .optional_i64("comm")
+                .and_then(|id| handles::resolve(handles::Table::Comm, id))
+                .unwrap_or(0),
             attrs: DESCRIBED.map(|name| call.optional_i64(name)),
             bytes: call.operand_bytes(),
             origin: call.text("origin").ok().map(str::to_string),

@@ -9,6 +9,7 @@ mod deferred;
 mod device;
 mod device_groups;
 mod entry;
+pub mod handles;
 mod hlo;
 pub mod in_flight;
 mod lifecycle;

@@ -3,6 +3,7 @@
 //! decoded into the typed value an op body reads. The ops' signatures themselves are
 //! declared once, in the table in `mod.rs`; Python reads them through `_native`.
 
+use super::handles::{resolve, Table};
 use super::Call;
 use crate::{Comm, Peer, ReduceOp, Result};
 
@@ -156,14 +157,28 @@ fn int(call: &Call, name: &'static str) -> Result<i32> {
         .map_err(|_| call.bad_attr(name, format_args!("= {value} does not fit a C int")))
 }
 
+/// The raw value behind a handle attribute, which carries its id (`handles.rs`).
+fn handle(call: &Call, name: &'static str, which: Table) -> Result<usize> {
+    let id = call.scalar_i64(name)?;
+    resolve(which, id).ok_or_else(|| {
+        call.bad_attr(
+            name,
+            format_args!(
+                "= {id} names no handle this process has lowered a program with (a program \
+                 compiled in another process or run?)"
+            ),
+        )
+    })
+}
+
 fn address(call: &Call, name: &'static str) -> Result<usize> {
-    Ok(call.scalar_i64(name)? as u64 as usize)
+    handle(call, name, Table::Address)
 }
 
 impl Attr for Comm {
     const KIND: Kind = Kind::Comm;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        Ok(Comm(address(call, name)?))
+        Ok(Comm(handle(call, name, Table::Comm)?))
     }
     fn as_comm(&self) -> Option<Comm> {
         Some(*self)
