@@ -17,6 +17,19 @@ Cases (the order of the first imports and of MPI's initialization is the point o
                 RuntimeError, before JAX starts
   untouched     no MPI collectives: jaxlib loaded the plug-in, no MPI library is loaded,
                 and the results are JAX's
+
+The cases above take XLA's MPI backend (collectives="mpi"); these the default route where
+JAX has the hook (JAX >= 0.10.2), jaxmpi's pass:
+  pass_auto     collectives="auto" chooses "jaxmpi"; psum and allreduce in one program
+  pass_stuck    as `stuck`: the watchdog names the rewritten call and its JAX collective
+  pass_cache    one program with psum, all_gather, ppermute and a jaxmpi op on a
+                communicator of its own, compiled with JAX's persistent cache in CACHE_DIR
+                (JAX writes process 0's entries, which serve every rank of a program the
+                same on all): run twice, the second run loads it from the cache; with
+                COLLECTIVES=gloo the same cache serves none of the pass's programs
+  pass_refused  collectives="jaxmpi" where JAX has no hook: the RuntimeError
+  subset_refused  collectives="mpi": a program over some of the processes only is refused
+                when it is compiled, before XLA's MPI backend could hang in it
 """
 
 from __future__ import annotations
@@ -82,11 +95,72 @@ def psum_and_allreduce(rank: int, size: int) -> None:
     print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}", flush=True)
 
 
-def started_by_jaxmpi(collectives: str = "auto") -> tuple[int, int]:
+def started_by_jaxmpi(collectives: str = "mpi") -> tuple[int, int]:
     import jaxmpi.distributed
 
     jaxmpi.distributed.initialize(collectives=collectives)
     return jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
+
+
+def cached_programs() -> tuple[int, int]:
+    """Programs compiled with JAX's persistent cache: how many came from it is printed."""
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_compilation_cache_dir", os.environ["CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda event, **_: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None
+    )
+    import jaxmpi
+
+    rank, size = started_by_jaxmpi(os.environ.get("COLLECTIVES", "auto"))
+    # A communicator of its own: Open MPI's handle differs in every run, its id does not.
+    own = jaxmpi.COMM_WORLD.Split(color=0, key=rank)
+
+    def body(x):
+        total = jax.lax.psum(x, "x")
+        gathered = jax.lax.all_gather(x, "x", tiled=True)[:1]
+        moved = jax.lax.ppermute(x, "x", [(r, (r + 1) % size) for r in range(size)])
+        return total + gathered + moved + jaxmpi.allreduce(x, jaxmpi.SUM, comm=own)
+
+    got = shard_map_of(body)(np.arange(2.0) + rank)
+    r, n = np.arange(2.0), np.arange(size)
+    total = size * r + n.sum()
+    expected = 2 * total + r + (r + (rank - 1) % size)
+    print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
+    from jaxmpi._binding import xla_collectives as _xla_collectives
+
+    print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}")
+    print(f"CACHE HITS rank {rank} {len(hits)}", flush=True)
+    return rank, size
+
+
+def subset_program() -> tuple[int, int]:
+    """A psum over the devices of processes 0 and 1 of a larger job, under "mpi"."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rank, size = started_by_jaxmpi("mpi")
+    members = sorted((d for d in jax.devices() if d.process_index < 2), key=lambda d: d.id)
+    mesh = Mesh(np.array(members), ("x",))
+    from jax import shard_map
+
+    program = jax.jit(
+        shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    )
+    if rank < 2:
+        x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x")), np.ones((1, 2)))
+        try:
+            program(x)
+            print(f"UNEXPECTED: rank {rank} ran a psum over some processes under 'mpi'")
+        except Exception as err:  # noqa: BLE001  (JAX wraps it in its own type)
+            print(f"REFUSED rank {rank} {err}")
+    return rank, size
 
 
 def imported_in_order(*modules: str) -> None:
@@ -153,9 +227,35 @@ def main() -> None:
         print(f"MPI LIBRARIES {sorted(f for f in files if '/libmpi' in f)}")
         print(f"JAXMPI IMPORTED {'jaxmpi' in sys.modules}")
         print(f"VALUE {float(jnp.sum(value)):.15f} {jax.devices()}")
+    elif CASE == "pass_auto":
+        rank, size = started_by_jaxmpi("auto")
+        psum_and_allreduce(rank, size)
+    elif CASE == "pass_stuck":
+        import jax
+        import numpy as np
+
+        rank, size = started_by_jaxmpi("jaxmpi")
+        run = shard_map_of(lambda x: jax.lax.psum(x, "x"))
+        run(np.ones(2))
+        if rank == 1:
+            time.sleep(60)
+        run(np.ones(2))
+        print("UNEXPECTED: the second psum returned")
+    elif CASE == "pass_cache":
+        rank, size = cached_programs()
+    elif CASE == "pass_refused":
+        import jaxmpi.distributed
+
+        try:
+            jaxmpi.distributed.initialize(collectives="jaxmpi")
+            print("UNEXPECTED: initialize accepted collectives='jaxmpi'")
+        except RuntimeError as err:
+            print(f"REFUSED {err}")
+    elif CASE == "subset_refused":
+        rank, size = subset_program()
     else:
         raise SystemExit(f"unknown case {CASE!r}")
-    if CASE not in ("refused", "untouched"):
+    if CASE not in ("refused", "untouched", "pass_refused"):
         print(f"DONE rank {rank}", flush=True)
 
 

