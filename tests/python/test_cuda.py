@@ -25,10 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import lax
-from test_mpi4jax_name import presenting  # noqa: F401  (a fixture)
-
-import jaxmpi
 from device_helpers import (
     DEVICE,
     TAIL,
@@ -43,6 +39,10 @@ from device_helpers import (
     run,
     went,
 )
+from jax import lax
+from test_mpi4jax_name import presenting  # noqa: F401  (a fixture)
+
+import jaxmpi
 from helpers import MPI, RANK, SIZE, check_raises, needs_mpi4py, needs_ranks, partner_or_skip
 from jaxmpi import COMM_WORLD as comm
 from jaxmpi import _native

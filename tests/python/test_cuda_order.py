@@ -19,10 +19,10 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+from device_helpers import DEVICE, needs_device, on_device, poisoned, went
 from jax import lax
 
 import jaxmpi
-from device_helpers import DEVICE, needs_device, on_device, poisoned, went
 from helpers import RANK, needs_ranks, p2p_partner
 from jaxmpi._binding import dispatch as _dispatch
 
