@@ -69,7 +69,10 @@ def probe(folder: Path, ranks: int) -> None:
         except (OSError, ValueError) as err:
             print(f"INFO: {name} rank {rank}: no probe report ({err})")
             continue
-        say = lambda text: print(f"INFO: {name} rank {rank}: {text}")  # noqa: E731
+
+        def say(text: str, rank: int = rank) -> None:
+            print(f"INFO: {name} rank {rank}: {text}")
+
         if "import" in found:
             say(f"import jaxmpi failed: {found['import']}")
             continue

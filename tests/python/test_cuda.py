@@ -71,6 +71,24 @@ def everyone(n: int, dtype, salt: int) -> list[np.ndarray]:
     return [pattern(n, dtype, salt, rank) for rank in range(SIZE)]
 
 
+def test_the_run_got_the_mode_it_asked_for():
+    """JAXMPI_CUDA_AWARE as the run set it decided the mode, `info` says so, the rank's GPU
+    was made current before MPI_Init, and the process has one libcuda: XLA's."""
+    mode = expected_mode()
+    library, cuda = jaxmpi._runtime.library.info, jaxmpi._runtime.gpu.cuda
+    asked = os.environ.get("JAXMPI_CUDA_AWARE", "").strip()
+    if asked in ("0", "1"):
+        assert library["cuda_aware"] == (asked == "1"), library["cuda_aware_reason"]
+        assert not library["cuda_aware_checks_buffers"]
+    if mode == "host":  # the CPU stands in: no device path at all
+        assert cuda["mode"] is None and cuda["unused"], cuda
+        return
+    assert library["cuda_aware"] == (mode == "direct"), library["cuda_aware_reason"]
+    assert cuda["mode"].startswith(mode), cuda["mode"]
+    assert (cuda["rank_gpu"], cuda["when"]) == (0, "before MPI_Init"), cuda
+    assert cuda["libcudas_mapped"] == [cuda["libcuda"]], cuda
+
+
 # --- Reductions ----------------------------------------------------------------------------
 
 ALLREDUCE = [

@@ -112,7 +112,7 @@ driver_table! {
 /// The loaded driver: its functions and the file they came from.
 pub struct Driver {
     pub api: Functions,
-    /// The file the dynamic linker loaded for `libcuda.so.1`.
+    /// The file the dynamic linker loaded for `libcuda.so.1` (links resolved).
     pub path: String,
     /// Whether XLA (or anyone) had loaded it before jaxmpi asked.
     pub already_loaded: bool,
@@ -159,9 +159,11 @@ fn path_of(library: &Library) -> String {
         return LIBCUDA.to_string();
     }
     // SAFETY: a NUL-terminated path owned by the dynamic linker.
-    unsafe { CStr::from_ptr(info.dli_fname) }
+    let named = unsafe { CStr::from_ptr(info.dli_fname) }
         .to_string_lossy()
-        .into_owned()
+        .into_owned();
+    // The file itself, as /proc/self/maps names it (`mapped_libcudas`), not a link to it.
+    std::fs::canonicalize(&named).map_or(named, |p| p.display().to_string())
 }
 
 fn load() -> Result<Driver> {
