@@ -65,8 +65,10 @@ def main(folder: Path) -> int:
         }
         attempt(found, "jax_devices", lambda: [str(d) for d in jax.devices()])
         if cuda["driver"]:
-            gpu = jax.devices("gpu")[0]
-            attempt(found, "buffers", lambda: buffers(jax, jnp, gpu, _native))
+            gpu = lambda: jax.devices("gpu")[0]  # noqa: E731  (raises inside `attempt`)
+            attempt(found, "buffers", lambda: buffers(jax, jnp, gpu(), _native))
+            # Again, now that JAX's client and the MPI have started: still one libcuda?
+            attempt(found, "driver_after", lambda: dict(_native.cuda_info()))
         found["counters"] = dict(_native.device_counters())
     path = folder / f"rank{rank}.json"
     path.write_text(json.dumps(found, indent=1, default=str))

@@ -92,6 +92,12 @@ def probe(folder: Path, ranks: int) -> None:
             f"{cuda.get('devices')} GPU(s); libcuda files mapped: {len(mapped)}"
             + ("" if len(mapped) == 1 else f" UNEXPECTED (want 1): {mapped}")
         )
+        after = found.get("driver_after", {})
+        later = after.get("libcudas_mapped", []) if isinstance(after, dict) else []
+        say(
+            f"libcuda files mapped after JAX and MPI started: {len(later)}"
+            + ("" if len(later) == 1 else f" UNEXPECTED (want 1): {later or after}")
+        )
         say(f"GPU {cuda.get('rank_gpu')}: {cuda.get('chosen')}; {cuda.get('when')}")
         say(f"mode: {cuda.get('mode')}")
         buffers = found.get("buffers", {})
