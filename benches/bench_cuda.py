@@ -4,7 +4,9 @@ two bounds measured in the same run, on both ranks at once as the ops run:
 - device copy: an on-device elementwise copy (what the direct path's copies cost at least);
 and the same ops through mpi4jax where it is importable with CUDA support (in the same mode:
 device pointers when jaxmpi passes them, host copies otherwise). Prints a Markdown table.
-Every figure is the best of REPEATS timed runs after a warm-up. Run by ci/gpu_run.sh bench."""
+Every figure is the best of REPEATS timed runs after a warm-up. Run by ci/gpu_run.sh, at the
+sizes JAXMPI_BENCH_MIB lists (default 1 4 16 64 256); with JAXMPI_TEST_STANDIN=cpu (its dry
+run) on the CPU, which checks the script, not the figures."""
 
 import os
 import sys
@@ -21,6 +23,8 @@ NO_GPU_EXIT = 3  # ci/gpu_run.sh reads it as "nothing measured: no GPU"
 
 
 def _gpu():
+    if os.environ.get("JAXMPI_TEST_STANDIN") == "cpu":
+        return jax.devices("cpu")[0]
     if not jaxmpi.has_cuda_support():
         return None
     try:
@@ -98,7 +102,7 @@ round_trip, host_kind = host_round_trip()
 device_copy = jax.jit(lambda a: a + 1.0)  # reads and writes every byte once, as a copy does
 
 rows = []
-for mib in (1, 4, 16, 64, 256):
+for mib in [int(m) for m in os.environ.get("JAXMPI_BENCH_MIB", "1 4 16 64 256").split()]:
     nbytes = mib << 20
     x = jax.device_put(jnp.ones(nbytes // 4, jnp.float32), gpu)
     pcie, dcopy = best(round_trip, x), best(device_copy, x)
@@ -109,7 +113,8 @@ for mib in (1, 4, 16, 64, 256):
             (name, mib, nbytes / t, nbytes / pcie, nbytes / dcopy, theirs and nbytes / theirs)
         )
 if rank == 0:
-    print(f"mode: {jaxmpi._runtime.gpu.cuda['mode']}; {size} ranks on {gpu.device_kind}")
+    mode = jaxmpi._runtime.gpu.cuda["mode"] or "the CPU standing in (figures meaningless)"
+    print(f"mode: {mode}; {size} ranks on {gpu.device_kind}")
     print(f"PCIe bound: device -> {host_kind} -> device; device bound: a + 1 on the GPU")
     if no_mpi4jax:
         print(f"mpi4jax columns left out: {no_mpi4jax}")

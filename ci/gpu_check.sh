@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # ci/gpu_check.sh -- keeps the GPU run's scripts working where there is no GPU (CI): they
 # parse, shellcheck finds no warning (where it is installed), gpu_run.sh neither builds
-# Rust nor installs from an index, and gpu_verdict.py, which
-# decides whether a GPU run passed, judges canned reports right: a CUDA test skipped, failed
-# or missing fails the run, only all passed passes it. About a second.
+# Rust, nor installs from an index, nor needs binutils or ldconfig, and gpu_verdict.py,
+# which decides whether a GPU run passed, judges canned reports right: a test skipped,
+# failed or missing against the pinned counts fails the run, and the probe's diagnostics
+# never do. About a second. (ci/gpu_run.sh --dry-run runs the whole run on the CPU.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRIPTS=("$ROOT/ci/gpu_pack.sh" "$ROOT/ci/gpu_run.sh" "$ROOT/ci/gpu_check.sh")
+PYTHONS=("$ROOT/ci/gpu_verdict.py" "$ROOT/ci/gpu_probe.py")
 PYTHON=${PYTHON:-python3}
 failed=0
 tmp=$(mktemp -d)
@@ -15,6 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 for script in "${SCRIPTS[@]}"; do
     bash -n "$script" || failed=1
 done
+"$PYTHON" -m py_compile "${PYTHONS[@]}" || failed=1
 if command -v shellcheck >/dev/null; then
     shellcheck -x -S warning "${SCRIPTS[@]}" || failed=1
 else
@@ -25,6 +28,11 @@ fi
 if grep -nE '\b(cargo|maturin|rustc)\b' "$ROOT/ci/gpu_run.sh" ||
     grep -n 'pip install' "$ROOT/ci/gpu_run.sh" | grep -v -- --no-index; then
     echo "gpu_check: FAIL: ci/gpu_run.sh must not build Rust nor install from an index (above)"
+    failed=1
+fi
+# The image may lack binutils, and ldconfig may not list the driver: the probe asks jaxmpi.
+if grep -nE '^[^#]*\b(nm|strings|ldconfig|objdump|readelf)\b' "$ROOT/ci/gpu_run.sh"; then
+    echo "gpu_check: FAIL: ci/gpu_run.sh must not depend on binutils or ldconfig (above)"
     failed=1
 fi
 
@@ -64,32 +72,42 @@ expect() { # WANTED(0 pass, 1 fail) WHAT -- gpu_verdict.py ARGS...
 }
 
 report "$tmp/all-passed" 0 ppp && report "$tmp/all-passed" 1 ppp
-expect 0 "all passed on both ranks" -- junit "$tmp/all-passed" 2
+expect 0 "all passed on both ranks" -- junit "$tmp/all-passed" 2 3
+expect 1 "a test missing from the pinned count" -- junit "$tmp/all-passed" 2 4
+expect 1 "a test more than pinned" -- junit "$tmp/all-passed" 2 2
 report "$tmp/skip-on-one" 0 ppp && report "$tmp/skip-on-one" 1 pps
-expect 1 "one test skipped on rank 1" -- junit "$tmp/skip-on-one" 2
-expect 0 "the same, skips allowed" -- junit "$tmp/skip-on-one" 2 --allow-skips
+expect 1 "one test skipped on rank 1" -- junit "$tmp/skip-on-one" 2 3
+expect 1 "the same, one skip pinned on each rank" -- junit "$tmp/skip-on-one" 2 3 --skipped 1
+report "$tmp/skip-on-both" 0 pps && report "$tmp/skip-on-both" 1 pps
+expect 0 "one skip pinned, one skipped on each rank" -- junit "$tmp/skip-on-both" 2 3 --skipped 1
 report "$tmp/all-skipped" 0 sss && report "$tmp/all-skipped" 1 sss
-expect 1 "all skipped (no GPU)" -- junit "$tmp/all-skipped" 2
-expect 1 "all skipped, skips allowed" -- junit "$tmp/all-skipped" 2 --allow-skips
+expect 1 "all skipped (no GPU)" -- junit "$tmp/all-skipped" 2 3
 report "$tmp/one-failed" 0 pfp && report "$tmp/one-failed" 1 ppp
-expect 1 "a test failed on rank 0" -- junit "$tmp/one-failed" 2
-expect 1 "rank 1's report missing" -- junit "$tmp/one-failed/../all-passed-one" 2
+expect 1 "a test failed on rank 0" -- junit "$tmp/one-failed" 2 3
+expect 1 "rank 1's report missing" -- junit "$tmp/one-failed/../all-passed-one" 2 3
 report "$tmp/one-rank" 0 ppp
-expect 1 "one report for 2 ranks" -- junit "$tmp/one-rank" 2
+expect 1 "one report for 2 ranks" -- junit "$tmp/one-rank" 2 3
 
-cuda_line() { # NODE_RANK MODE: the CUDA line of `python -m jaxmpi info`
-    echo "CUDA            driver loaded, 1 GPU(s), this rank: GPU 0 (node-local rank $1 of 2)," \
-        "mode: $2"
-}
-staged="staged (pinned host copies)"
-{ cuda_line 0 "$staged" && cuda_line 1 "$staged"; } >"$tmp/staged.txt"
-expect 0 "info: staged, asked staged" -- mode "$tmp/staged.txt" 2 staged
-expect 1 "info: staged, asked direct" -- mode "$tmp/staged.txt" 2 direct
-echo "CUDA            not used (this jaxlib has no CUDA plugin)" >"$tmp/none.txt"
-expect 1 "info: no CUDA" -- mode "$tmp/none.txt" 1 staged
-cuda_line 0 "direct (CUDA-aware MPI)" >"$tmp/direct-one.txt"
-expect 1 "info: one rank's line for 2 ranks" -- mode "$tmp/direct-one.txt" 2 direct
-expect 2 "misuse" -- mode "$tmp/staged.txt" 2 sideways
+# The probe's files: whatever they say (or lack), a diagnostic never fails the run.
+mkdir -p "$tmp/probe"
+cat >"$tmp/probe/rank0.json" <<'JSON'
+{"rank": 0, "cuda": {"unused": null, "driver": true, "driver_version": 13000,
+ "libcuda": "/usr/lib/libcuda.so.580", "libcudas_mapped": ["/usr/lib/libcuda.so.580",
+ "/usr/local/cuda/lib64/stubs/libcuda.so"], "devices": 1, "rank_gpu": 0,
+ "chosen": "node-local rank 0 (from MPI_LOCALRANKID) mod 1 GPU(s)", "when": "before MPI_Init",
+ "mode": "staged (pinned host copies)"},
+ "cuda_aware": {"cuda_aware": false, "cuda_aware_reason": "no CUDA support"},
+ "buffers": {"1 MiB": {"is_legacy_cuda_ipc_capable": 0, "mode": "staged", "why": "pool"}}}
+JSON
+said=$("$PYTHON" "$ROOT/ci/gpu_verdict.py" probe "$tmp/probe" 2 2>&1)
+rc=$?
+if [[ $rc != 0 ]] || ! grep -q 'UNEXPECTED' <<<"$said" || ! grep -q 'rank 1: no probe report' <<<"$said" ||
+    grep -qE '^(PASS|FAIL)' <<<"$said"; then
+    printf 'gpu_check: FAIL: probe summary (exit %s):\n%s\n' "$rc" "$said"
+    failed=1
+fi
+expect 2 "misuse" -- junit "$tmp/all-passed" 2
+expect 2 "misuse" -- mode "$tmp/all-passed" 2 staged
 
 ((failed)) && { echo "gpu_check: FAILED"; exit 1; }
 echo "gpu_check: passed"

@@ -1,61 +1,82 @@
 #!/usr/bin/env bash
-# ci/gpu_run.sh -- the GPU run, on the GPU test machine, from this tree and .gpu/ alone.
+# ci/gpu_run.sh -- the GPU run: on the GPU test machine, from this tree and .gpu/ alone, at
+# most 6 minutes in all, spent in the order the results matter.
 #
-# usage: ci/gpu_run.sh [--dry-run] tests|bench
-#   tests  the CUDA tests at 2 ranks sharing the GPU: staged (PyPI's MPICH, not CUDA-aware)
-#          and direct (Intel MPI with I_MPI_OFFLOAD=1), each with the default dispatch and
-#          with JAXMPI_DISPATCH=fast (the order stress test), plus test_dispatch.py on the
-#          GPU under fast; checks that `python -m jaxmpi info` reports the mode each leg
-#          asked for; counts the CUDA driver symbols jaxmpi calls in libcuda.
-#   bench  benches/bench_cuda.py, staged and direct, with mpi4jax's columns where mpi4jax
-#          builds there (from its sdist, with the packed MPICH's mpicc).
-# Each stays under 10 minutes: every leg gets at most the time left of a 560 s budget.
+# usage: ci/gpu_run.sh [--dry-run]
+#   1. probes, diagnostics only (INFO lines, never a failure): nvidia-smi, then
+#      ci/gpu_probe.py at 2 ranks over PyPI's MPICH and over Intel MPI with its CUDA support
+#      on (I_MPI_OFFLOAD=1), JAXMPI_CUDA_AWARE unset: the driver file and version, every
+#      libcuda in the process, the GPU each rank chose and when, what the driver says of
+#      JAX's buffers (legacy CUDA IPC, handle types, memory pool) and what `auto` decides
+#      for them and why.
+#   2. staged: tests/python/test_cuda.py and test_cuda_order.py at 2 ranks sharing the GPU
+#      over MPICH with JAXMPI_CUDA_AWARE=0, every op asserted staged by jaxmpi's device
+#      counters; then test_cuda_order.py with JAXMPI_DISPATCH=fast.
+#   3. direct: the same two files over Intel MPI with its CUDA support forced on
+#      (I_MPI_OFFLOAD=1) and JAXMPI_CUDA_AWARE=1, every op asserted direct (host-code
+#      reductions staged).
+#   4. the benchmark (benches/bench_cuda.py at 4 and 64 MiB, staged and direct) if a minute
+#      is left, with mpi4jax's columns if it builds there in the time left before that.
+# Each step gets at most what is left of the 360 s; a test step not started for want of
+# time fails, the benchmark is only left out (INFO).
+# Test counts are pinned (gpu_verdict.py junit): a test that skipped or went missing fails.
 #
 # Needs: .gpu/ from ci/gpu_pack.sh; a python3 with jax (+ its CUDA plugin), numpy and pytest
-# (JAXMPI_GPU_PYTHON picks another). No network, no Rust: installs only the packed files,
-# with pip --no-index --prefix into .gpu-work/ (--target would drop the MPI wheel's lib/).
-# Output, for reading back: $OUT (default .gpu-out/): <command>.log (all of it),
-# verdicts-<command>.txt, junit-*/rank<N>.xml, info-*.txt, bench-*.md, nvidia-smi.txt,
-# cuda-symbols.txt, mpi4jax-build.log.
-# Exit status 0 only if every check passed: a CUDA test that skipped is a failure here.
+# (JAXMPI_GPU_PYTHON picks another). No network, no Rust, no binutils: installs only the
+# packed files, with pip --no-index --prefix into .gpu-work/ (--target would drop the MPI
+# wheel's lib/). Output in $OUT (default .gpu-out/): run.log (all of it), verdicts.txt,
+# junit-*/rank<N>.xml, probe-*/rank<N>.json, bench-*.md, nvidia-smi.txt, mpi4jax-build.log.
+# Exit status 0 only if no check failed.
 #
-# --dry-run (on a machine without GPU, to test this script): the host's Python and its
-# mpi4py wheel (.gpu-cache/dry-run/) stand in for the cp312 ones, JAX_PLATFORMS=cpu, and
-# Intel MPI runs without I_MPI_OFFLOAD (MPI_Init crashes with it where there is no GPU).
-# The CUDA tests then skip and the bench measures nothing, so the run must end in FAIL.
-#
-# Environment: JAXMPI_GPU_PYTHON; JAXMPI_GPU_AWARE (JAXMPI_CUDA_AWARE of the direct legs,
-# default auto: Intel MPI's own answer must make it direct).
+# --dry-run, on a machine without a GPU, checks this script and the tests: the host's
+# Python and its mpi4py wheel (.gpu-cache/dry-run/) stand in for the cp312 ones, the CPU
+# stands in for the GPU (JAX_PLATFORMS=cpu, JAXMPI_TEST_STANDIN=cpu: the same tests on CPU
+# arrays, the device counters asserted still, the GPU-only tests pinned as skipped), and
+# Intel MPI runs without I_MPI_OFFLOAD (its MPI_Init crashes with it where there is no GPU).
+# It must pass.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACK=$ROOT/.gpu
 WORK=$ROOT/.gpu-work
 OUT=${OUT:-$ROOT/.gpu-out}
-DEADLINE=$((SECONDS + 560))
+BUDGET=360
+DEADLINE=$((SECONDS + BUDGET))
+RANKS=2
+# The pinned counts: tests collected per rank, and those only a GPU runs (skipped when the
+# CPU stands in).
+CUDA_TESTS=48
+ORDER_TESTS=4
+GPU_ONLY=2
 
 dry_run=0
 [[ ${1-} == --dry-run ]] && dry_run=1 && shift
-command=${1-}
-[[ $command == tests || $command == bench ]] || {
-    sed -n '3,4p' "$0" | sed 's/^# \{0,1\}//' >&2
+if (($#)); then
+    sed -n '5p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
-}
+fi
 mkdir -p "$OUT"
+VERDICTS=$OUT/verdicts.txt
 
-verdict() { # NAME STATUS DETAIL: one line of verdicts-$command.txt
-    printf '%s %s: %s\n' "$( (($2 == 0)) && echo PASS || echo FAIL)" "$1" "$3" |
-        tee -a "$OUT/verdicts-$command.txt"
+say() { echo "gpu_run: $*"; }
+
+verdict() { # NAME STATUS DETAIL: a check's line in verdicts.txt
+    printf '%s %s: %s\n' "$( (($2 == 0)) && echo PASS || echo FAIL)" "$1" "$3" | tee -a "$VERDICTS"
 }
 
-time_left() { # seconds a leg may take, at most $1, at least 1 (`timeout 0` is no limit)
-    local left=$((DEADLINE - SECONDS))
-    ((left > $1)) && left=$1
-    echo $((left < 1 ? 1 : left))
+info() { # NAME DETAIL: a diagnostic's line, which never fails the run
+    printf 'INFO %s: %s\n' "$1" "$2" | tee -a "$VERDICTS"
+}
+
+left() { echo $((DEADLINE - SECONDS)); }
+
+limit() { # the seconds a step may take: at most $1, at most what is left
+    local l
+    l=$(left)
+    ((l > $1)) && l=$1
+    echo $((l < 1 ? 1 : l))
 }
 
 # --- Install the packed files (once per pack: a stamp holds its manifest) ---------------
-say() { echo "gpu_run: $*"; }
-
 prepare() {
     [[ -f $PACK/MANIFEST ]] || { say "no $PACK/MANIFEST: run ci/gpu_pack.sh first" && return 1; }
     (cd "$PACK" && sha256sum --quiet -c MANIFEST) || { say "$PACK is damaged" && return 1; }
@@ -96,118 +117,115 @@ prepare() {
     export PATH="$WORK/bin:$PATH" PYTHONPATH=$PYTHONPATH_PACKED PYTHONDONTWRITEBYTECODE=1
     # Two ranks share one GPU: each would otherwise take 75% of its memory at start.
     export XLA_PYTHON_CLIENT_PREALLOCATE=false
-    if ((dry_run)); then export JAX_PLATFORMS=cpu; else export JAX_PLATFORMS=cuda,cpu; fi
+    if ((dry_run)); then
+        export JAX_PLATFORMS=cpu JAXMPI_TEST_STANDIN=cpu
+    else
+        export JAX_PLATFORMS=cuda,cpu
+        unset JAXMPI_TEST_STANDIN
+    fi
     local versions='import sys, jax; print(sys.version.split()[0], "jax", jax.__version__)'
     say "python $("$PY" -c "$versions"), JAX_PLATFORMS=$JAX_PLATFORMS, prefix $WORK/py"
 }
 
-# mpi_env staged|direct: the launcher and environment of one MPI, into LAUNCH and ENV.
+# mpi_env staged|direct|auto-mpich|auto-impi: the launcher and environment of one MPI, into
+# LAUNCH and ENV. staged and direct force the mode (JAXMPI_TEST_EXPECT: what the tests then
+# assert of every op); auto-* leave JAXMPI_CUDA_AWARE unset (the probes).
 mpi_env() {
-    if [[ $1 == staged ]]; then
-        LAUNCH=("$MPICH_BIN/mpiexec" -n 2)
-        ENV=(JAXMPI_MPI="$MPICH_LIB" MPI4PY_LIBMPI="$MPICH_LIB" JAXMPI_CUDA_AWARE=0)
+    local impi_lib=$WORK/impi/lib/libmpi.so.12
+    case $1 in
+    staged | auto-mpich)
+        LAUNCH=("$MPICH_BIN/mpiexec" -n "$RANKS")
+        ENV=(JAXMPI_MPI="$MPICH_LIB" MPI4PY_LIBMPI="$MPICH_LIB")
+        ;;
+    direct | auto-impi)
+        LAUNCH=("$WORK/impi/bin/mpiexec" -n "$RANKS")
+        # shm: one node needs no libfabric (not packed); offload: its CUDA support, on,
+        # through the driver XLA and jaxmpi load (its default name is libcuda.so).
+        ENV=(JAXMPI_MPI="$impi_lib" MPI4PY_LIBMPI="$impi_lib" I_MPI_FABRICS=shm)
+        ((dry_run)) ||
+            ENV+=(I_MPI_OFFLOAD=1 I_MPI_OFFLOAD_MODE=cuda I_MPI_OFFLOAD_CUDA_LIBRARY=libcuda.so.1)
+        ;;
+    esac
+    case $1 in
+    staged) ENV+=(JAXMPI_CUDA_AWARE=0 JAXMPI_TEST_EXPECT=staged) ;;
+    direct) ENV+=(JAXMPI_CUDA_AWARE=1 JAXMPI_TEST_EXPECT=direct) ;;
+    esac
+}
+
+# --- 1. Probes ------------------------------------------------------------------------------
+probes() {
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+        info nvidia-smi "$(grep -m 1 -o 'Driver Version: [0-9.]*' "$OUT/nvidia-smi.txt") $(
+            grep -m 1 -oE 'NVIDIA [A-Z][A-Za-z0-9 -]+[0-9]' "$OUT/nvidia-smi.txt")"
     else
-        local lib=$WORK/impi/lib/libmpi.so.12
-        LAUNCH=("$WORK/impi/bin/mpiexec" -n 2)
-        # shm: one node needs no libfabric (not packed); offload: Intel MPI's CUDA backend.
-        ENV=(JAXMPI_MPI="$lib" MPI4PY_LIBMPI="$lib" I_MPI_FABRICS=shm
-            JAXMPI_CUDA_AWARE="${JAXMPI_GPU_AWARE:-auto}")
-        ((dry_run)) || ENV+=(I_MPI_OFFLOAD=1 I_MPI_OFFLOAD_MODE=cuda)
+        info nvidia-smi "not found"
     fi
+    local which
+    for which in auto-mpich auto-impi; do
+        mpi_env "$which"
+        rm -rf "$OUT/probe-$which"
+        echo "===== probe $which: ${ENV[*]} ====="
+        env -u JAXMPI_CUDA_AWARE "${ENV[@]}" timeout "$(limit 40)" "${LAUNCH[@]}" \
+            python "$ROOT/ci/gpu_probe.py" "$OUT/probe-$which" >"$OUT/probe-$which.log" 2>&1 ||
+            info "probe-$which" "exit status $? (see probe-$which.log)"
+        python "$ROOT/ci/gpu_verdict.py" probe "$OUT/probe-$which" "$RANKS" | tee -a "$VERDICTS"
+    done
 }
 
-check_mode() { # staged|direct
-    mpi_env "$1"
-    local file=$OUT/info-$1.txt
-    env "${ENV[@]}" timeout "$(time_left 60)" "${LAUNCH[@]}" python -m jaxmpi info >"$file" 2>&1
-    cat "$file"
-    local line
-    line=$(python "$ROOT/ci/gpu_verdict.py" mode "$file" 2 "$1")
-    verdict "info-$1" $? "${line#*: }"
-}
-
-# run_tests NAME staged|direct [--allow-skips] [VAR=VALUE...] -- TEST FILES...
+# --- 2, 3. Tests ------------------------------------------------------------------------------
+# run_tests NAME staged|direct SECONDS COLLECTED SKIPPED [VAR=VALUE...] -- TEST FILES...
 run_tests() {
-    local name=$1 allow=()
+    local name=$1 most=$3 collected=$4 skipped=$5
     mpi_env "$2"
-    shift 2
-    [[ ${1-} == --allow-skips ]] && allow=(--allow-skips) && shift
+    shift 5
     while [[ $1 != -- ]]; do ENV+=("$1") && shift; done
     shift
-    local limit
-    limit=$(time_left 200)
-    if ((limit < 30)); then
-        verdict "$name" 1 "not run: the 560 s budget is spent"
+    local seconds
+    seconds=$(limit "$most")
+    if ((seconds < 30)); then
+        verdict "$name" 1 "not run: $(left) s of the $BUDGET s left"
         return
     fi
     rm -rf "$OUT/junit-$name"
-    echo "===== $name: ${ENV[*]} ====="
-    env "${ENV[@]}" JAXMPI_TEST_JUNITDIR="$OUT/junit-$name" JAXMPI_TEST_TIMEOUT="$limit" \
+    echo "===== $name: ${ENV[*]} ($seconds s at most) ====="
+    local started=$SECONDS said rc
+    env "${ENV[@]}" JAXMPI_TEST_JUNITDIR="$OUT/junit-$name" JAXMPI_TEST_TIMEOUT="$seconds" \
         "$ROOT/tests/run_pytest_mpi.sh" "${LAUNCH[@]}" -- -q -rs "${@/#/$ROOT/}"
-    local said rc
-    said=$(python "$ROOT/ci/gpu_verdict.py" junit "$OUT/junit-$name" 2 "${allow[@]}")
+    said=$(python "$ROOT/ci/gpu_verdict.py" junit "$OUT/junit-$name" "$RANKS" "$collected" \
+        --skipped "$skipped")
     rc=$?
     said=${said//PASS: /}
     said=${said//FAIL: /}
-    verdict "$name" "$rc" "${said//$'\n'/; }"
-}
-
-# What the GPU and driver are, and whether the driver has every symbol jaxmpi calls (cudarc
-# looks each up by name at its first call: a missing one fails that op, not the import).
-record_machine() {
-    if command -v nvidia-smi >/dev/null; then
-        nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
-    else
-        echo "nvidia-smi: not found" >"$OUT/nvidia-smi.txt" && false
-    fi
-    verdict nvidia-smi $? "$(head -n 4 "$OUT/nvidia-smi.txt" | tr -s ' \n' ' ')"
-    local names libcuda wanted missing=()
-    if ! command -v nm >/dev/null || ! command -v strings >/dev/null; then
-        verdict cuda-symbols 1 "binutils (nm, strings) not installed: not counted"
-        return
-    fi
-    names=$(strings -a "$(find "$SITE/jaxmpi" -name '_native*.so' | head -n 1)")
-    libcuda=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}')
-    mapfile -t wanted < <(grep -rhoE 'sys::cu[A-Za-z0-9_]+' "$ROOT/backends/src" |
-        cut -c6- | sort -u)
-    {
-        echo "jaxmpi calls ${#wanted[@]} driver functions (backends/src): ${wanted[*]}"
-        echo "libcuda: ${libcuda:-not found}"
-        for sym in "${wanted[@]}"; do
-            grep -qx "$sym" <<<"$names" || echo "not named in jaxmpi's module: $sym"
-            [[ -n $libcuda ]] && nm -D --defined-only "$libcuda" | grep -qw "$sym" ||
-                missing+=("$sym")
-        done
-        echo "in libcuda: $((${#wanted[@]} - ${#missing[@]})) of ${#wanted[@]}"
-    } >"$OUT/cuda-symbols.txt"
-    cat "$OUT/cuda-symbols.txt"
-    ((${#missing[@]} == 0 && ${#wanted[@]} > 0))
-    verdict cuda-symbols $? "$(tail -n 1 "$OUT/cuda-symbols.txt") (missing: ${missing[*]:-none})"
+    verdict "$name" "$rc" "${said//$'\n'/; } ($((SECONDS - started)) s)"
 }
 
 tests() {
-    record_machine
-    check_mode staged
-    run_tests staged staged -- tests/python/test_cuda.py tests/python/test_cuda_order.py
-    run_tests staged-fast staged JAXMPI_DISPATCH=fast -- tests/python/test_cuda_order.py
-    # Its skips (rank-0-only and MPICH-only tests) are by design; its failures are not.
-    run_tests dispatch-fast staged --allow-skips JAXMPI_DISPATCH=fast -- \
-        tests/python/test_dispatch.py
-    check_mode direct
-    run_tests direct direct -- tests/python/test_cuda.py tests/python/test_cuda_order.py
-    run_tests direct-fast direct JAXMPI_DISPATCH=fast -- tests/python/test_cuda_order.py
+    local skips=0
+    ((dry_run)) && skips=$GPU_ONLY
+    local both=(tests/python/test_cuda.py tests/python/test_cuda_order.py)
+    run_tests staged staged 110 $((CUDA_TESTS + ORDER_TESTS)) "$skips" -- "${both[@]}"
+    run_tests staged-fast staged 45 "$ORDER_TESTS" 0 JAXMPI_DISPATCH=fast -- \
+        tests/python/test_cuda_order.py
+    run_tests direct direct 110 $((CUDA_TESTS + ORDER_TESTS)) "$skips" -- "${both[@]}"
 }
 
+# --- 4. Benchmark -----------------------------------------------------------------------------
 # mpi4jax from its sdist against the packed MPICH (no build isolation: its build tools are
-# packed too). Where it does not build, the benchmark leaves its columns out.
+# packed too), only while there is time for it and the benchmark after it.
 build_mpi4jax() {
+    MPI4JAX_SITE=
+    if (($(left) < 150)); then
+        info mpi4jax "not built: $(left) s left"
+        return
+    fi
     local log=$OUT/mpi4jax-build.log nvcc
     nvcc=$(command -v nvcc) && export CUDA_PATH=${CUDA_PATH:-$(dirname "$(dirname "$nvcc")")}
     local pip=(python -m pip install --no-index --no-deps --ignore-installed)
     if [[ ! -d $WORK/mpi4jax ]] &&
         ! { "${pip[@]}" --prefix "$WORK/tools" --find-links "$PACK" setuptools wheel nanobind &&
             PYTHONPATH="$(find "$WORK/tools" -type d -name '*-packages' | head -n 1):$PYTHONPATH" \
-                MPI4JAX_BUILD_MPICC="$MPICH_BIN/mpicc" timeout "$(time_left 240)" \
+                MPI4JAX_BUILD_MPICC="$MPICH_BIN/mpicc" timeout "$(limit 60)" \
                 "${pip[@]}" --no-build-isolation --prefix "$WORK/mpi4jax" "$PACK"/mpi4jax-*.tar.gz
         } >"$log" 2>&1; then
         rm -rf "$WORK/mpi4jax" # half built: try again next time
@@ -216,10 +234,9 @@ build_mpi4jax() {
     site=$(find "$WORK/mpi4jax" -path '*-packages/mpi4jax/__init__.py' 2>/dev/null | head -n 1)
     if [[ -n $site ]]; then
         MPI4JAX_SITE=$(dirname "$(dirname "$site")")
-        say "mpi4jax built (${nvcc:+with CUDA from $CUDA_PATH}${nvcc:-no nvcc: CPU only})"
+        info mpi4jax "built (${nvcc:+with CUDA from $CUDA_PATH}${nvcc:-no nvcc: CPU only})"
     else
-        MPI4JAX_SITE=
-        say "mpi4jax did not build (last lines of $log):" && tail -n 5 "$log"
+        info mpi4jax "did not build: $(tail -n 1 "$log")"
     fi
 }
 
@@ -228,15 +245,16 @@ bench() {
     local mode rc
     for mode in staged direct; do
         mpi_env "$mode"
-        if (($(time_left 60) < 60)); then
-            verdict "bench-$mode" 1 "not run: the 560 s budget is spent"
+        if (($(left) < 60)); then
+            info "bench-$mode" "not run: $(left) s of the $BUDGET s left"
             continue
         fi
         echo "===== bench $mode: ${ENV[*]} ====="
         # mpi4jax's CUDA bridge links libcudart without an rpath: nvcc's lib64 (never stubs/).
-        env "${ENV[@]}" PYTHONPATH="$PYTHONPATH_PACKED${MPI4JAX_SITE:+:$MPI4JAX_SITE}" \
+        env "${ENV[@]}" JAXMPI_BENCH_MIB="4 64" \
+            PYTHONPATH="$PYTHONPATH_PACKED${MPI4JAX_SITE:+:$MPI4JAX_SITE}" \
             LD_LIBRARY_PATH="${CUDA_PATH:+$CUDA_PATH/lib64:}${LD_LIBRARY_PATH-}" \
-            timeout "$(time_left 240)" "${LAUNCH[@]}" python "$ROOT/benches/bench_cuda.py" \
+            timeout "$(limit 60)" "${LAUNCH[@]}" python "$ROOT/benches/bench_cuda.py" \
             2>&1 | tee "$OUT/bench-$mode.md"
         rc=${PIPESTATUS[0]}
         case $rc in
@@ -248,20 +266,19 @@ bench() {
 }
 
 main() {
-    : >"$OUT/verdicts-$command.txt"
-    ((dry_run)) && echo "gpu_run: DRY RUN (no GPU: the checks below must fail)"
+    : >"$VERDICTS"
+    ((dry_run)) && say "DRY RUN: the CPU stands in for the GPU"
     prepare || { verdict prepare 1 "could not install from $PACK" && return 1; }
-    case $command in
-    tests) tests ;;
-    bench) bench ;;
-    esac
-    echo "===== verdicts ($OUT/verdicts-$command.txt) ====="
-    cat "$OUT/verdicts-$command.txt"
-    ! grep -q '^FAIL' "$OUT/verdicts-$command.txt"
+    probes
+    tests
+    bench
+    echo "===== verdicts ($VERDICTS) after $SECONDS s of $BUDGET ====="
+    cat "$VERDICTS"
+    ! grep -q '^FAIL' "$VERDICTS"
 }
 
-main 2>&1 | tee "$OUT/$command.log"
+main 2>&1 | tee "$OUT/run.log"
 status=${PIPESTATUS[0]}
 result=$( ((status == 0)) && echo PASSED || echo FAILED)
-echo "gpu_run $command: $result" | tee -a "$OUT/$command.log"
+echo "gpu_run: $result in $SECONDS s" | tee -a "$OUT/run.log"
 exit "$status"

@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime: the MPI library", ("jaxmpi._runtime.library",)),
     ("runtime: its parts", (
         "jaxmpi._runtime.support", "jaxmpi._runtime.agree", "jaxmpi._runtime.errors",
-        "jaxmpi._runtime.encodings", "jaxmpi._runtime.slurm",
+        "jaxmpi._runtime.encodings", "jaxmpi._runtime.slurm", "jaxmpi._runtime.gpu_choice",
     )),
     ("extension module", ("jaxmpi._native",)),
 )  # fmt: skip

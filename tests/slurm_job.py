@@ -9,7 +9,9 @@ Checked on every rank:
   world     the world holds every rank started (the launcher's count) on N distinct hosts
   local     MPI's node-local rank (MPI_COMM_TYPE_SHARED) is the rank's place among the
             ranks of its host, and equals the launcher's own (SLURM_LOCALID for srun's
-            tasks, MPI_LOCALRANKID for hydra's, OMPI_COMM_WORLD_LOCAL_RANK for PRRTE's)
+            tasks, MPI_LOCALRANKID for hydra's, OMPI_COMM_WORLD_LOCAL_RANK for PRRTE's);
+            the place jaxmpi reads before MPI_Init to choose the rank's GPU is the same,
+            and with four GPUs listed for every task each rank of a node takes its own
   progress  jaxmpi's progress default follows the ranks per node: a thread where each
             rank has 2+ cores of its node, none where they fill it
   ops       jitted allreduce, allgather and a ring sendrecv across the nodes
@@ -53,7 +55,7 @@ with warnings.catch_warnings(record=True) as caught:
     import jaxmpi.distributed
     from jaxmpi import _native
     from jaxmpi._binding import xla_collectives as _xla_collectives
-    from jaxmpi._runtime import library
+    from jaxmpi._runtime import gpu_choice, library
 import_warnings = [str(w.message) for w in caught if "jaxmpi" in str(w.message)]
 
 rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
@@ -86,6 +88,12 @@ def check(ok: bool, what: str) -> None:
 
 check(size == launched, f"MPI's world has {size} ranks, {launcher} started {launched}")
 check(str(node_rank) == launcher_local, f"{launcher}'s local rank is {launcher_local}")
+before_init = gpu_choice.launcher_local_rank(env)
+check(getattr(before_init, "rank", None) == node_rank, f"read before MPI_Init: {before_init}")
+# srun --gres=gpu:4 without binding: CUDA_VISIBLE_DEVICES=0,1,2,3 for every task.
+listed = {k: v for k, v in env.items() if k != "JAXMPI_GPU"} | {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+gpu = gpu_choice.plan(listed, 4, "all", before_init).gpu
+check(gpu == node_rank % 4, f"with 4 GPUs listed for every task, GPU {gpu}")
 check(progress == wanted_progress, f"progress {progress}, {node_size} ranks on {cores} cores")
 check(
     (jax.process_index(), jax.process_count()) == (rank, size),

@@ -6,6 +6,7 @@
 //! `xla_collectives` is the second front end: the MPI calls of JAX's own collectives,
 //! which jaxlib forwards to this library.
 
+pub mod chunks;
 pub mod device;
 pub mod mpi;
 pub mod select;

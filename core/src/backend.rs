@@ -14,7 +14,7 @@
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::{
-    Broadcast, Buf, BufMut, Comm, Error, Input, LibraryInfo, Partition, PartitionMut, Peer,
+    Broadcast, Buf, BufMut, Comm, Dtype, Error, Input, LibraryInfo, Partition, PartitionMut, Peer,
     Progress, ReduceOp, Request, Result, Status, ThreadLevel,
 };
 
@@ -33,6 +33,15 @@ pub trait Library: Send + Sync {
     fn cuda_aware(&self) -> bool;
     /// Why the process passes device pointers to MPI or stages them, in words.
     fn cuda_aware_reason(&self) -> &str;
+    /// Whether, CUDA-aware, device pointers go to MPI only for buffers that legacy CUDA IPC
+    /// can share (decided automatically), rather than for every buffer (the user's word).
+    fn cuda_aware_checks_buffers(&self) -> bool;
+    /// Whether reducing `dtype` with `op` runs host code on the buffers (jaxmpi's own
+    /// reductions, user ops): device memory must then be staged, CUDA-aware MPI or not.
+    fn reduces_on_host(&self, dtype: Dtype, op: ReduceOp) -> bool;
+    /// Whether an in-place `reduce` at `root` reads the receive buffer on the host (the
+    /// workaround of a library bug), which device memory cannot take.
+    fn reduce_in_place_reads_host(&self, root: i32) -> bool;
     /// Ends the whole job (MPI_Abort on the world communicator), for a call that can never
     /// finish: the launcher then tears down every rank.
     fn abort(&self, code: i32) -> !;

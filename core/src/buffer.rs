@@ -51,6 +51,17 @@ pub enum Input<'a> {
     InPlace,
 }
 
+impl<'a> Input<'a> {
+    /// Elements `start..start + n` of the data (in place stays in place: the receive
+    /// buffer's part is the input).
+    pub fn part(&self, start: usize, n: usize) -> Input<'a> {
+        match self {
+            Input::Data(buf) => Input::Data(buf.part(start, n)),
+            Input::InPlace => Input::InPlace,
+        }
+    }
+}
+
 fn whole_elements(len: usize, dtype: Dtype) -> Result<usize> {
     if !len.is_multiple_of(dtype.size()) {
         return Err(Error::invalid_argument(
@@ -89,6 +100,20 @@ impl<'a> Buf<'a> {
     pub fn ptr(&self) -> *const u8 {
         self.ptr
     }
+
+    /// Elements `start..start + n` (clamped to the buffer).
+    pub fn part(&self, start: usize, n: usize) -> Buf<'a> {
+        let start = start.min(self.count());
+        let n = n.min(self.count() - start);
+        // SAFETY: a part of this buffer, readable for as long.
+        unsafe {
+            Buf::from_raw(
+                self.ptr.wrapping_add(start * self.dtype().size()),
+                n,
+                self.dtype(),
+            )
+        }
+    }
 }
 
 impl Deref for Buf<'_> {
@@ -124,6 +149,20 @@ impl<'a> BufMut<'a> {
         self.ptr
     }
 
+    /// Elements `start..start + n` (clamped to the buffer), borrowed from it.
+    pub fn part(&mut self, start: usize, n: usize) -> BufMut<'_> {
+        let start = start.min(self.count());
+        let n = n.min(self.count() - start);
+        // SAFETY: a part of this buffer, which is borrowed mutably while it lives.
+        unsafe {
+            BufMut::from_raw(
+                self.ptr.wrapping_add(start * self.dtype().size()),
+                n,
+                self.dtype(),
+            )
+        }
+    }
+
     /// The elements from `start` on (none if `start` is past the end).
     pub fn tail(self, start: usize) -> BufMut<'a> {
         let start = start.min(self.count());
@@ -157,6 +196,14 @@ pub enum Broadcast<'a> {
 impl Broadcast<'_> {
     pub fn is_root(&self) -> bool {
         matches!(self, Broadcast::Root(_))
+    }
+
+    /// Elements `start..start + n` (clamped), on the same side of the broadcast.
+    pub fn part(&mut self, start: usize, n: usize) -> Broadcast<'_> {
+        match self {
+            Broadcast::Root(buf) => Broadcast::Root(buf.part(start, n)),
+            Broadcast::Receiver(buf) => Broadcast::Receiver(buf.part(start, n)),
+        }
     }
 }
 

@@ -77,8 +77,8 @@ BXOR: Op = _comm.OPS["BXOR"]
 def has_cuda_support() -> bool:
     """Whether jaxmpi can run ops on CUDA arrays in this process.
 
-    True when jaxlib has CUDA and the CUDA driver loads, decided at import (mpi4jax's
-    name and meaning). Whether the MPI library reads GPU memory itself is a separate
+    True when jaxlib has CUDA, `JAX_PLATFORMS` lets JAX use it and the CUDA driver loads,
+    decided at import (mpi4jax's name and meaning). Whether the MPI library reads GPU memory itself is a separate
     question: `python -m jaxmpi info` answers both.
 
     Returns:

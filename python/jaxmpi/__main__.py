@@ -62,13 +62,15 @@ def _checked_line() -> str:
 
 
 def _cuda_line(cuda: dict) -> str:
-    if not cuda["plugin"]:
-        return "not used (this jaxlib has no CUDA plugin)"
+    if cuda["unused"]:
+        return f"not used ({cuda['unused']})"
     if not cuda["driver"]:
         return f"jaxlib has CUDA, but the driver does not load: {cuda['driver_error']}"
     gpu = "chosen by JAX" if cuda["rank_gpu"] is None else f"GPU {cuda['rank_gpu']}"
-    gpu += f" (node-local rank {cuda['node_rank']} of {cuda['node_size']})"
-    return f"driver loaded, {cuda['devices']} GPU(s), this rank: {gpu}, mode: {cuda['mode']}"
+    gpu += f" ({cuda['chosen']}; {cuda['when']})"
+    version = cuda["driver_version"] or 0
+    driver = f"driver {cuda['libcuda']} (CUDA {version // 1000}.{version % 1000 // 10})"
+    return f"{driver}, {cuda['devices']} GPU(s), this rank: {gpu}, mode: {cuda['mode']}"
 
 
 def _version() -> str:

@@ -19,6 +19,7 @@ class _LibraryInfo(TypedDict):
     initialized_here: bool
     cuda_aware: bool
     cuda_aware_reason: str
+    cuda_aware_checks_buffers: bool
     any_source: int
     proc_null: int
     any_tag: int
@@ -29,6 +30,33 @@ class _CudaInfo(TypedDict):
     driver: bool
     driver_error: str | None
     devices: int
+    driver_version: int | None
+    libcuda: str | None
+    libcuda_was_loaded: bool | None
+    libcudas_mapped: list[str]
+
+class _DeviceCounters(TypedDict):
+    direct: int
+    staged: int
+    staged_chunks: int
+    staged_host_code: int
+    staged_not_ipc: int
+    pageable: int
+    withheld: int
+    pinned_allocations: int
+    pinned_bytes: int
+
+class _CudaBuffer(TypedDict):
+    memory_type: int | str
+    device_ordinal: int | str
+    is_legacy_cuda_ipc_capable: int | str
+    range_size: int | str
+    mapped: int | str
+    allowed_handle_types: int | str
+    is_gpu_direct_rdma_capable: int | str
+    mempool_handle: int | str
+    mode: str
+    why: str
 
 class _Signature(TypedDict):
     operands: list[str]
@@ -51,6 +79,9 @@ def xla_plugin_loaded() -> bool: ...
 def handlers(platform: str = "cpu") -> list[tuple[str, Any]]: ...
 def cuda_info() -> _CudaInfo: ...
 def set_rank_device(ordinal: int | None = None) -> None: ...
+def use_gpu(ordinal: int) -> None: ...
+def device_counters() -> _DeviceCounters: ...
+def cuda_buffer(address: int) -> _CudaBuffer: ...
 def world() -> int: ...
 def comm_info(handle: int) -> tuple[int, int]: ...
 def comm_rank(handle: int) -> int: ...

@@ -10,8 +10,8 @@ use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_collectives;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, handles, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS, OP_USER,
-    PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
+    checked, handles, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS,
+    OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -162,6 +162,10 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("initialized_here", library.initialized_here())?;
     dict.set_item("cuda_aware", library.cuda_aware())?;
     dict.set_item("cuda_aware_reason", library.cuda_aware_reason())?;
+    dict.set_item(
+        "cuda_aware_checks_buffers",
+        library.cuda_aware_checks_buffers(),
+    )?;
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
@@ -206,8 +210,9 @@ fn handlers<'py>(
         .collect()
 }
 
-/// What the CUDA side found: whether the driver loads and how many GPUs it sees. Loads
-/// libcuda: call it only where CUDA is wanted.
+/// What the CUDA side found: whether the driver loads, which file it is (and every libcuda
+/// mapped in the process: one, unless a second was loaded), its CUDA version and how many
+/// GPUs it sees. Loads libcuda: call it only where CUDA is wanted.
 #[pyfunction]
 fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
@@ -215,6 +220,50 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("driver", driver.is_ok())?;
     dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
     dict.set_item("devices", cuda::device_count().unwrap_or(0))?;
+    dict.set_item("driver_version", cuda::driver_version().ok())?;
+    let files = cuda::driver_files().ok();
+    dict.set_item("libcuda", files.as_ref().map(|f| f.0.clone()))?;
+    dict.set_item("libcuda_was_loaded", files.as_ref().map(|f| f.1))?;
+    dict.set_item("libcudas_mapped", files.map(|f| f.2).unwrap_or_default())?;
+    Ok(dict)
+}
+
+/// Makes GPU `ordinal` this thread's current device, before MPI initializes.
+#[pyfunction]
+fn use_gpu(ordinal: i32) -> PyResult<()> {
+    cuda::use_device(ordinal).map_err(to_py)
+}
+
+/// What the device decorators did so far: ops direct, staged (and why), chunks, pinned
+/// allocations and bytes held.
+#[pyfunction]
+fn device_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    for (name, value) in cuda::counters() {
+        dict.set_item(name, value)?;
+    }
+    Ok(dict)
+}
+
+/// What the driver says of the allocation holding the device address `address`, and
+/// what this process does with such a buffer: {attribute: value or error text,
+/// "mode": "direct" or "staged", "why": ...}.
+#[pyfunction]
+fn cuda_buffer(py: Python<'_>, address: usize) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
+    for (name, value) in cuda::pointer_attributes(address).map_err(to_py)? {
+        match value {
+            Ok(value) => dict.set_item(name, value)?,
+            Err(err) => dict.set_item(name, err.to_string())?,
+        }
+    }
+    let (mode, why) = match cuda::decide_for_buffer(installed()?, address) {
+        Ok((true, why)) => ("direct", why),
+        Ok((false, why)) => ("staged", why),
+        Err(err) => ("unknown", err.to_string()),
+    };
+    dict.set_item("mode", mode)?;
+    dict.set_item("why", why)?;
     Ok(dict)
 }
 
@@ -428,6 +477,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(handlers, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
     m.add_function(wrap_pyfunction!(set_rank_device, m)?)?;
+    m.add_function(wrap_pyfunction!(use_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(device_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(world, m)?)?;
     m.add_function(wrap_pyfunction!(comm_info, m)?)?;
     m.add_function(wrap_pyfunction!(comm_rank, m)?)?;

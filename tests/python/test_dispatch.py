@@ -200,6 +200,21 @@ def test_vmap_of_sendrecv():
     assert np.array_equal(np.asarray(got), expected)
 
 
+def test_programs_with_mpi_ops_on_a_second_platform_are_refused_under_fast_dispatch():
+    """Each platform runs its own queue: fast dispatch could not keep a CPU program's MPI
+    calls in order with a GPU program's. Lowered for the other platform without running
+    (JAX lowers for a platform the process lacks), so a CPU machine checks it too."""
+    f = jax.jit(lambda x: jaxmpi.allreduce(x * 2, jaxmpi.SUM))
+    f(jnp.ones(3, jnp.float32)).block_until_ready()  # this process's platform, claimed
+    other = "cuda" if jax.devices()[0].platform == "cpu" else "cpu"
+    traced = f.trace(jnp.ones(3, jnp.float32))
+    if MODE == "fast":
+        with pytest.raises(ValueError, match=f"program for {other}.*two platforms run in two"):
+            traced.lower(lowering_platforms=(other,))
+    else:  # the runtime token orders programs whatever their platform
+        assert traced.lower(lowering_platforms=(other,)).as_text()
+
+
 @pytest.mark.skipif(
     MODE != "fast",
     reason="ordered dispatch: JAX's runtime token carries the failure into every later "

@@ -62,7 +62,19 @@ def test_the_info_dicts_have_exactly_the_keys_the_stub_types():
     assert set(jaxmpi._native.info()) == typed["_LibraryInfo"]
     assert set(jaxmpi._native.constants()) == typed["_Constants"]
     assert set(jaxmpi._native.cuda_info()) == typed["_CudaInfo"]  # no GPU needed to ask
+    assert set(jaxmpi._native.device_counters()) == typed["_DeviceCounters"]
     assert all(set(s) == typed["_Signature"] for s in jaxmpi._native.signatures().values())
+
+
+def test_a_buffer_is_described_by_the_driver_or_refused_naming_it():
+    """Where the driver loads, address 0 is no allocation and the driver's error says so;
+    where it does not, the refusal names the library jaxmpi loads (the one XLA uses)."""
+    if jaxmpi._native.cuda_info()["driver"]:
+        described = jaxmpi._native.cuda_buffer(0)
+        assert "CUDA_ERROR" in str(described["is_legacy_cuda_ipc_capable"]), described
+    else:
+        with pytest.raises(jaxmpi.MPIError, match=r"libcuda\.so\.1"):
+            jaxmpi._native.cuda_buffer(0)
 
 
 def test_typing_files_are_shipped():

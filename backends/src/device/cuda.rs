@@ -1,58 +1,56 @@
-//! CUDA through the driver API, loaded at run time by cudarc (dynamic loading: the built
-//! module links no CUDA library). Nothing here runs until a GPU handler does, so a machine
-//! without CUDA never loads libcuda.
+//! CUDA through the driver API (`driver`, loaded at run time: the built module links no
+//! CUDA library). Nothing here loads libcuda until a GPU handler runs or Python asks (which
+//! it does only where CUDA is wanted), so a machine without CUDA never loads it.
 //!
 //! `CudaRuntime` is the device runtime core calls for GPU ops: it binds XLA's stream and
 //! runs the op on `Direct` when the MPI is CUDA-aware, else on `Staged`.
+//!
+//! Pinned staging memory belongs to the context current when it is allocated, and dies
+//! with it. It is allocated in the device's primary context (the one XLA uses), which
+//! jaxmpi retains for as long as it holds the memory: XLA releasing its own reference
+//! (`jax.clear_backends()`) then frees nothing under the pool, and the pool's teardown
+//! makes that context current to free it.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::driver::sys::{self, CUresult};
 use jaxmpi_core::device::{install_device_runtime, DeviceRuntime, Stream};
 use jaxmpi_core::{Backend, Error, Library, Result};
 
-use super::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Staged};
+use super::driver::{
+    self, attribute, CuContext, CuDevice, CuDevicePtr, CuEvent, CuStream, Driver,
+    EVENT_DISABLE_TIMING, MEMHOSTALLOC_PORTABLE,
+};
+use super::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Placement, Staged, Stats};
 
 const STEP: &str = "cuda";
 
-fn check(what: &str, rc: CUresult) -> Result<()> {
-    if rc == CUresult::CUDA_SUCCESS {
-        return Ok(());
-    }
-    Err(Error::library(STEP, format!("{what} failed: {rc:?}")))
-}
-
 /// Loads libcuda and initializes the driver, once per process.
 pub fn load_driver() -> Result<()> {
-    static LOADED: OnceLock<Result<()>> = OnceLock::new();
-    LOADED
-        .get_or_init(|| {
-            // SAFETY: tries to dlopen libcuda under its usual names; no CUDA call yet.
-            if !unsafe { sys::is_culib_present() } {
-                return Err(Error::library(
-                    STEP,
-                    "arrays live on a GPU but the CUDA driver library (libcuda.so.1) cannot be \
-                     loaded: install the NVIDIA driver or add its directory to LD_LIBRARY_PATH, \
-                     or run on CPU with JAX_PLATFORMS=cpu",
-                ));
-            }
-            // SAFETY: the documented first call of the driver API.
-            check("cuInit", unsafe { sys::cuInit(0) })
-        })
-        .clone()
+    driver::driver().map(|_| ())
 }
 
 /// GPUs the driver sees (after CUDA_VISIBLE_DEVICES).
 pub fn device_count() -> Result<i32> {
-    load_driver()?;
+    let d = driver::driver()?;
     let mut count = 0;
     // SAFETY: the driver is initialized; writes one int.
-    check("cuDeviceGetCount", unsafe {
-        sys::cuDeviceGetCount(&mut count)
+    d.check("cuDeviceGetCount", unsafe {
+        (d.api.cuDeviceGetCount)(&mut count)
     })?;
     Ok(count)
+}
+
+/// The driver's CUDA version (e.g. 13000 for 13.0).
+pub fn driver_version() -> Result<i32> {
+    let d = driver::driver()?;
+    let mut version = 0;
+    // SAFETY: writes one int.
+    d.check("cuDriverGetVersion", unsafe {
+        (d.api.cuDriverGetVersion)(&mut version)
+    })?;
+    Ok(version)
 }
 
 /// -1: no check; else the device ordinal this rank's arrays must be on.
@@ -63,36 +61,99 @@ pub fn set_rank_device(ordinal: Option<i32>) {
     RANK_DEVICE.store(ordinal.unwrap_or(-1), Ordering::SeqCst);
 }
 
-/// XLA's context made current on this thread for one call; the previous one comes back.
-struct CurrentContext;
+/// The primary context of one device, retained by jaxmpi: it owns the pinned pool.
+#[derive(Clone, Copy)]
+struct Owner {
+    device: CuDevice,
+    context: CuContext,
+}
 
-impl CurrentContext {
-    fn of(stream: sys::CUstream) -> Result<(CurrentContext, i32)> {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+// SAFETY: a CUDA context handle may be used from any thread.
+unsafe impl Send for Owner {}
+// SAFETY: as above.
+unsafe impl Sync for Owner {}
+
+static OWNER: OnceLock<Owner> = OnceLock::new();
+
+/// The primary context of `ordinal`, retained (once per process: later calls get the first
+/// device's, which still serves, pinned memory being portable across contexts).
+fn owner(d: &Driver, ordinal: i32) -> Result<Owner> {
+    if let Some(owner) = OWNER.get() {
+        return Ok(*owner);
+    }
+    let mut device = 0;
+    let mut context: CuContext = std::ptr::null_mut();
+    // SAFETY: out-pointers to one value each; the retained reference is kept in OWNER.
+    unsafe {
+        d.check("cuDeviceGet", (d.api.cuDeviceGet)(&mut device, ordinal))?;
+        d.check(
+            "cuDevicePrimaryCtxRetain",
+            (d.api.cuDevicePrimaryCtxRetain)(&mut context, device),
+        )?;
+    }
+    if OWNER.set(Owner { device, context }).is_err() {
+        // Another thread retained one first: give this reference back.
+        // SAFETY: releases the reference taken just above.
+        unsafe { (d.api.cuDevicePrimaryCtxRelease_v2)(device) };
+    }
+    Ok(*OWNER.get().expect("set above"))
+}
+
+/// Makes GPU `ordinal` this thread's current device (its primary context, as
+/// `cudaSetDevice` does), before MPI initializes: MPIs that set up CUDA in `MPI_Init` bind
+/// to the current device, GPU 0 when none is.
+pub fn use_device(ordinal: i32) -> Result<()> {
+    let d = driver::driver()?;
+    let owner = owner(d, ordinal)?;
+    // SAFETY: a context retained by `owner`.
+    d.check("cuCtxSetCurrent", unsafe {
+        (d.api.cuCtxSetCurrent)(owner.context)
+    })
+}
+
+/// A context made current on this thread for a while; the previous one comes back.
+struct Pushed<'d>(&'d Driver);
+
+impl<'d> Pushed<'d> {
+    fn context(d: &'d Driver, context: CuContext) -> Result<Self> {
+        // SAFETY: a live context (XLA's, or the one jaxmpi retained).
+        d.check("cuCtxPushCurrent", unsafe {
+            (d.api.cuCtxPushCurrent_v2)(context)
+        })?;
+        Ok(Pushed(d))
+    }
+
+    /// XLA's context, the one of `stream`, and its device.
+    fn of_stream(d: &'d Driver, stream: CuStream) -> Result<(Self, i32)> {
+        let mut context: CuContext = std::ptr::null_mut();
+        // SAFETY: `stream` is the live stream XLA gave this call; writes one value.
+        d.check("cuStreamGetCtx", unsafe {
+            (d.api.cuStreamGetCtx)(stream, &mut context)
+        })?;
+        let pushed = Pushed::context(d, context)?;
         let mut device = 0;
-        // SAFETY: `stream` is the live stream XLA gave this call; each call writes one value.
-        unsafe {
-            check("cuStreamGetCtx", sys::cuStreamGetCtx(stream, &mut ctx))?;
-            check("cuCtxPushCurrent", sys::cuCtxPushCurrent_v2(ctx))?;
-            let guard = CurrentContext;
-            check("cuCtxGetDevice", sys::cuCtxGetDevice(&mut device))?;
-            Ok((guard, device))
-        }
+        // SAFETY: a context is current; writes one int.
+        d.check("cuCtxGetDevice", unsafe {
+            (d.api.cuCtxGetDevice)(&mut device)
+        })?;
+        Ok((pushed, device))
     }
 }
 
-impl Drop for CurrentContext {
+impl Drop for Pushed<'_> {
     fn drop(&mut self) {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: pops the context `of` pushed on this thread.
-        unsafe { sys::cuCtxPopCurrent_v2(&mut ctx) };
+        let mut context: CuContext = std::ptr::null_mut();
+        // SAFETY: pops the context this value pushed on this thread.
+        unsafe { (self.0.api.cuCtxPopCurrent_v2)(&mut context) };
     }
 }
 
 /// XLA's stream as a `DeviceMemory`. Markers are events recorded on it.
 struct CudaStream {
-    stream: sys::CUstream,
-    events: Mutex<Vec<sys::CUevent>>,
+    driver: &'static Driver,
+    stream: CuStream,
+    owner: Owner,
+    events: Mutex<Vec<CuEvent>>,
 }
 
 // SAFETY: CUDA streams and events may be used from any thread; the event list is locked.
@@ -100,80 +161,111 @@ unsafe impl Send for CudaStream {}
 // SAFETY: as above.
 unsafe impl Sync for CudaStream {}
 
+/// Frees pinned memory in the context that owns it (the call may come at exit, on a thread
+/// where no context is current).
 unsafe fn free_pinned(ptr: *mut u8, _len: usize) {
-    // SAFETY: memory from cuMemHostAlloc, freed once.
-    unsafe { sys::cuMemFreeHost(ptr.cast()) };
+    let (Ok(d), Some(owner)) = (driver::driver(), OWNER.get()) else {
+        return;
+    };
+    if let Ok(_pushed) = Pushed::context(d, owner.context) {
+        // SAFETY: memory from cuMemHostAlloc in this context, freed once.
+        unsafe { (d.api.cuMemFreeHost)(ptr.cast()) };
+    }
 }
 
-fn device_ptr(ptr: *const u8) -> sys::CUdeviceptr {
-    ptr as usize as sys::CUdeviceptr
+fn device_ptr(ptr: *const u8) -> CuDevicePtr {
+    ptr as usize as CuDevicePtr
+}
+
+/// One attribute of the allocation holding `ptr`. Whatever the attribute's C type (an
+/// int, a bool, a pointer or a size: the driver writes at most 8 bytes), it lands in the
+/// low bytes of a zeroed u64 on these little-endian targets.
+fn pointer_attribute(d: &Driver, ptr: *const u8, which: u32) -> Result<u64> {
+    let mut value = [0u64; 2];
+    // SAFETY: 16 writable bytes, more than any attribute asked for here takes.
+    let rc =
+        unsafe { (d.api.cuPointerGetAttribute)(value.as_mut_ptr().cast(), which, device_ptr(ptr)) };
+    d.check("cuPointerGetAttribute", rc)?;
+    Ok(value[0])
 }
 
 impl DeviceMemory for CudaStream {
     fn copy_to_host_async(&self, host: *mut u8, device: *const u8, len: usize) -> Result<()> {
-        // SAFETY: `host` is pinned memory of `len` bytes, `device` a live device buffer.
-        let rc =
-            unsafe { sys::cuMemcpyDtoHAsync_v2(host.cast(), device_ptr(device), len, self.stream) };
-        check("cuMemcpyDtoHAsync", rc)
+        let d = self.driver;
+        // SAFETY: `host` is host memory of `len` bytes, `device` a live device buffer.
+        let rc = unsafe {
+            (d.api.cuMemcpyDtoHAsync_v2)(host.cast(), device_ptr(device), len, self.stream)
+        };
+        d.check("cuMemcpyDtoHAsync", rc)
     }
     fn copy_to_device_async(&self, device: *mut u8, host: *const u8, len: usize) -> Result<()> {
+        let d = self.driver;
         // SAFETY: as above, the other way.
-        let rc =
-            unsafe { sys::cuMemcpyHtoDAsync_v2(device_ptr(device), host.cast(), len, self.stream) };
-        check("cuMemcpyHtoDAsync", rc)
+        let rc = unsafe {
+            (d.api.cuMemcpyHtoDAsync_v2)(device_ptr(device), host.cast(), len, self.stream)
+        };
+        d.check("cuMemcpyHtoDAsync", rc)
     }
     fn zero_async(&self, device: *mut u8, len: usize) -> Result<()> {
+        let d = self.driver;
         // SAFETY: a live device buffer of `len` bytes.
-        let rc = unsafe { sys::cuMemsetD8Async(device_ptr(device), 0, len, self.stream) };
-        check("cuMemsetD8Async", rc)
+        let rc = unsafe { (d.api.cuMemsetD8Async)(device_ptr(device), 0, len, self.stream) };
+        d.check("cuMemsetD8Async", rc)
     }
     fn mark(&self) -> Result<Marker> {
-        let mut event: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: creates an event (no timing: cheaper) and records it on the live stream.
+        let d = self.driver;
+        let mut event: CuEvent = std::ptr::null_mut();
+        // SAFETY: creates an event (no timing: cheaper) and records it on the live stream;
+        // it is destroyed with this value.
         unsafe {
-            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-            check("cuEventCreate", sys::cuEventCreate(&mut event, flags))?;
+            d.check(
+                "cuEventCreate",
+                (d.api.cuEventCreate)(&mut event, EVENT_DISABLE_TIMING),
+            )?;
             let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
             events.push(event);
-            check("cuEventRecord", sys::cuEventRecord(event, self.stream))?;
+            d.check("cuEventRecord", (d.api.cuEventRecord)(event, self.stream))?;
             Ok(Marker(events.len() - 1))
         }
     }
     fn wait(&self, marker: Marker) -> Result<()> {
+        let d = self.driver;
         let event = self.events.lock().unwrap_or_else(|e| e.into_inner())[marker.0];
         // SAFETY: an event this stream recorded and has not destroyed.
-        check("cuEventSynchronize", unsafe {
-            sys::cuEventSynchronize(event)
+        d.check("cuEventSynchronize", unsafe {
+            (d.api.cuEventSynchronize)(event)
         })
     }
     fn synchronize(&self) -> Result<()> {
+        let d = self.driver;
         // SAFETY: the live stream of this call.
-        check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.stream)
+        d.check("cuStreamSynchronize", unsafe {
+            (d.api.cuStreamSynchronize)(self.stream)
         })
     }
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
+        let d = self.driver;
+        let _owner = Pushed::context(d, self.owner.context)?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
-        // PORTABLE: pinned for every context, so the pool serves any stream.
-        const CU_MEMHOSTALLOC_PORTABLE: u32 = 1;
         // SAFETY: writes the address of `len` new bytes of pinned host memory.
-        let rc = unsafe { sys::cuMemHostAlloc(&mut ptr, len, CU_MEMHOSTALLOC_PORTABLE) };
-        check("cuMemHostAlloc (pinned staging buffer)", rc)?;
-        // SAFETY: `len` bytes freed once by `free_pinned`.
+        let rc = unsafe { (d.api.cuMemHostAlloc)(&mut ptr, len, MEMHOSTALLOC_PORTABLE) };
+        d.check("cuMemHostAlloc (pinned staging buffer)", rc)?;
+        // SAFETY: `len` bytes freed once by `free_pinned`, in the owner's context.
         Ok(unsafe { PinnedBuffer::from_raw(ptr.cast(), len, free_pinned) })
+    }
+    fn shareable_by_ipc(&self, device: *const u8) -> Result<bool> {
+        pointer_attribute(self.driver, device, attribute::IS_LEGACY_CUDA_IPC_CAPABLE)
+            .map(|v| v != 0)
     }
 }
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        for &event in self
-            .events
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            // SAFETY: events created by `mark`; the stream was synchronized past them.
-            unsafe { sys::cuEventDestroy_v2(event) };
+        let events = self.events.get_mut().unwrap_or_else(|e| e.into_inner());
+        for &event in events.iter() {
+            // SAFETY: events created by `mark`; the stream was synchronized past them
+            // (or failed, when the driver frees them with the context).
+            unsafe { (self.driver.api.cuEventDestroy_v2)(event) };
         }
     }
 }
@@ -181,6 +273,7 @@ impl Drop for CudaStream {
 #[derive(Default)]
 struct CudaRuntime {
     pool: PinnedPool,
+    stats: Stats,
 }
 
 impl DeviceRuntime for CudaRuntime {
@@ -190,9 +283,9 @@ impl DeviceRuntime for CudaRuntime {
         library: &dyn Library,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()> {
-        load_driver()?;
-        let stream = stream.0 as sys::CUstream;
-        let (_current, device) = CurrentContext::of(stream)?;
+        let d = driver::driver()?;
+        let stream = stream.0 as CuStream;
+        let (_current, device) = Pushed::of_stream(d, stream)?;
         let expected = RANK_DEVICE.load(Ordering::SeqCst);
         if expected >= 0 && device != expected {
             return Err(Error::invalid_argument(
@@ -205,16 +298,33 @@ impl DeviceRuntime for CudaRuntime {
             ));
         }
         let device = CudaStream {
+            driver: d,
             stream,
+            owner: owner(d, device)?,
             events: Mutex::new(Vec::new()),
         };
-        let host = library.backend();
         let outcome = if library.cuda_aware() {
-            body(&Direct::new(host, &device))
+            let placement = if library.cuda_aware_checks_buffers() {
+                Placement::IpcShareable
+            } else {
+                Placement::Any
+            };
+            body(&Direct::new(
+                library,
+                &device,
+                &self.pool,
+                &self.stats,
+                placement,
+            ))
         } else {
-            body(&Staged::new(host, &device, &self.pool))
+            body(&Staged::new(
+                library.backend(),
+                &device,
+                &self.pool,
+                &self.stats,
+            ))
         };
-        // Events and pinned buffers of this call must not be in use after it returns.
+        // Events of this call must not be in use after it returns.
         outcome.and(device.synchronize())
     }
 }
@@ -222,14 +332,97 @@ impl DeviceRuntime for CudaRuntime {
 /// The process's one CUDA runtime: its pool of pinned buffers lives as long as the process.
 static RUNTIME: OnceLock<CudaRuntime> = OnceLock::new();
 
-/// Installs the CUDA device runtime (cheap: loads nothing until a GPU op runs).
-pub fn install() {
-    install_device_runtime(RUNTIME.get_or_init(CudaRuntime::default));
+fn runtime() -> &'static CudaRuntime {
+    RUNTIME.get_or_init(CudaRuntime::default)
 }
 
-/// Frees the pinned staging buffers (at exit).
+/// Installs the CUDA device runtime (cheap: loads nothing until a GPU op runs).
+pub fn install() {
+    install_device_runtime(runtime());
+}
+
+/// Frees the pinned staging buffers (at exit) in the context that owns them, then gives
+/// that context back.
 pub fn release() {
-    if let Some(runtime) = RUNTIME.get() {
-        runtime.pool.release();
+    let Some(runtime) = RUNTIME.get() else { return };
+    runtime.pool.release();
+    if let (Ok(d), Some(owner)) = (driver::driver(), OWNER.get()) {
+        // The pool is empty and stays so at exit: nothing needs the context any more.
+        // SAFETY: releases the reference `owner` retained.
+        unsafe { (d.api.cuDevicePrimaryCtxRelease_v2)(owner.device) };
     }
+}
+
+/// What the device decorators did so far (`Stats`), and the pinned pool's state.
+pub fn counters() -> Vec<(&'static str, u64)> {
+    let runtime = runtime();
+    let mut all = runtime.stats.snapshot();
+    all.push(("pinned_allocations", runtime.pool.allocations()));
+    all.push(("pinned_bytes", runtime.pool.held_bytes() as u64));
+    all
+}
+
+/// What the driver says of the allocation holding device address `ptr`: (attribute, value
+/// or the driver's error), for the GPU run's probe of XLA's allocator.
+pub fn pointer_attributes(ptr: usize) -> Result<Vec<(&'static str, Result<u64>)>> {
+    let d = driver::driver()?;
+    let ordinal = RANK_DEVICE.load(Ordering::SeqCst).max(0);
+    let _current = Pushed::context(d, owner(d, ordinal)?.context)?;
+    let ptr = ptr as *const u8;
+    Ok([
+        ("memory_type", attribute::MEMORY_TYPE),
+        ("device_ordinal", attribute::DEVICE_ORDINAL),
+        (
+            "is_legacy_cuda_ipc_capable",
+            attribute::IS_LEGACY_CUDA_IPC_CAPABLE,
+        ),
+        ("range_size", attribute::RANGE_SIZE),
+        ("mapped", attribute::MAPPED),
+        ("allowed_handle_types", attribute::ALLOWED_HANDLE_TYPES),
+        (
+            "is_gpu_direct_rdma_capable",
+            attribute::IS_GPU_DIRECT_RDMA_CAPABLE,
+        ),
+        ("mempool_handle", attribute::MEMPOOL_HANDLE),
+    ]
+    .into_iter()
+    .map(|(name, which)| (name, pointer_attribute(d, ptr, which)))
+    .collect())
+}
+
+/// What this process does with a device buffer at `ptr` (true: device pointers to MPI),
+/// and why: the same rule the decorators follow.
+pub fn decide_for_buffer(library: &dyn Library, ptr: usize) -> Result<(bool, String)> {
+    if !library.cuda_aware() {
+        return Ok((false, format!("staged: {}", library.cuda_aware_reason())));
+    }
+    if !library.cuda_aware_checks_buffers() {
+        return Ok((true, format!("direct: {}", library.cuda_aware_reason())));
+    }
+    let shareable = pointer_attributes(ptr)?
+        .into_iter()
+        .find(|(name, _)| *name == "is_legacy_cuda_ipc_capable")
+        .map(|(_, value)| value)
+        .expect("asked for above")?;
+    Ok(if shareable != 0 {
+        (
+            true,
+            "direct: the library supports CUDA and legacy CUDA IPC can share this buffer".into(),
+        )
+    } else {
+        (
+            false,
+            "staged: the library supports CUDA, but legacy CUDA IPC cannot share this buffer \
+             (XLA's allocator made it with cuMemCreate or a memory pool); JAXMPI_CUDA_AWARE=1 \
+             would pass it"
+                .into(),
+        )
+    })
+}
+
+/// The driver's file and every libcuda mapped in the process (one, unless a second was
+/// loaded beside XLA's).
+pub fn driver_files() -> Result<(String, bool, Vec<String>)> {
+    let d = driver::driver()?;
+    Ok((d.path.clone(), d.already_loaded, driver::mapped_libcudas()))
 }

@@ -1,17 +1,37 @@
 //! `Direct`: device pointers straight to a CUDA-aware MPI. MPI runs on the host thread and
 //! knows nothing of XLA's stream, so the stream is synchronized first; the MPI call returns
 //! once the device buffers are read or written.
+//!
+//! Some calls are staged all the same, because a CUDA-aware MPI taking device pointers
+//! does not make host code able to read them: reductions that run jaxmpi's own functions
+//! or a user's op on the host (float16, bfloat16, user ops, the unsigned MIN/MAX of some
+//! MPICH versions), and a library quirk's workaround that copies a buffer on the host.
+//! Decided automatically (`Placement::IpcShareable`), buffers that legacy CUDA IPC cannot
+//! share are staged too (`cuda_aware.rs` says why). Every rank cuts allreduce and bcast
+//! into the same MPI calls whichever way it goes (`chunks`), so ranks may differ in this.
 
 use jaxmpi_core::{
-    Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, Partition, PartitionMut, Peer,
-    Progress, ReduceOp, Request, Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
+    PartitionMut, Peer, Progress, ReduceOp, Request, Result, Status,
 };
 
-use super::DeviceMemory;
+use super::{DeviceMemory, PinnedPool, Staged, Stats};
+
+/// Which device buffers go to MPI as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Every buffer (the user said the MPI takes them).
+    Any,
+    /// Buffers that legacy CUDA IPC can share; the others are staged.
+    IpcShareable,
+}
 
 pub struct Direct<'a> {
-    inner: &'a dyn Backend,
+    library: &'a dyn Library,
     device: &'a dyn DeviceMemory,
+    staged: Staged<'a>,
+    stats: &'a Stats,
+    placement: Placement,
 }
 
 /// A failure with device pointers may mean the MPI is not CUDA-aware after all.
@@ -25,15 +45,76 @@ fn explain(err: Error) -> Error {
     )
 }
 
+/// How one call goes.
+enum Route {
+    Direct,
+    Staged,
+}
+
 impl<'a> Direct<'a> {
-    pub fn new(inner: &'a dyn Backend, device: &'a dyn DeviceMemory) -> Self {
-        Direct { inner, device }
+    pub fn new(
+        library: &'a dyn Library,
+        device: &'a dyn DeviceMemory,
+        pool: &'a PinnedPool,
+        stats: &'a Stats,
+        placement: Placement,
+    ) -> Self {
+        Direct {
+            library,
+            device,
+            staged: Staged::new(library.backend(), device, pool, stats),
+            stats,
+            placement,
+        }
+    }
+
+    /// Direct unless a buffer of the call (its address, `len` bytes) may not go to MPI.
+    fn route(&self, buffers: &[(*const u8, usize)]) -> Result<Route> {
+        if self.placement == Placement::IpcShareable {
+            for &(ptr, len) in buffers {
+                if len > 0 && !self.device.shareable_by_ipc(ptr)? {
+                    Stats::bump(&self.stats.staged_not_ipc);
+                    return Ok(Route::Staged);
+                }
+            }
+        }
+        Ok(Route::Direct)
+    }
+
+    /// Staged when host code would compute on the buffers, else as `route` says.
+    fn route_reduction(
+        &self,
+        dtype: Dtype,
+        op: ReduceOp,
+        buffers: &[(*const u8, usize)],
+    ) -> Result<Route> {
+        if self.library.reduces_on_host(dtype, op) {
+            Stats::bump(&self.stats.staged_host_code);
+            return Ok(Route::Staged);
+        }
+        self.route(buffers)
     }
 
     /// Runs one MPI call on device memory once XLA's work on it is done.
     fn call<R>(&self, op: impl FnOnce(&dyn Backend) -> Result<R>) -> Result<R> {
+        Stats::bump(&self.stats.direct);
         self.device.synchronize()?;
-        op(self.inner).map_err(explain)
+        op(self.library.backend()).map_err(explain)
+    }
+}
+
+fn of(buf: &Buf) -> (*const u8, usize) {
+    (buf.ptr(), buf.len_bytes())
+}
+
+fn of_mut(buf: &BufMut) -> (*const u8, usize) {
+    (buf.ptr().cast_const(), buf.len_bytes())
+}
+
+fn of_input(input: &Input) -> (*const u8, usize) {
+    match input {
+        Input::Data(buf) => of(buf),
+        Input::InPlace => (std::ptr::null(), 0),
     }
 }
 
@@ -42,58 +123,128 @@ impl Backend for Direct<'_> {
         super::zero_on_stream(self.device, dst)
     }
     fn barrier(&self, comm: Comm) -> Result<()> {
-        self.inner.barrier(comm)
+        self.host_backend().barrier(comm)
     }
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.call(|b| b.allreduce(comm, send, recv, op))
+        match self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.allreduce(comm, send, recv, op)),
+            Route::Staged => self.staged.allreduce(comm, send, recv, op),
+        }
     }
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
-        self.call(|b| b.reduce(comm, send, recv, op, root))
+        let quirk = matches!(send, Input::InPlace) && self.library.reduce_in_place_reads_host(root);
+        if quirk {
+            Stats::bump(&self.stats.staged_host_code);
+            return self.staged.reduce(comm, send, recv, op, root);
+        }
+        let dtype = match &send {
+            Input::Data(buf) => buf.dtype(),
+            Input::InPlace => recv.dtype(),
+        };
+        match self.route_reduction(dtype, op, &[of_input(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.reduce(comm, send, recv, op, root)),
+            Route::Staged => self.staged.reduce(comm, send, recv, op, root),
+        }
     }
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.call(|b| b.scan(comm, send, recv, op))
+        match self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.scan(comm, send, recv, op)),
+            Route::Staged => self.staged.scan(comm, send, recv, op),
+        }
     }
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.call(|b| b.exscan(comm, send, recv, op))
+        match self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.exscan(comm, send, recv, op)),
+            Route::Staged => self.staged.exscan(comm, send, recv, op),
+        }
     }
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.call(|b| b.reduce_scatter(comm, send, recv, op))
+        match self.route_reduction(recv.dtype(), op, &[of(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.reduce_scatter(comm, send, recv, op)),
+            Route::Staged => self.staged.reduce_scatter(comm, send, recv, op),
+        }
     }
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
-        self.call(|b| b.bcast(comm, buf, root))
+        let at = match &buf {
+            Broadcast::Root(b) => of(b),
+            Broadcast::Receiver(b) => of_mut(b),
+        };
+        match self.route(&[at])? {
+            Route::Direct => self.call(|b| b.bcast(comm, buf, root)),
+            Route::Staged => self.staged.bcast(comm, buf, root),
+        }
     }
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        self.call(|b| b.gather(comm, send, recv, root))
+        match self.route(&[of(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.gather(comm, send, recv, root)),
+            Route::Staged => self.staged.gather(comm, send, recv, root),
+        }
     }
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
-        self.call(|b| b.allgather(comm, send, recv))
+        match self.route(&[of(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.allgather(comm, send, recv)),
+            Route::Staged => self.staged.allgather(comm, send, recv),
+        }
     }
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        self.call(|b| b.scatter(comm, send, recv, root))
+        match self.route(&[of(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.scatter(comm, send, recv, root)),
+            Route::Staged => self.staged.scatter(comm, send, recv, root),
+        }
     }
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
-        self.call(|b| b.alltoall(comm, send, recv))
+        match self.route(&[of(&send), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.alltoall(comm, send, recv)),
+            Route::Staged => self.staged.alltoall(comm, send, recv),
+        }
     }
     fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
-        self.call(|b| b.gatherv(comm, send, recv, root))
+        match self.route(&[of(&send), of_mut(&recv.buf)])? {
+            Route::Direct => self.call(|b| b.gatherv(comm, send, recv, root)),
+            Route::Staged => self.staged.gatherv(comm, send, recv, root),
+        }
     }
     fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
-        self.call(|b| b.allgatherv(comm, send, recv))
+        match self.route(&[of(&send), of_mut(&recv.buf)])? {
+            Route::Direct => self.call(|b| b.allgatherv(comm, send, recv)),
+            Route::Staged => self.staged.allgatherv(comm, send, recv),
+        }
     }
     fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
-        self.call(|b| b.scatterv(comm, send, recv, root))
+        match self.route(&[of(&send.buf), of_mut(&recv)])? {
+            Route::Direct => self.call(|b| b.scatterv(comm, send, recv, root)),
+            Route::Staged => self.staged.scatterv(comm, send, recv, root),
+        }
     }
     fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
-        self.call(|b| b.alltoallv(comm, send, recv))
+        match self.route(&[of(&send.buf), of_mut(&recv.buf)])? {
+            Route::Direct => self.call(|b| b.alltoallv(comm, send, recv)),
+            Route::Staged => self.staged.alltoallv(comm, send, recv),
+        }
     }
     fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
-        self.call(|b| b.send(comm, buf, dest, tag))
+        match self.route(&[of(&buf)])? {
+            Route::Direct => self.call(|b| b.send(comm, buf, dest, tag)),
+            Route::Staged => self.staged.send(comm, buf, dest, tag),
+        }
     }
     fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
-        self.call(|b| b.recv(comm, buf, source, tag))
+        match self.route(&[of_mut(&buf)])? {
+            Route::Direct => self.call(|b| b.recv(comm, buf, source, tag)),
+            Route::Staged => self.staged.recv(comm, buf, source, tag),
+        }
     }
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
-        self.call(|b| b.sendrecv(sendbuf, recvbuf, envelope))
+        match self.route(&[of_input(&sendbuf), of_mut(&recvbuf)])? {
+            Route::Direct => self.call(|b| b.sendrecv(sendbuf, recvbuf, envelope)),
+            Route::Staged => self.staged.sendrecv(sendbuf, recvbuf, envelope),
+        }
     }
     host_requests_only!();
+}
+
+impl Direct<'_> {
+    fn host_backend(&self) -> &dyn Backend {
+        self.library.backend()
+    }
 }

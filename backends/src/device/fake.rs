@@ -1,10 +1,13 @@
-//! A device for unit tests: "device" memory is host memory and every async operation is
-//! deferred until a `wait`/`synchronize` covers it, so a missing synchronization shows up
-//! as stale data instead of passing by luck.
+//! A device for tests (the unit tests, and the probe's runs under real MPI): "device"
+//! memory is host memory and every async operation is deferred until a
+//! `wait`/`synchronize` covers it, so a missing synchronization shows up as stale data
+//! instead of passing by luck. Failures can be injected, to test what a failing GPU does
+//! to the other ranks.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use jaxmpi_core::Result;
+use jaxmpi_core::{Error, Result};
 
 use super::{DeviceMemory, Marker, PinnedBuffer};
 
@@ -13,12 +16,35 @@ enum Pending {
     Zero { dst: usize, len: usize },
 }
 
-#[derive(Default)]
 pub struct FakeDevice {
     queue: Mutex<Vec<Pending>>,
     /// Operations run so far (the queue's done prefix).
     done: Mutex<usize>,
     pub pinned_allocations: Mutex<usize>,
+    /// What `shareable_by_ipc` answers for every buffer.
+    pub ipc_capable: AtomicBool,
+    /// Copies queued after this many succeed fail, as on a GPU that hit an error.
+    pub copies_before_failing: AtomicUsize,
+    /// `synchronize` fails (the stream can no longer be waited for).
+    pub fail_synchronize: AtomicBool,
+    /// Whether `alloc_pinned` fails (no pinned memory left).
+    pub fail_pinning: AtomicBool,
+    copies: AtomicUsize,
+}
+
+impl Default for FakeDevice {
+    fn default() -> Self {
+        FakeDevice {
+            queue: Mutex::default(),
+            done: Mutex::default(),
+            pinned_allocations: Mutex::default(),
+            ipc_capable: AtomicBool::new(true),
+            copies_before_failing: AtomicUsize::new(usize::MAX),
+            fail_synchronize: AtomicBool::new(false),
+            fail_pinning: AtomicBool::new(false),
+            copies: AtomicUsize::new(0),
+        }
+    }
 }
 
 /// What fresh pinned memory holds, so data read before its copy arrived is recognizable.
@@ -31,6 +57,15 @@ unsafe fn free_boxed(ptr: *mut u8, len: usize) {
 
 impl FakeDevice {
     fn push(&self, op: Pending) -> Result<()> {
+        if let Pending::Copy { .. } = op {
+            let made = self.copies.fetch_add(1, Ordering::SeqCst);
+            if made >= self.copies_before_failing.load(Ordering::SeqCst) {
+                return Err(Error::library(
+                    "cuda",
+                    "cuMemcpyAsync failed: CUDA_ERROR_ILLEGAL_ADDRESS (injected by the test)",
+                ));
+            }
+        }
         self.queue.lock().unwrap().push(op);
         Ok(())
     }
@@ -50,6 +85,11 @@ impl FakeDevice {
             }
             *done += 1;
         }
+    }
+
+    /// Copies asked for so far, failed ones included.
+    pub fn copies_queued(&self) -> usize {
+        self.copies.load(Ordering::SeqCst)
     }
 
     /// Operations queued and not yet run.
@@ -87,13 +127,28 @@ impl DeviceMemory for FakeDevice {
         Ok(())
     }
     fn synchronize(&self) -> Result<()> {
+        if self.fail_synchronize.load(Ordering::SeqCst) {
+            return Err(Error::library(
+                "cuda",
+                "cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED (injected by the test)",
+            ));
+        }
         self.run_until(usize::MAX);
         Ok(())
     }
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
+        if self.fail_pinning.load(Ordering::SeqCst) {
+            return Err(Error::library(
+                "cuda",
+                "cuMemHostAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (injected by the test)",
+            ));
+        }
         *self.pinned_allocations.lock().unwrap() += 1;
         let memory = Box::into_raw(vec![GARBAGE; len].into_boxed_slice()) as *mut u8;
         // SAFETY: a boxed slice of `len` bytes, freed once by `free_boxed`.
         Ok(unsafe { PinnedBuffer::from_raw(memory, len, free_boxed) })
+    }
+    fn shareable_by_ipc(&self, _device: *const u8) -> Result<bool> {
+        Ok(self.ipc_capable.load(Ordering::SeqCst))
     }
 }

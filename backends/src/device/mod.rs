@@ -1,6 +1,7 @@
 //! Device buffers over MPI: the memory operations a device offers (`DeviceMemory`), the pool
 //! of pinned host buffers staging reuses, and the two backend decorators that take device
-//! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware MPI).
+//! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware
+//! MPI, staging what MPI cannot take that way). `Stats` counts which way each op went.
 
 /// The non-blocking ops of a device decorator: a started request is only a host handle
 /// (test, wait and abandon go to the host backend), but starting one on device memory is
@@ -14,27 +15,29 @@ macro_rules! host_requests_only {
             Err(super::device_requests_refused("irecv"))
         }
         fn test(&self, request: &mut Request) -> Result<Progress> {
-            self.inner.test(request)
+            self.host_backend().test(request)
         }
         fn wait(&self, request: &mut Request) -> Result<Progress> {
-            self.inner.wait(request)
+            self.host_backend().wait(request)
         }
         fn abandon(&self, request: Request) -> Result<()> {
-            self.inner.abandon(request)
+            self.host_backend().abandon(request)
         }
     };
 }
 
 pub mod cuda;
 mod direct;
-#[cfg(test)]
-mod fake;
+pub mod driver;
+pub mod fake;
 mod pool;
 mod staged;
+mod stats;
 
-pub use direct::Direct;
+pub use direct::{Direct, Placement};
 pub use pool::{PinnedBuffer, PinnedPool};
 pub use staged::Staged;
+pub use stats::Stats;
 
 use jaxmpi_core::{BufMut, Error, Result};
 
@@ -65,6 +68,9 @@ pub trait DeviceMemory: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Page-locked host memory: the only kind the device copies at full speed, asynchronously.
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer>;
+    /// Whether legacy CUDA IPC (`cuIpcGetMemHandle`), which CUDA-aware MPIs use between
+    /// ranks of one node, can share the allocation holding `device`.
+    fn shareable_by_ipc(&self, device: *const u8) -> Result<bool>;
 }
 
 /// Zeroes device memory an op body fills itself, queued on the stream so that XLA's later

@@ -1,6 +1,7 @@
 //! Pinned host buffers, reused across calls: pinning is slow (milliseconds), so staging
 //! keeps what it allocated and grows a buffer only when a larger message comes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use jaxmpi_core::Result;
@@ -46,6 +47,7 @@ impl Drop for PinnedBuffer {
 #[derive(Default)]
 pub struct PinnedPool {
     free: Mutex<Vec<PinnedBuffer>>,
+    allocations: AtomicU64,
 }
 
 impl PinnedPool {
@@ -57,9 +59,22 @@ impl PinnedPool {
         if let Some(i) = free.iter().position(|b| b.len() >= len) {
             return Ok(free.remove(i));
         }
-        let grown = free.pop().map_or(len, |old| len.max(2 * old.len()));
-        drop(free);
-        device.alloc_pinned(grown.max(1))
+        let old = free.pop();
+        drop(free); // pinning takes milliseconds: other calls may take and give meanwhile
+        let grown = old.as_ref().map_or(len, |old| len.max(2 * old.len()));
+        match device.alloc_pinned(grown.max(1)) {
+            Ok(buffer) => {
+                self.allocations.fetch_add(1, Ordering::Relaxed);
+                Ok(buffer)
+            }
+            Err(err) => {
+                // The old buffer stays for the sizes it fits.
+                if let Some(old) = old {
+                    self.give_back(old);
+                }
+                Err(err)
+            }
+        }
     }
 
     pub fn give_back(&self, buffer: PinnedBuffer) {
@@ -69,7 +84,7 @@ impl PinnedPool {
             .push(buffer);
     }
 
-    /// Frees every pooled buffer (at exit, before the device goes away).
+    /// Frees every pooled buffer (at exit, in the context that owns them).
     pub fn release(&self) {
         self.free.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
@@ -78,5 +93,10 @@ impl PinnedPool {
     pub fn held_bytes(&self) -> usize {
         let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         free.iter().map(PinnedBuffer::len).sum()
+    }
+
+    /// Pinned allocations made so far: flat over repeated calls of the same sizes.
+    pub fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
     }
 }

@@ -1,140 +1,235 @@
 //! `Staged`: a backend decorator for device buffers over an MPI that only takes host memory.
 //! Inputs are copied device→host on XLA's stream into pooled pinned buffers, the inner
 //! backend runs on the host copies, results are copied host→device on the same stream.
-//! allreduce and bcast, whose chunks are independent MPI calls with the same count on every
-//! rank, are cut into chunks so that copying chunk k+1 overlaps MPI on chunk k.
-//! Point-to-point messages are staged whole: cutting one message into several would change
-//! what a receive matches (any source, a larger receive buffer) and the status it reports.
+//! allreduce and bcast are pipelined in the chunks every rank cuts them into (`chunks`),
+//! so that copying chunk k+1 overlaps MPI on chunk k. Point-to-point messages are staged
+//! whole: cutting one message into several would change what a receive matches (any
+//! source, a larger receive buffer) and the status it reports.
+//!
+//! A device failure (a copy, an event, the stream) does not stop an op: this rank still
+//! makes every MPI call of it, so that no other rank is left waiting in a call it never
+//! makes, and the failure is returned at the end (the data this rank sent or received is
+//! then undefined). Host buffers go back to the pool only once the stream is known to be
+//! done with them; after a failure that leaves copies queued, they are kept out of it.
+
+use std::cell::RefCell;
 
 use jaxmpi_core::{
-    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Partition, PartitionMut, Peer,
-    Progress, ReduceOp, Request, Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Partition, PartitionMut,
+    Peer, Progress, ReduceOp, Request, Result, Status,
 };
 
-use super::{DeviceMemory, PinnedBuffer, PinnedPool};
-
-/// Large enough that per-chunk MPI and event costs vanish next to the copy, small enough
-/// that the pipeline fills early (the first chunk's copy is never hidden).
-pub const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
+use super::{DeviceMemory, Marker, PinnedBuffer, PinnedPool, Stats};
+use crate::chunks::{chunks_of, each_chunk, CHUNK_BYTES};
 
 pub struct Staged<'a> {
     inner: &'a dyn Backend,
     device: &'a dyn DeviceMemory,
     pool: &'a PinnedPool,
+    stats: &'a Stats,
     chunk_bytes: usize,
 }
 
-/// A pinned buffer on loan from the pool for one call.
-struct Lease<'p> {
-    pool: &'p PinnedPool,
-    buffer: Option<PinnedBuffer>,
+/// The host buffers one op borrows: pinned ones from the pool, or pageable memory where
+/// pinning failed (slower copies, same results).
+struct Loans<'a> {
+    pool: &'a PinnedPool,
+    stats: &'a Stats,
+    pinned: RefCell<Vec<PinnedBuffer>>,
+    pageable: RefCell<Vec<Box<[u8]>>>,
 }
 
-impl Lease<'_> {
-    fn ptr(&self) -> *mut u8 {
-        self.buffer
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |b| b.ptr())
+impl<'a> Loans<'a> {
+    fn host(&self, device: &dyn DeviceMemory, len: usize) -> *mut u8 {
+        match self.pool.take(device, len) {
+            Ok(buffer) => {
+                let ptr = buffer.ptr();
+                self.pinned.borrow_mut().push(buffer);
+                ptr
+            }
+            Err(_) => {
+                Stats::bump(&self.stats.pageable);
+                let mut memory = vec![0u8; len.max(1)].into_boxed_slice();
+                let ptr = memory.as_mut_ptr();
+                self.pageable.borrow_mut().push(memory);
+                ptr
+            }
+        }
     }
-    fn buf(&self, count: usize, dtype: Dtype) -> Buf<'_> {
-        // SAFETY: the lease holds at least count * size bytes (taken for this buffer).
-        unsafe { Buf::from_raw(self.ptr(), count, dtype) }
-    }
-    fn buf_mut(&self, count: usize, dtype: Dtype) -> BufMut<'_> {
-        // SAFETY: as `buf`; the lease is used by this call alone.
-        unsafe { BufMut::from_raw(self.ptr(), count, dtype) }
-    }
-}
 
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        if let Some(buffer) = self.buffer.take() {
+    /// Back to the pool, once the stream has done everything queued on them.
+    fn give_back(&self) {
+        for buffer in self.pinned.take() {
             self.pool.give_back(buffer);
+        }
+        self.pageable.take();
+    }
+}
+
+impl Drop for Loans<'_> {
+    fn drop(&mut self) {
+        // Still held: the stream could not be waited for, and copies queued on these
+        // buffers may still run. Reused or freed they could be written after; leaking them
+        // is the safe loss (the device is failing anyway).
+        let pinned = std::mem::take(self.pinned.get_mut());
+        let pageable = std::mem::take(self.pageable.get_mut());
+        let withheld = (pinned.len() + pageable.len()) as u64;
+        self.stats
+            .withheld
+            .fetch_add(withheld, std::sync::atomic::Ordering::Relaxed);
+        pinned.into_iter().for_each(std::mem::forget);
+        pageable.into_iter().for_each(std::mem::forget);
+    }
+}
+
+/// One op being staged: its host buffers and its first device failure.
+struct Op<'s> {
+    device: &'s dyn DeviceMemory,
+    loans: Loans<'s>,
+    failure: RefCell<Option<Error>>,
+}
+
+impl Op<'_> {
+    /// Keeps the first device failure; the op goes on (see the module's note).
+    fn note<T>(&self, result: Result<T>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(err) => {
+                self.failure.borrow_mut().get_or_insert(err);
+                None
+            }
+        }
+    }
+
+    fn host(&self, len: usize) -> *mut u8 {
+        self.loans.host(self.device, len)
+    }
+
+    /// A host copy of `len` device bytes, queued on the stream.
+    fn copy_in(&self, device: *const u8, len: usize) -> *mut u8 {
+        let host = self.host(len);
+        if len > 0 {
+            self.note(self.device.copy_to_host_async(host, device, len));
+        }
+        host
+    }
+
+    fn copy_out(&self, host: *const u8, device: *mut u8, len: usize) {
+        if len > 0 {
+            self.note(self.device.copy_to_device_async(device, host, len));
+        }
+    }
+
+    /// Blocks until the stream has done what was queued (before MPI reads host copies).
+    fn synchronize(&self) {
+        self.note(self.device.synchronize());
+    }
+
+    /// Marks the stream after a chunk's copy; waiting on it later waits for that copy.
+    fn mark(&self) -> Option<Marker> {
+        self.note(self.device.mark())
+    }
+
+    /// `count` elements at `ptr`, a host buffer of this op's loans.
+    fn buf(&self, ptr: *const u8, count: usize, dtype: Dtype) -> Buf<'_> {
+        // SAFETY: `ptr` points into a loan of at least count * size bytes, used by this op
+        // alone and alive as long as the op (loans are never freed before its end).
+        unsafe { Buf::from_raw(ptr, count, dtype) }
+    }
+
+    fn buf_mut(&self, ptr: *mut u8, count: usize, dtype: Dtype) -> BufMut<'_> {
+        // SAFETY: as for `buf`; each op writes a loan through one buffer at a time.
+        unsafe { BufMut::from_raw(ptr, count, dtype) }
+    }
+
+    /// Waits for a chunk's copy; a lost marker waits for the whole stream instead.
+    fn wait(&self, marker: Option<Marker>) {
+        match marker {
+            Some(marker) => {
+                self.note(self.device.wait(marker));
+            }
+            None => self.synchronize(),
         }
     }
 }
 
-/// (first element, elements) of each chunk; one empty chunk for an empty buffer, so the
-/// MPI call still happens (and validates its arguments) on every rank.
-fn chunks(count: usize, per_chunk: usize) -> Vec<(usize, usize)> {
-    if count == 0 {
-        return vec![(0, 0)];
-    }
-    (0..count)
-        .step_by(per_chunk)
-        .map(|start| (start, per_chunk.min(count - start)))
-        .collect()
-}
-
 impl<'a> Staged<'a> {
-    pub fn new(inner: &'a dyn Backend, device: &'a dyn DeviceMemory, pool: &'a PinnedPool) -> Self {
+    pub fn new(
+        inner: &'a dyn Backend,
+        device: &'a dyn DeviceMemory,
+        pool: &'a PinnedPool,
+        stats: &'a Stats,
+    ) -> Self {
         Staged {
             inner,
             device,
             pool,
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            stats,
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 
+    /// Smaller chunks, so unit tests at one rank pipeline small buffers. Never outside
+    /// tests: every rank must cut the same chunks (`chunks`).
+    #[cfg(test)]
     pub fn with_chunk_bytes(mut self, chunk_bytes: usize) -> Self {
         self.chunk_bytes = chunk_bytes.max(1);
         self
     }
 
-    fn lease(&self, len: usize) -> Result<Lease<'a>> {
-        Ok(Lease {
-            pool: self.pool,
-            buffer: Some(self.pool.take(self.device, len)?),
-        })
-    }
-
-    /// A host copy of device bytes, queued on the stream.
-    fn copy_in(&self, device: *const u8, len: usize) -> Result<Lease<'a>> {
-        let lease = self.lease(len)?;
-        if len > 0 {
-            self.device.copy_to_host_async(lease.ptr(), device, len)?;
+    /// Runs one staged op: its host buffers go back to the pool once the stream is done;
+    /// a device failure is returned over the op's own outcome.
+    fn run<R>(&self, body: impl FnOnce(&Op) -> Result<R>) -> Result<R> {
+        Stats::bump(&self.stats.staged);
+        let op = Op {
+            device: self.device,
+            loans: Loans {
+                pool: self.pool,
+                stats: self.stats,
+                pinned: RefCell::default(),
+                pageable: RefCell::default(),
+            },
+            failure: RefCell::default(),
+        };
+        let outcome = body(&op);
+        if op.note(self.device.synchronize()).is_some() {
+            op.loans.give_back();
         }
-        Ok(lease)
-    }
-
-    fn copy_out(&self, lease: &Lease, device: *mut u8, len: usize) -> Result<()> {
-        if len > 0 {
-            self.device.copy_to_device_async(device, lease.ptr(), len)?;
+        match op.failure.into_inner() {
+            Some(mut err) => {
+                err.message.push_str(
+                    "; this rank still made the op's MPI calls (no other rank waits for it), \
+                     but the data it sent or received is undefined",
+                );
+                Err(err)
+            }
+            None => outcome,
         }
-        Ok(())
     }
 
-    fn per_chunk(&self, dtype: Dtype) -> usize {
-        (self.chunk_bytes / dtype.size()).max(1)
-    }
-
-    /// The whole-buffer path: stage `send` in (and `recv` too when `read_recv`), run `op`
-    /// on host copies, stage `recv` out. Synchronizes before MPI reads and before the pinned
-    /// buffers go back to the pool.
+    /// The whole-buffer path: stage `send` in (and `recv` too when `read_recv`), run `call`
+    /// on host copies, stage `recv` out.
     fn whole<R>(
         &self,
         send: Option<Buf>,
         recv: BufMut,
         read_recv: bool,
-        op: impl FnOnce(Option<Buf>, BufMut) -> Result<R>,
+        call: impl FnOnce(Option<Buf>, BufMut) -> Result<R>,
     ) -> Result<R> {
-        let send_host = match &send {
-            Some(buf) => Some((self.copy_in(buf.ptr(), buf.len_bytes())?, buf)),
-            None => None,
-        };
-        let recv_host = if read_recv {
-            self.copy_in(recv.ptr(), recv.len_bytes())?
-        } else {
-            self.lease(recv.len_bytes())?
-        };
-        self.device.synchronize()?;
-        let result = op(
-            send_host.as_ref().map(|(l, b)| l.buf(b.count(), b.dtype())),
-            recv_host.buf_mut(recv.count(), recv.dtype()),
-        )?;
-        self.copy_out(&recv_host, recv.ptr(), recv.len_bytes())?;
-        self.device.synchronize()?;
-        Ok(result)
+        self.run(|op| {
+            let send_host =
+                send.map(|b| op.buf(op.copy_in(b.ptr(), b.len_bytes()), b.count(), b.dtype()));
+            let (count, dtype, len) = (recv.count(), recv.dtype(), recv.len_bytes());
+            let recv_host = if read_recv {
+                op.copy_in(recv.ptr(), len)
+            } else {
+                op.host(len)
+            };
+            op.synchronize();
+            let result = call(send_host, op.buf_mut(recv_host, count, dtype))?;
+            op.copy_out(recv_host, recv.ptr(), len);
+            Ok(result)
+        })
     }
 
     /// An op with an `Input` send side staged whole (`InPlace` reads the receive buffer).
@@ -142,14 +237,22 @@ impl<'a> Staged<'a> {
         &self,
         send: Input,
         recv: BufMut,
-        op: impl FnOnce(Input, BufMut) -> Result<R>,
+        call: impl FnOnce(Input, BufMut) -> Result<R>,
     ) -> Result<R> {
         match send {
             Input::Data(buf) => self.whole(Some(buf), recv, false, |s, r| {
-                op(Input::Data(s.expect("staged send")), r)
+                call(Input::Data(s.expect("staged send")), r)
             }),
-            Input::InPlace => self.whole(None, recv, true, |_, r| op(Input::InPlace, r)),
+            Input::InPlace => self.whole(None, recv, true, |_, r| call(Input::InPlace, r)),
         }
+    }
+
+    fn host_backend(&self) -> &dyn Backend {
+        self.inner
+    }
+
+    fn chunks(&self, count: usize, dtype: Dtype) -> Vec<(usize, usize)> {
+        chunks_of(count, dtype.size(), self.chunk_bytes)
     }
 }
 
@@ -165,49 +268,49 @@ impl Backend for Staged<'_> {
     /// travels back while MPI reduces chunk k+1.
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (dtype, size, len) = (recv.dtype(), recv.dtype().size(), recv.len_bytes());
-        let (source, send_host) = match send {
-            Input::Data(buf) => (buf.ptr(), Some(self.lease(len)?)),
-            Input::InPlace => (recv.ptr().cast_const(), None),
-        };
-        let recv_host = self.lease(len)?;
-        let staging = send_host.as_ref().unwrap_or(&recv_host).ptr();
-        let pieces = chunks(recv.count(), self.per_chunk(dtype));
-        let mut arrived = Vec::with_capacity(pieces.len());
-        for &(start, n) in &pieces {
-            if n > 0 {
+        let pieces = self.chunks(recv.count(), dtype);
+        self.run(|o| {
+            let (source, send_host) = match send {
+                Input::Data(buf) => (buf.ptr(), Some(o.host(len))),
+                Input::InPlace => (recv.ptr().cast_const(), None),
+            };
+            let recv_host = o.host(len);
+            let staging = send_host.unwrap_or(recv_host);
+            let arrived: Vec<Option<Marker>> = pieces
+                .iter()
+                .map(|&(start, n)| {
+                    let at = start * size;
+                    if n > 0 {
+                        let copy = self.device.copy_to_host_async(
+                            staging.wrapping_add(at),
+                            source.wrapping_add(at),
+                            n * size,
+                        );
+                        o.note(copy);
+                    }
+                    o.mark()
+                })
+                .collect();
+            let mut k = 0;
+            each_chunk(&pieces, |start, n| {
+                o.wait(arrived[k]);
+                k += 1;
                 let at = start * size;
-                // SAFETY: every chunk lies inside both buffers of `len` bytes.
-                let (host, device) = unsafe { (staging.add(at), source.add(at)) };
-                self.device.copy_to_host_async(host, device, n * size)?;
-            }
-            arrived.push(self.device.mark()?);
-        }
-        for (&(start, n), &marker) in pieces.iter().zip(&arrived) {
-            self.device.wait(marker)?;
-            // SAFETY: chunk `start..start + n` of the pinned buffers, each of `len` bytes.
-            let (host_in, host_out) = unsafe {
-                (
-                    Buf::from_raw(staging.add(start * size), n, dtype),
-                    BufMut::from_raw(recv_host.ptr().add(start * size), n, dtype),
-                )
-            };
-            let input = match send_host {
-                Some(_) => Input::Data(host_in),
-                None => Input::InPlace,
-            };
-            self.inner.allreduce(comm, input, host_out, op)?;
-            if n > 0 {
-                // SAFETY: chunk of XLA's result buffer and of the pinned buffer.
-                let (device, host) = unsafe {
-                    (
-                        recv.ptr().add(start * size),
-                        recv_host.ptr().add(start * size),
-                    )
+                let input = match send_host {
+                    Some(_) => Input::Data(o.buf(staging.wrapping_add(at), n, dtype)),
+                    None => Input::InPlace,
                 };
-                self.device.copy_to_device_async(device, host, n * size)?;
-            }
-        }
-        self.device.synchronize()
+                let output = o.buf_mut(recv_host.wrapping_add(at), n, dtype);
+                Stats::bump(&self.stats.staged_chunks);
+                self.inner.allreduce(comm, input, output, op)?;
+                o.copy_out(
+                    recv_host.wrapping_add(at),
+                    recv.ptr().wrapping_add(at),
+                    n * size,
+                );
+                Ok(())
+            })
+        })
     }
 
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
@@ -244,35 +347,41 @@ impl Backend for Staged<'_> {
             Broadcast::Root(b) => (Some(b.ptr()), None),
             Broadcast::Receiver(b) => (None, Some(b.ptr())),
         };
-        let host = self.lease(buf.count() * size)?;
-        let pieces = chunks(buf.count(), self.per_chunk(dtype));
-        let mut arrived = Vec::with_capacity(pieces.len());
-        for &(start, n) in &pieces {
-            if let Some(device) = sent.filter(|_| n > 0) {
-                // SAFETY: a chunk inside both buffers.
-                let (h, d) = unsafe { (host.ptr().add(start * size), device.add(start * size)) };
-                self.device.copy_to_host_async(h, d, n * size)?;
-            }
-            arrived.push(self.device.mark()?);
-        }
-        for (&(start, n), &marker) in pieces.iter().zip(&arrived) {
-            self.device.wait(marker)?;
-            // SAFETY: chunk of the pinned buffer, which this call alone uses.
-            let chunk = unsafe {
-                let at = host.ptr().add(start * size);
-                match sent {
-                    Some(_) => Broadcast::Root(Buf::from_raw(at, n, dtype)),
-                    None => Broadcast::Receiver(BufMut::from_raw(at, n, dtype)),
+        let pieces = self.chunks(buf.count(), dtype);
+        self.run(|o| {
+            let host = o.host(buf.count() * size);
+            let arrived: Vec<Option<Marker>> = pieces
+                .iter()
+                .map(|&(start, n)| {
+                    if let Some(device) = sent.filter(|_| n > 0) {
+                        let at = start * size;
+                        let copy = self.device.copy_to_host_async(
+                            host.wrapping_add(at),
+                            device.wrapping_add(at),
+                            n * size,
+                        );
+                        o.note(copy);
+                    }
+                    o.mark()
+                })
+                .collect();
+            let mut k = 0;
+            each_chunk(&pieces, |start, n| {
+                o.wait(arrived[k]);
+                k += 1;
+                let at = host.wrapping_add(start * size);
+                let chunk = match sent {
+                    Some(_) => Broadcast::Root(o.buf(at, n, dtype)),
+                    None => Broadcast::Receiver(o.buf_mut(at, n, dtype)),
+                };
+                Stats::bump(&self.stats.staged_chunks);
+                self.inner.bcast(comm, chunk, root)?;
+                if let Some(device) = received {
+                    o.copy_out(at, device.wrapping_add(start * size), n * size);
                 }
-            };
-            self.inner.bcast(comm, chunk, root)?;
-            if let Some(device) = received.filter(|_| n > 0) {
-                // SAFETY: a chunk inside both buffers.
-                let (d, h) = unsafe { (device.add(start * size), host.ptr().add(start * size)) };
-                self.device.copy_to_device_async(d, h, n * size)?;
-            }
-        }
-        self.device.synchronize()
+                Ok(())
+            })
+        })
     }
 
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
@@ -332,10 +441,12 @@ impl Backend for Staged<'_> {
     }
 
     fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
-        let host = self.copy_in(buf.ptr(), buf.len_bytes())?;
-        self.device.synchronize()?;
-        self.inner
-            .send(comm, host.buf(buf.count(), buf.dtype()), dest, tag)
+        self.run(|o| {
+            let host = o.copy_in(buf.ptr(), buf.len_bytes());
+            o.synchronize();
+            self.inner
+                .send(comm, o.buf(host, buf.count(), buf.dtype()), dest, tag)
+        })
     }
     fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
         self.whole(None, buf, false, |_, r| {

@@ -11,8 +11,8 @@ use jaxmpi_core::{
 };
 
 use super::super::fake::{FakeDevice, GARBAGE};
-use super::super::PinnedPool;
-use super::{chunks, Staged};
+use super::super::{Direct, PinnedPool, Placement, Stats};
+use super::Staged;
 use crate::select::detect::{Request, SearchPath};
 
 /// The MPI library the tests run on, or None (with a line on stderr) when
@@ -44,13 +44,6 @@ fn output(bytes: &mut [u8]) -> BufMut<'_> {
 }
 
 #[test]
-fn chunks_cover_the_buffer_once_and_an_empty_buffer_is_one_empty_call() {
-    assert_eq!(chunks(10, 4), vec![(0, 4), (4, 4), (8, 2)]);
-    assert_eq!(chunks(8, 4), vec![(0, 4), (4, 4)]);
-    assert_eq!(chunks(0, 4), vec![(0, 0)]);
-}
-
-#[test]
 fn the_fake_device_defers_copies_until_synchronized() {
     use super::super::DeviceMemory;
     let device = FakeDevice::default();
@@ -66,9 +59,13 @@ fn the_fake_device_defers_copies_until_synchronized() {
 #[test]
 fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
     // 3 floats per chunk: 10 elements make 3 full chunks and a short one.
-    let staged = Staged::new(mpi.backend(), &device, &pool).with_chunk_bytes(12);
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(12);
     let send = floats((0..10).map(|i| i as f32));
     for round in 0..3 {
         let mut recv = vec![0u8; send.len()];
@@ -96,8 +93,12 @@ fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
 #[test]
 fn in_place_allreduce_reads_and_writes_the_result_buffer() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool).with_chunk_bytes(8);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(8);
     let expected = floats([1.5, -2.0, 3.0, 4.0, 5.0]);
     let mut data = expected.clone();
     staged
@@ -114,8 +115,12 @@ fn in_place_allreduce_reads_and_writes_the_result_buffer() {
 #[test]
 fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
     for n in [4usize, 64, 16] {
         let send = floats((0..n).map(|i| i as f32 * 0.5));
         let mut recv = vec![0u8; send.len()];
@@ -137,8 +142,12 @@ fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
 #[test]
 fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
     let expected = floats([3.0, -1.0, 0.5]);
     let mut data = expected.clone();
     let world = mpi.world();
@@ -171,8 +180,12 @@ fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
 #[test]
 fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool).with_chunk_bytes(4);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(4);
     let expected = floats([9.0, 8.0, 7.0]);
     let data = expected.clone();
     let root = Broadcast::Root(input(&data));
@@ -183,8 +196,12 @@ fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
 #[test]
 fn whole_staged_collectives_copy_results_back_to_the_device() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
     let world = mpi.world();
     let send = floats([1.0, 2.0]);
     let mut recv = vec![0u8; send.len()];
@@ -214,8 +231,12 @@ fn whole_staged_collectives_copy_results_back_to_the_device() {
 #[test]
 fn exscan_leaves_rank_0s_result_as_it_was() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
     let send = floats([1.0, 2.0]);
     let before = floats([5.0, 6.0]);
     let mut recv = before.clone();
@@ -234,8 +255,12 @@ fn exscan_leaves_rank_0s_result_as_it_was() {
 #[test]
 fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool) = (FakeDevice::default(), PinnedPool::default());
-    let staged = Staged::new(mpi.backend(), &device, &pool);
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
     let mut zeroed = floats([3.0]);
     staged.fill_zeros(output(&mut zeroed)).unwrap();
     // Queued on the stream (XLA's later work is ordered after it), not done by the host.
@@ -243,4 +268,214 @@ fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
     use super::super::DeviceMemory;
     device.synchronize().unwrap();
     assert_eq!(zeroed, vec![0u8; 4]);
+}
+
+fn count(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[test]
+fn a_copy_failing_mid_pipeline_still_makes_every_chunk_call_and_says_so() {
+    let Some(mpi) = mpi() else { return };
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    // 3 floats per chunk, 4 chunks; the third copy in fails.
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(12);
+    device
+        .copies_before_failing
+        .store(2, std::sync::atomic::Ordering::SeqCst);
+    let send = floats((0..10).map(|i| i as f32));
+    let mut recv = vec![0u8; send.len()];
+    let err = staged
+        .allreduce(
+            mpi.world(),
+            Input::Data(input(&send)),
+            output(&mut recv),
+            ReduceOp::Sum,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");
+    assert!(err.contains("still made the op's MPI calls"), "{err}");
+    assert_eq!(
+        count(&stats.staged_chunks),
+        4,
+        "every chunk's MPI call made"
+    );
+    // The stream could be waited for: its buffers went back to the pool.
+    assert_eq!(count(&stats.withheld), 0);
+    assert!(pool.held_bytes() >= 2 * send.len());
+}
+
+#[test]
+fn buffers_the_stream_may_still_write_are_kept_out_of_the_pool() {
+    let Some(mpi) = mpi() else { return };
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(12);
+    // Warm the pool, then fail the stream: nothing of that call may come back to it.
+    let send = floats((0..10).map(|i| i as f32));
+    let mut recv = vec![0u8; send.len()];
+    let call = |recv: &mut Vec<u8>| {
+        staged.allreduce(
+            mpi.world(),
+            Input::Data(input(&send)),
+            output(recv),
+            ReduceOp::Sum,
+        )
+    };
+    call(&mut recv).unwrap();
+    let held = pool.held_bytes();
+    device
+        .fail_synchronize
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = call(&mut recv).unwrap_err().to_string();
+    assert!(err.contains("CUDA_ERROR_LAUNCH_FAILED"), "{err}");
+    assert_eq!(
+        count(&stats.withheld),
+        2,
+        "send and receive copies withheld"
+    );
+    assert_eq!(
+        pool.held_bytes(),
+        0,
+        "the pool held {held} bytes, now lent out for good"
+    );
+}
+
+#[test]
+fn pinning_that_fails_falls_back_to_pageable_memory_with_the_same_results() {
+    let Some(mpi) = mpi() else { return };
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    device
+        .fail_pinning
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let send = floats([4.0, 5.0, 6.0]);
+    let mut recv = vec![0u8; send.len()];
+    staged
+        .allgather(mpi.world(), input(&send), output(&mut recv))
+        .unwrap();
+    assert_eq!(recv, send);
+    assert_eq!(count(&stats.pageable), 2);
+    assert_eq!((pool.allocations(), pool.held_bytes()), (0, 0));
+}
+
+#[test]
+fn pinned_allocations_stay_flat_over_repeated_calls() {
+    let Some(mpi) = mpi() else { return };
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(16);
+    let send = floats((0..37).map(|i| i as f32));
+    let mut recv = vec![0u8; send.len()];
+    let mut after_first = 0;
+    for round in 0..20 {
+        staged
+            .allreduce(
+                mpi.world(),
+                Input::Data(input(&send)),
+                output(&mut recv),
+                ReduceOp::Max,
+            )
+            .unwrap();
+        staged
+            .bcast(mpi.world(), Broadcast::Root(input(&send)), 0)
+            .unwrap();
+        if round == 0 {
+            after_first = pool.allocations();
+        }
+    }
+    assert_eq!(pool.allocations(), after_first);
+    assert_eq!(count(&stats.staged), 40);
+}
+
+#[test]
+fn direct_stages_reductions_that_run_host_code_and_passes_the_rest() {
+    let Some(mpi) = mpi() else { return };
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    let direct = Direct::new(mpi, &device, &pool, &stats, Placement::Any);
+    let halves: Vec<u8> = [1.5f32, -2.0]
+        .iter()
+        .flat_map(|&v| half::f16::from_f32(v).to_ne_bytes())
+        .collect();
+    let mut out = vec![0u8; halves.len()];
+    direct
+        .allreduce(
+            mpi.world(),
+            Input::Data(Buf::from_bytes(&halves, Dtype::F16).unwrap()),
+            BufMut::from_bytes(&mut out, Dtype::F16).unwrap(),
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    assert_eq!(out, halves);
+    assert_eq!(
+        (
+            count(&stats.staged_host_code),
+            count(&stats.staged),
+            count(&stats.direct)
+        ),
+        (1, 1, 0)
+    );
+    let send = floats([1.0, 2.0]);
+    let mut recv = vec![0u8; send.len()];
+    direct
+        .allreduce(
+            mpi.world(),
+            Input::Data(input(&send)),
+            output(&mut recv),
+            ReduceOp::Sum,
+        )
+        .unwrap();
+    assert_eq!(recv, send);
+    assert_eq!((count(&stats.staged), count(&stats.direct)), (1, 1));
+}
+
+#[test]
+fn decided_automatically_direct_stages_buffers_ipc_cannot_share() {
+    let Some(mpi) = mpi() else { return };
+    let (device, pool, stats) = (
+        FakeDevice::default(),
+        PinnedPool::default(),
+        Stats::default(),
+    );
+    device
+        .ipc_capable
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let send = floats([3.0, 4.0]);
+    for (placement, direct_calls) in [(Placement::IpcShareable, 0), (Placement::Any, 1)] {
+        let before = count(&stats.direct);
+        let direct = Direct::new(mpi, &device, &pool, &stats, placement);
+        let mut recv = vec![0u8; send.len()];
+        direct
+            .bcast(mpi.world(), Broadcast::Root(input(&send)), 0)
+            .unwrap();
+        direct
+            .allgather(mpi.world(), input(&send), output(&mut recv))
+            .unwrap();
+        assert_eq!(recv, send);
+        assert_eq!(
+            count(&stats.direct) - before,
+            2 * direct_calls,
+            "{placement:?}"
+        );
+    }
+    assert_eq!(count(&stats.staged_not_ipc), 2);
 }

@@ -11,6 +11,14 @@
 //!    answer, even against a hint that says on (the hint may be meant for another MPI).
 //! 4. No query: a hint that switches GPU support on (e.g. Cray's `MPICH_GPU_SUPPORT_ENABLED=1`).
 //! 5. Otherwise stage.
+//!
+//! Decided by rules 2-4 (`auto`), device pointers go to MPI only for buffers that legacy
+//! CUDA IPC can share, and the rest are staged: within a node CUDA-aware MPIs move device
+//! buffers with CUDA IPC (`cuIpcGetMemHandle`: Open MPI's smcuda, MPICH's IPC cache, Intel
+//! MPI, older UCX cuda_ipc), which fails on memory from CUDA's virtual memory management
+//! (`cuMemCreate`) and from stream-ordered pools (`cudaMallocAsync`), and XLA's allocator
+//! hands out such memory (openxla/xla#43125). The user's `JAXMPI_CUDA_AWARE=1` passes
+//! every buffer: it says that this MPI takes them.
 
 use jaxmpi_core::{Error, Result};
 
@@ -32,9 +40,18 @@ pub enum LibraryAnswer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaAware {
     pub aware: bool,
+    /// Whether, CUDA-aware, only buffers legacy CUDA IPC can share go to MPI directly
+    /// (decided by `auto`), rather than every buffer (the user's `1`).
+    pub checks_buffers: bool,
     /// Why, in words, for `python -m jaxmpi info`.
     pub reason: String,
 }
+
+/// What `auto` does with a CUDA-aware MPI, appended to the reason.
+pub const PER_BUFFER: &str = "; auto passes device pointers only for buffers that legacy CUDA \
+     IPC can share and stages the others (XLA's allocator makes buffers from cuMemCreate or \
+     cudaMallocAsync, which CUDA-aware MPIs cannot share between ranks of a node); \
+     JAXMPI_CUDA_AWARE=1 passes every buffer";
 
 /// Reads a hint's value the way the libraries do: MCA booleans, Cray's 0/1, Intel's 0/1/2.
 /// `None` for a value no library gives a meaning to, which is then ignored.
@@ -53,14 +70,22 @@ pub fn decide(
     library: LibraryAnswer,
     hints: &[(&str, &str)],
 ) -> Result<CudaAware> {
-    let decided = |aware: bool, reason: String| Ok(CudaAware { aware, reason });
+    let decided = |aware: bool, reason: String| {
+        let reason = if aware { reason + PER_BUFFER } else { reason };
+        Ok(CudaAware {
+            aware,
+            checks_buffers: aware,
+            reason,
+        })
+    };
     match setting.map(str::trim) {
         None | Some("") | Some("auto") => {}
         Some(forced @ ("0" | "1")) => {
-            return decided(
-                forced == "1",
-                format!("{SETTING}={forced} (set by the user)"),
-            )
+            return Ok(CudaAware {
+                aware: forced == "1",
+                checks_buffers: false,
+                reason: format!("{SETTING}={forced} (set by the user)"),
+            })
         }
         Some(other) => {
             return Err(Error::invalid_argument(
@@ -153,6 +178,21 @@ mod tests {
         ));
         let forced = decide(Some("1"), NONE, &[]).unwrap();
         assert_eq!(forced.reason, "JAXMPI_CUDA_AWARE=1 (set by the user)");
+        assert!(!forced.checks_buffers, "the user's 1 passes every buffer");
+    }
+
+    #[test]
+    fn auto_going_direct_checks_each_buffer_and_says_so() {
+        let decision = decide(None, YES, &[]).unwrap();
+        assert!(decision.aware && decision.checks_buffers);
+        assert!(
+            decision.reason.contains("legacy CUDA IPC"),
+            "{}",
+            decision.reason
+        );
+        let staged = decide(None, NO, &[]).unwrap();
+        assert!(!staged.aware && !staged.checks_buffers);
+        assert!(!staged.reason.contains("legacy CUDA IPC"));
     }
 
     #[test]

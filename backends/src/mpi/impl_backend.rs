@@ -9,8 +9,10 @@ use jaxmpi_core::{
 
 use super::abi::Abi;
 use super::count_agnostic::Direction;
+use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
 use super::{collectives, p2p, reductions, vector};
+use crate::chunks;
 
 impl<A: Abi> Backend for MpiLibrary<A> {
     fn barrier(&self, comm: Comm) -> Result<()> {
@@ -18,9 +20,18 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         // SAFETY: a valid communicator.
         self.check("MPI_Barrier", unsafe { (self.fns.MPI_Barrier)(comm) })
     }
-    fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+    /// In the chunks every rank cuts, whatever memory its buffers are in (`chunks`).
+    fn allreduce(&self, comm: Comm, send: Input, mut recv: BufMut, op: ReduceOp) -> Result<()> {
+        if let Input::Data(buf) = &send {
+            same_dtype(buf, &recv)?;
+            expect_len("the receive buffer", recv.count(), buf.count())?;
+        }
         let f = ("MPI_Allreduce", self.fns.MPI_Allreduce);
-        reductions::elementwise(self, f, comm, send, recv, op)
+        let pieces = chunks::chunks(recv.count(), recv.dtype().size());
+        chunks::each_chunk(&pieces, |start, n| {
+            let part = recv.part(start, n);
+            reductions::elementwise(self, f, comm, send.part(start, n), part, op)
+        })
     }
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         reductions::reduce(self, comm, send, recv, op, root)
@@ -40,8 +51,12 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         reductions::reduce_local(self, src, dst, op)
     }
 
-    fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
-        collectives::bcast(self, comm, buf, root)
+    /// In the chunks every rank cuts, whatever memory its buffer is in (`chunks`).
+    fn bcast(&self, comm: Comm, mut buf: Broadcast, root: i32) -> Result<()> {
+        let pieces = chunks::chunks(buf.count(), buf.dtype().size());
+        chunks::each_chunk(&pieces, |start, n| {
+            collectives::bcast(self, comm, buf.part(start, n), root)
+        })
     }
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
         collectives::rooted(self, Direction::Gather, comm, send, recv, None, root)

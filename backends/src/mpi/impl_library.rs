@@ -2,7 +2,9 @@
 
 use std::ffi::c_int;
 
-use jaxmpi_core::{Backend, Comm, Error, Library, LibraryInfo, Result, ThreadLevel};
+use jaxmpi_core::{
+    Backend, Comm, Dtype, Error, Library, LibraryInfo, ReduceOp, Result, ThreadLevel,
+};
 
 use super::abi::Abi;
 use super::library::MpiLibrary;
@@ -31,6 +33,19 @@ impl<A: Abi> Library for MpiLibrary<A> {
     }
     fn cuda_aware_reason(&self) -> &str {
         &self.cuda_aware.reason
+    }
+    fn cuda_aware_checks_buffers(&self) -> bool {
+        self.cuda_aware.checks_buffers
+    }
+    fn reduces_on_host(&self, dtype: Dtype, op: ReduceOp) -> bool {
+        matches!(op, ReduceOp::User(_))
+            || self
+                .own_reductions
+                .iter()
+                .any(|&(d, o, _)| d == dtype && o == op)
+    }
+    fn reduce_in_place_reads_host(&self, root: i32) -> bool {
+        root != 0 && self.quirks.reduce_in_place_off_rank_0_crashes
     }
     fn abort(&self, code: i32) -> ! {
         // SAFETY: MPI is initialized; MPI_Abort may be called from any thread.

@@ -113,6 +113,7 @@ impl<A: Abi> MpiLibrary<A> {
             world_rank: -1,
             cuda_aware: CudaAware {
                 aware: false,
+                checks_buffers: false,
                 reason: "not decided before MPI_Init".into(),
             },
         };

@@ -16,7 +16,10 @@ What the runtime token gave for free is paid here: `effects_barrier` (and exit, 
 failure of an op whose result nobody reads is kept by the core and raised later.
 
 Used only on the CPU with one local device per process: on CUDA order between programs is
-not yet shown on a GPU, and several local devices each have their own queue. The devices of
+not yet shown on a GPU, and several local devices each have their own queue. For the same
+reason, programs with MPI ops on two platforms (a CPU program and a GPU program in one
+process) are refused under fast dispatch: each platform runs its own queue, and nothing
+orders one's MPI calls after the other's. The devices of
 other processes do not matter: under jax.distributed a program over a global mesh runs, in
 this process, on its one local device, and jaxmpi ops inside `shard_map` act on that
 device's block (`placement.py` refuses every other placement). That is also what makes
@@ -77,6 +80,7 @@ class FastDispatch:
         self.on_barrier: list = []  # called after every effects_barrier
         self.program_checks: list = []  # check(jaxpr) on every program lowered with MPI
         self.check = self_check
+        self.platform: str | None = None  # of the programs lowered fast (one only)
 
     def mode(self) -> tuple[str, str]:
         if self.decision is None:
@@ -152,6 +156,7 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
             if jax_shim.refuses_ordered_effect_over_devices(err):
                 raise _refusal(closed_jaxpr) from err
             raise
+    _claim_platform(jax_shim.lowering_platforms(args, kwargs), closed_jaxpr)
     state = policy.lowering
     state.active, state.created = True, 0
     try:
@@ -166,6 +171,24 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
         return lower(closed_jaxpr, *args, **kwargs)
     policy.lowered_fast()
     return result
+
+
+def _claim_platform(platforms: tuple[str, ...] | None, closed_jaxpr) -> None:
+    """The platform of the programs lowered fast: the first one's. A program for another
+    would run its MPI calls in another queue, in no order with these: refused."""
+    if platforms is None:
+        return
+    if len(platforms) == 1 and policy.platform in (None, platforms[0]):
+        policy.platform = platforms[0]
+        return
+    op = (jax_shim.first_mpi_op(closed_jaxpr.jaxpr) or "jaxmpi_op").removeprefix("jaxmpi_")
+    raise ValueError(
+        f"jaxmpi.{op} in a program for {', '.join(platforms)}, in a process whose programs "
+        f"with MPI ops run on {policy.platform or 'one platform'} under fast dispatch "
+        f"({policy.mode()[1]}): programs on two platforms run in two queues, and their MPI "
+        "calls would not keep program order. Keep MPI ops on one platform (jax.device_put "
+        "the arrays), or set JAXMPI_DISPATCH=ordered, whose runtime token orders them."
+    )
 
 
 def _subcomputation_creating_token(subcomp, ctx, jaxpr, name_stack, tokens, *args, **kwargs):
@@ -184,9 +207,11 @@ def _subcomputation_creating_token(subcomp, ctx, jaxpr, name_stack, tokens, *arg
 def _effects_barrier(block_until_ready, tokens) -> None:
     block_until_ready(tokens)
     if policy.used and policy.draining:
-        # Executions launched from one thread on the CPU run one after the other: once a
-        # new one has finished, every MPI call this thread dispatched before it has too.
-        _drain(np.zeros((), np.int32)).block_until_ready()
+        # Executions launched from one thread on one device run one after the other: once
+        # a new one has finished, every MPI call this thread dispatched before it has too.
+        # On the device of the fast programs, which need not be the default one.
+        device = jax.devices(policy.platform)[0] if policy.platform else None
+        _drain(jax.device_put(np.zeros((), np.int32), device)).block_until_ready()
     for callback in policy.on_barrier:
         callback()
 

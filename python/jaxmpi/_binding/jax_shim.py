@@ -337,6 +337,16 @@ def lowering_still_carries_effect(result) -> bool:
     )
 
 
+def lowering_platforms(args, kwargs) -> tuple[str, ...] | None:
+    """The platforms a program is lowered for, from the arguments of the function
+    `install_lowering_hook` wraps (its last positional one from jax 0.6 to 0.12), or None
+    where this JAX passes them otherwise."""
+    platforms = kwargs.get("platforms", args[-1] if args else None)
+    if isinstance(platforms, tuple) and platforms and all(isinstance(p, str) for p in platforms):
+        return platforms
+    return None
+
+
 def program_tokens(closed_jaxpr) -> int:
     """How many of a program's own inputs and outputs are tokens (a program written for
     mpi4jax < 0.8 takes and returns them): `main` has exactly those."""

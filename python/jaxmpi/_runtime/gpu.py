@@ -1,83 +1,90 @@
-"""The GPU side of this process, where jaxlib has CUDA: whether the driver loads, how many
-GPUs there are, which one this rank uses (chosen before JAX starts its GPU client, which no
-jaxmpi import does), and whether MPI gets device pointers or staged host copies. Importing
-the module decides it, once, after the MPI library is initialized (`library.py`: the
-node-local rank); `cuda` says what was found."""
+"""The GPU side of this process, where jaxlib has CUDA and JAX_PLATFORMS lets it run: whether
+the driver loads, how many GPUs there are, which one this rank uses and whether MPI gets
+device pointers or staged host copies. The GPU was chosen before MPI_Init where the
+launcher said the rank's place on its node (`gpu_choice.py`); here, after MPI_Init, that
+place is checked against MPI's own answer (MPI_COMM_TYPE_SHARED), and the choice made
+where it had to wait for it. `cuda` says what was found."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import jax
 
-from .. import _native
-from .library import info, node
+from . import gpu_choice
+from .library import early_gpu, info, node
 
 if TYPE_CHECKING:
     from .._native import _LibraryInfo
 
 
-def _rank_gpu(devices: int, node_rank: int) -> int | None:
-    """The GPU this rank uses: JAXMPI_GPU if set (a number, or `jax` to leave it to JAX),
-    else none when CUDA_VISIBLE_DEVICES is set (the user chose), else the rank's node-local
-    rank (from MPI_COMM_TYPE_SHARED, whatever the launcher) modulo the GPU count."""
-    chosen = os.environ.get("JAXMPI_GPU", "auto").strip()
-    if chosen == "jax" or devices == 0:
-        return None
-    if chosen not in ("", "auto"):
-        if not chosen.isdigit() or int(chosen) >= devices:
-            raise ValueError(
-                f"JAXMPI_GPU={chosen!r}: use a GPU number below {devices}, auto, or jax"
+def _mode(mpi: _LibraryInfo) -> str:
+    if not mpi["cuda_aware"]:
+        return "staged (pinned host copies)"
+    if mpi["cuda_aware_checks_buffers"]:
+        return "direct (CUDA-aware MPI; buffers legacy CUDA IPC cannot share are staged)"
+    return "direct (CUDA-aware MPI, every buffer: JAXMPI_CUDA_AWARE=1)"
+
+
+def _after_mpi_init(
+    early: gpu_choice.Early, node: tuple[int, int]
+) -> tuple[gpu_choice.Choice, str]:
+    """The choice, made or checked now that MPI says the node-local rank: (choice, when)."""
+    mpi_local = gpu_choice.LocalRank(node[0], node[1], "MPI_COMM_TYPE_SHARED")
+    visible = jax.config.read("jax_cuda_visible_devices")
+    if early.choice is None or early.choice.needs_mpi:
+        choice = gpu_choice.plan(os.environ, early.cuda["devices"], visible, mpi_local)
+        gpu_choice.apply(choice)
+        why = "no launcher variable gave the node-local rank"
+        return choice, f"after MPI_Init ({why}: an MPI that set up CUDA there used GPU 0)"
+    if early.mpi_was_up:
+        return early.choice, "after MPI_Init (MPI was initialized before jaxmpi was imported)"
+    if early.local is not None and early.local.rank != node[0]:
+        choice = gpu_choice.plan(os.environ, early.cuda["devices"], visible, mpi_local)
+        said = f"{early.local.source}={early.local.rank}"
+        if choice.gpu != early.choice.gpu:
+            warnings.warn(
+                f"jaxmpi: the launcher said this rank is number {early.local.rank} on its node "
+                f"({said}), MPI says {node[0]}: GPU {early.choice.gpu} was chosen before "
+                f"MPI_Init, GPU {choice.gpu} is used now; an MPI that set up CUDA in MPI_Init "
+                "is bound to the first. Set JAXMPI_GPU per rank to choose explicitly.",
+                RuntimeWarning,
+                stacklevel=2,
             )
-        return int(chosen)
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        return None
-    return node_rank % devices
+            gpu_choice.apply(choice)
+            return choice, f"after MPI_Init ({said}, but MPI says node-local rank {node[0]})"
+    return early.choice, "before MPI_Init"
 
 
-def _has_cuda_plugin() -> bool:
-    """Whether this jaxlib can run on CUDA GPUs (a CUDA PJRT plugin is installed)."""
-    names = (
-        "jax_cuda12_plugin",
-        "jax_cuda13_plugin",
-        "jax_plugins.xla_cuda12",
-        "jax_plugins.xla_cuda13",
-    )
-    for name in names:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return True
-        except ModuleNotFoundError:
-            continue
-    return False
-
-
-def _setup_cuda(mpi: _LibraryInfo, node: tuple[int, int]) -> dict[str, Any]:
-    """What was found of CUDA; where jaxlib has it, this rank's GPU chosen. (The CUDA
-    handlers are registered with XLA by the binding, `_binding/primitives.py`.)"""
+def _setup_cuda(
+    mpi: _LibraryInfo, early: gpu_choice.Early, node: tuple[int, int]
+) -> dict[str, Any]:
+    """What was found of CUDA, and this rank's GPU. (The CUDA handlers are registered
+    with XLA by the binding, `_binding/primitives.py`.)"""
     cuda: dict[str, Any] = {
-        "plugin": _has_cuda_plugin(),
+        "plugin": early.unused != "this jaxlib has no CUDA plugin",
+        "unused": early.unused,
         "driver": False,
         "devices": 0,
         "rank_gpu": None,
+        "chosen": None,
+        "when": None,
         "mode": None,
         "driver_error": None,
-        "node_rank": None,
-        "node_size": None,
+        "node_rank": node[0],
+        "node_size": node[1],
     }
-    if not cuda["plugin"]:
+    if early.unused is not None:
         return cuda
-    cuda["node_rank"], cuda["node_size"] = node
-    cuda.update(_native.cuda_info())
-    cuda["mode"] = "direct (CUDA-aware MPI)" if mpi["cuda_aware"] else "staged (pinned host copies)"
-    cuda["rank_gpu"] = _rank_gpu(cuda["devices"], cuda["node_rank"])
-    if cuda["rank_gpu"] is not None:
-        # Effective before JAX starts its GPU client, which no jaxmpi import does.
-        jax.config.update("jax_cuda_visible_devices", str(cuda["rank_gpu"]))
-        _native.set_rank_device(cuda["rank_gpu"])
+    cuda.update(early.cuda)
+    cuda["mode"] = _mode(mpi)
+    if not cuda["driver"]:
+        return cuda
+    choice, when = _after_mpi_init(early, node)
+    cuda["rank_gpu"], cuda["chosen"], cuda["when"] = choice.gpu, choice.why, when
     return cuda
 
 
-cuda = _setup_cuda(info, node)
+cuda = _setup_cuda(info, early_gpu, node)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import jax
 
 from .. import _native
-from . import agree, slurm
+from . import agree, gpu_choice, slurm
 from .errors import MPIError
 
 if TYPE_CHECKING:
@@ -121,8 +121,11 @@ def _agree_across_ranks(mpi: _LibraryInfo) -> None:
     )
 
 
-def _initialize() -> tuple[_LibraryInfo, tuple[int, int]]:
+def _initialize() -> tuple[_LibraryInfo, tuple[int, int], gpu_choice.Early]:
     _check_environment()
+    # Before MPI_Init (which mpi4py's import runs): MPIs that set up CUDA there bind to
+    # the device current then.
+    early = gpu_choice.before_mpi_init()
     _agree_with_mpi4py()
     _native.init(_search_prefixes())
     loaded = _native.info()
@@ -133,12 +136,13 @@ def _initialize() -> tuple[_LibraryInfo, tuple[int, int]]:
     node = _native.node_local_rank(_native.world())
     _native.set_cores_per_rank(_cores_per_rank(node[1]))
     mpi = _native.info()  # read again: its progress mode follows the cores per rank
-    return mpi, node
+    return mpi, node, early
 
 
 #: What was chosen and how (`python -m jaxmpi info` shows it); `node`: this rank's
-#: (node-local rank, ranks on its node).
-info, node = _initialize()
+#: (node-local rank, ranks on its node); `early_gpu`: CUDA as found before MPI_Init, and
+#: the GPU chosen then (`gpu.py` completes it).
+info, node, early_gpu = _initialize()
 
 #: Called at exit after `jax.effects_barrier()` (also when it raised), before MPI_Finalize.
 before_finalize: list[Callable[[], None]] = []

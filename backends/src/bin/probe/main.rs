@@ -16,6 +16,7 @@ mod comms;
 mod data;
 mod known;
 mod large;
+mod memory;
 mod movement;
 #[cfg(feature = "linked")]
 mod oracle;
@@ -264,6 +265,7 @@ fn run(p: &mut Probe, world: &Group, large: bool) {
     movement::full(p, world);
     vector::full(p, world);
     p2p::full(p, world);
+    memory::run(p, world);
     comms::derived(p, world, |p, g| {
         p.ok(&format!("barrier on {}", g.name), p.backend.barrier(g.comm));
         reductions::subset(p, g);

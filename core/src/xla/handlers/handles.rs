@@ -31,7 +31,12 @@ pub fn id_of(which: Table, raw: usize) -> i64 {
     if raw == 0 {
         return 0;
     }
-    if let Some(at) = table(which).read().unwrap_or_else(|p| p.into_inner()).iter().position(|&r| r == raw) {
+    if let Some(at) = table(which)
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .position(|&r| r == raw)
+    {
         return at as i64 + 1;
     }
     let mut values = table(which).write().unwrap_or_else(|p| p.into_inner());
@@ -51,7 +56,9 @@ pub fn resolve(which: Table, id: i64) -> Option<usize> {
         return Some(0);
     }
     let values = table(which).read().unwrap_or_else(|p| p.into_inner());
-    usize::try_from(id - 1).ok().and_then(|i| values.get(i).copied())
+    usize::try_from(id - 1)
+        .ok()
+        .and_then(|i| values.get(i).copied())
 }
 
 #[cfg(test)]

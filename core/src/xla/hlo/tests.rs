@@ -41,7 +41,12 @@ fn computation_of(id: i64, name: &str, instructions: Vec<Instruction>, root: i64
 fn adder() -> Vec<u8> {
     let scalar = array(F32, &[]);
     let add = Instruction::new(12, "add", "add", &scalar, &[10, 11]);
-    computation_of(1, "add", vec![parameter(10, 0, &scalar), parameter(11, 1, &scalar), add], 12)
+    computation_of(
+        1,
+        "add",
+        vec![parameter(10, 0, &scalar), parameter(11, 1, &scalar), add],
+        12,
+    )
 }
 
 /// A module of `computations` (the entry is computation 0) on 1 replica x 2 partitions.
@@ -90,7 +95,10 @@ fn rewritten(bytes: &[u8]) -> Vec<Computation> {
 }
 
 fn find<'a>(c: &'a Computation, opcode: &str) -> Vec<&'a Instruction> {
-    c.instructions.iter().filter(|i| i.opcode() == opcode).collect()
+    c.instructions
+        .iter()
+        .filter(|i| i.opcode() == opcode)
+        .collect()
 }
 
 #[test]
@@ -102,12 +110,19 @@ fn a_psum_becomes_a_call_taking_and_giving_the_token() {
     ]);
     let computations = rewritten(&bytes);
     let main = &computations[0];
-    let [call] = find(main, "custom-call")[..] else { panic!("one call") };
+    let [call] = find(main, "custom-call")[..] else {
+        panic!("one call")
+    };
     assert_eq!(call.target(), "jaxmpi_hlo_all_reduce");
     let config = call.0.string(instruction::BACKEND_CONFIG);
-    assert!(config.contains("groups = dense<[2, 0, 2048]> : tensor<3xi64>"), "{config}");
+    assert!(
+        config.contains("groups = dense<[2, 0, 2048]> : tensor<3xi64>"),
+        "{config}"
+    );
     assert!(config.contains("op = 0 : i64"), "{config}");
-    let [token] = find(main, "after-all")[..] else { panic!("one fresh token") };
+    let [token] = find(main, "after-all")[..] else {
+        panic!("one fresh token")
+    };
     assert_eq!(call.operands().unwrap(), vec![2, token.id()]);
     // A parameter's memory is the caller's: the result never takes it.
     assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
@@ -127,7 +142,9 @@ fn a_fresh_operand_used_once_is_written_in_place() {
         adder(),
     ]);
     let main = &rewritten(&bytes)[0];
-    let [call] = find(main, "custom-call")[..] else { panic!("one call") };
+    let [call] = find(main, "custom-call")[..] else {
+        panic!("one call")
+    };
     assert!(call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
 }
 
@@ -137,11 +154,16 @@ fn an_operand_used_elsewhere_too_keeps_its_memory() {
     let doubled = Instruction::new(5, "doubled", "add", &x, &[2, 2]);
     let sum = Instruction::new(6, "sum", "add", &x, &[3, 5]);
     let bytes = module_of(vec![
-        entry(vec![parameter(2, 0, &x), doubled, all_reduce(5, &x), sum], 6),
+        entry(
+            vec![parameter(2, 0, &x), doubled, all_reduce(5, &x), sum],
+            6,
+        ),
         adder(),
     ]);
     let main = &rewritten(&bytes)[0];
-    let [call] = find(main, "custom-call")[..] else { panic!("one call") };
+    let [call] = find(main, "custom-call")[..] else {
+        panic!("one call")
+    };
     assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
 }
 
@@ -169,7 +191,10 @@ fn the_token_goes_through_a_loop_state() {
     let condition = computation_of(
         3,
         "condition",
-        vec![parameter(30, 0, &state), Instruction::new(31, "go", "constant", &pred, &[])],
+        vec![
+            parameter(30, 0, &state),
+            Instruction::new(31, "go", "constant", &pred, &[]),
+        ],
         31,
     );
     let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
@@ -195,12 +220,22 @@ fn the_token_goes_through_a_loop_state() {
     assert!(elements[1].is_token());
     // The body takes the token from its state, gives it to the call, and puts back
     // the call's.
-    let [call] = find(body, "custom-call")[..] else { panic!("one call in the body") };
+    let [call] = find(body, "custom-call")[..] else {
+        panic!("one call in the body")
+    };
     let token_in = call.operands().unwrap()[1];
-    let from_state = body.instructions.iter().find(|i| i.id() == token_in).unwrap();
+    let from_state = body
+        .instructions
+        .iter()
+        .find(|i| i.id() == token_in)
+        .unwrap();
     assert_eq!(from_state.opcode(), "get-tuple-element");
     assert_eq!(from_state.0.int(instruction::TUPLE_INDEX), 1);
-    let root = body.instructions.iter().find(|i| i.id() == body.root_id()).unwrap();
+    let root = body
+        .instructions
+        .iter()
+        .find(|i| i.id() == body.root_id())
+        .unwrap();
     assert_eq!(root.shape().unwrap().elements().unwrap().len(), 2);
     let parameter = find(condition, "parameter")[0];
     assert!(parameter.shape().unwrap().elements().unwrap()[1].is_token());
@@ -220,7 +255,10 @@ fn asynchronous_collectives_are_refused_by_name() {
     start.0.set_string(instruction::OPCODE, "all-reduce-start");
     let bytes = module_of(vec![entry(vec![parameter(2, 0, &x), start], 3), adder()]);
     let message = refusal_of(&bytes);
-    assert!(message.contains("psum") && message.contains("all-reduce-start"), "{message}");
+    assert!(
+        message.contains("psum") && message.contains("all-reduce-start"),
+        "{message}"
+    );
     assert!(message.contains("gloo"), "{message}");
 }
 
@@ -239,9 +277,16 @@ fn a_collective_inside_a_called_computation_is_refused() {
     );
     let mut call = Instruction::new(3, "outer_call", "call", &x, &[2]);
     call.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2]);
-    let bytes = module_of(vec![entry(vec![parameter(2, 0, &x), call], 3), adder(), inner]);
+    let bytes = module_of(vec![
+        entry(vec![parameter(2, 0, &x), call], 3),
+        adder(),
+        inner,
+    ]);
     let message = refusal_of(&bytes);
-    assert!(message.contains("outer_call") && message.contains("call"), "{message}");
+    assert!(
+        message.contains("outer_call") && message.contains("call"),
+        "{message}"
+    );
 }
 
 #[test]
