@@ -170,7 +170,7 @@ fn an_operand_used_elsewhere_too_keeps_its_memory() {
 #[test]
 fn the_token_goes_through_a_loop_state() {
     let x = array(F32, &[4]);
-    let state = Shape::tuple(&[x.clone()]);
+    let state = Shape::tuple(std::slice::from_ref(&x));
     let pred = array(1, &[]);
     // Body (computation 2): psum of the state's element, back into a tuple.
     let body = computation_of(
