@@ -1,9 +1,13 @@
-"""JAX's own collectives over MPI through jaxmpi's plug-in, against gloo (JAX's default on
-the CPU) and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks:
+"""JAX's own collectives through jaxmpi's pass (`collectives="jaxmpi"`) and over MPI
+through jaxmpi's plug-in (XLA's MPI backend, "mpi"), against gloo (JAX's default on the CPU)
+and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks of one device each, or
+of `--devices` CPU devices each (where XLA's MPI backend does not run):
 
-- `psum`, `all_gather` and `ppermute` inside shard_map at 1, 4 Ki and 4 Mi float32, each a
-  jitted `fori_loop`, next to the jaxmpi op doing the same (`allreduce`, `allgather`,
-  `sendrecv`) in the same processes;
+- `psum`, `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` inside shard_map at 1,
+  4 Ki and 4 Mi float32 per device (`psum_scatter` and `all_to_all` take that much per
+  member of the group), each a jitted `fori_loop`, next to the jaxmpi op doing the same
+  (`allreduce`, `allgather`, `reduce_scatter`, `alltoall`, `sendrecv`) in the same processes
+  (one device per process: jaxmpi's ops take no more);
 - one step of a data-parallel training loop written with shardings only (a 3-layer MLP,
   parameters replicated, the batch split over the processes): XLA all-reduces the gradients
   itself, no jaxmpi op anywhere;
@@ -11,7 +15,8 @@ the CPU) and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks:
   the startup hook's import and the module's dlopen alone.
 
     python benches/bench_xla_collectives.py [--rounds 3] [--mpiwrapper LIB] [--launcher CMD]
-                                            [--imports 20] [--part all|collectives|import]
+                                            [--devices 1] [--imports 20]
+                                            [--part all|collectives|import]
                                             [--json OUT.json] [--plot OUT.png]
 
 (`benches/setup_mpiwrapper.sh` builds the stock MPIwrapper, for --mpiwrapper.)
@@ -41,6 +46,7 @@ STEPS = {"1": 400, "4 Ki": 200, "4 Mi": 10}
 IMPLEMENTATIONS = {
     "gloo": "gloo",
     "mpi": "MPI via jaxmpi",
+    "jaxmpi": "jaxmpi's pass",
     "mpiwrapper": "MPI via stock MPIwrapper",
     "mpiwrapper-multiple": "stock MPIwrapper, MPI at MULTIPLE",
 }
@@ -88,23 +94,39 @@ def _worker(implementation: str) -> None:
         from jax.experimental.shard_map import shard_map
 
         unchecked = {"check_rep": False}
-    mesh = Mesh(np.array(sorted(jax.devices(), key=lambda d: d.process_index)), ("x",))
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    mesh = Mesh(np.array(devices), ("x",))
     blocks = NamedSharding(mesh, P("x"))
-    ring = [(r, (r + 1) % size) for r in range(size)]
+    members, local = len(devices), jax.local_device_count()
+    ring = [(r, (r + 1) % members) for r in range(members)]
     up, down = (rank - 1) % size, (rank + 1) % size
 
+    def scattered(x):  # the sum of this member's part, written back where it came from
+        part = jax.lax.psum_scatter(x, "x", tiled=True) * (1.0 / members)
+        return jax.lax.dynamic_update_slice(x, part, (0,))
+
+    # (case, elements per device as a multiple of the size, step)
     steps_of = {
-        "psum": lambda x: jax.lax.psum(x, "x") * (1.0 / size),
+        "psum": (1, lambda x: jax.lax.psum(x, "x") * (1.0 / members)),
         # Row 0 of the gathered blocks: XLA:CPU's sum over the gathered axis would cost more
         # than the gather at 4 Mi (148 ms against 22, measured).
-        "all_gather": lambda x: jax.lax.all_gather(x, "x")[0],
-        "ppermute": lambda x: jax.lax.ppermute(x, "x", ring),
+        "all_gather": (1, lambda x: jax.lax.all_gather(x, "x")[0]),
+        "psum_scatter": (members, scattered),
+        "all_to_all": (members, lambda x: jax.lax.all_to_all(x, "x", 0, 0, tiled=True)),
+        "ppermute": (1, lambda x: jax.lax.ppermute(x, "x", ring)),
     }
-    if jaxmpi is not None:
+    if jaxmpi is not None and local == 1:
+
+        def reduce_scattered(x):
+            part = jaxmpi.reduce_scatter(x.reshape(size, -1), jaxmpi.SUM) * (1.0 / size)
+            return jax.lax.dynamic_update_slice(x, part, (0,))
+
         steps_of |= {
-            "jaxmpi.allreduce": lambda x: jaxmpi.allreduce(x, jaxmpi.SUM) * (1.0 / size),
-            "jaxmpi.allgather": lambda x: jaxmpi.allgather(x)[0],
-            "jaxmpi.sendrecv": lambda x: jaxmpi.sendrecv(x, x, source=up, dest=down),
+            "jaxmpi.allreduce": (1, lambda x: jaxmpi.allreduce(x, jaxmpi.SUM) * (1.0 / size)),
+            "jaxmpi.allgather": (1, lambda x: jaxmpi.allgather(x)[0]),
+            "jaxmpi.reduce_scatter": (size, reduce_scattered),
+            "jaxmpi.alltoall": (size, lambda x: jaxmpi.alltoall(x.reshape(size, -1)).reshape(-1)),
+            "jaxmpi.sendrecv": (1, lambda x: jaxmpi.sendrecv(x, x, source=up, dest=down)),
         }
 
     def report(case: str, label: str, seconds: float, per: int) -> None:
@@ -122,9 +144,9 @@ def _worker(implementation: str) -> None:
         return min(times)
 
     for label, n in SIZES.items():
-        x = jax.make_array_from_process_local_data(blocks, np.ones(n, np.float32))
         steps = STEPS[label]
-        for case, step in steps_of.items():
+        for case, (times, step) in steps_of.items():
+            x = jax.make_array_from_process_local_data(blocks, np.ones(local * n * times, np.float32))
 
             def body(v, step=step, steps=steps):
                 return jax.lax.fori_loop(0, steps, lambda _, y: step(y), v)
@@ -143,10 +165,10 @@ def _worker(implementation: str) -> None:
         jax.device_put(jax.random.normal(k, (a, b)) / np.sqrt(a), replicated)
         for k, a, b in zip(keys, widths[:-1], widths[1:])
     ]
-    local = np.random.default_rng(rank).standard_normal((batch, widths[0])).astype(np.float32)
-    inputs = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x", None)), local)
+    data = np.random.default_rng(rank).standard_normal((batch, widths[0])).astype(np.float32)
+    inputs = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x", None)), data)
     targets = jax.make_array_from_process_local_data(
-        NamedSharding(mesh, P("x", None)), np.tanh(local[:, : widths[-1]])
+        NamedSharding(mesh, P("x", None)), np.tanh(data[:, : widths[-1]])
     )
 
     def loss(params, x, y):
@@ -188,8 +210,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _job(launcher: list[str], implementation: str, mpiwrapper: str | None) -> list[dict]:
+def _job(
+    launcher: list[str], implementation: str, mpiwrapper: str | None, devices: int = 1
+) -> list[dict]:
     env = dict(os.environ, JAX_PLATFORMS="cpu", PORT=str(_free_port()))
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     command = [
         *launcher,
         sys.executable,
@@ -217,12 +242,14 @@ def _job(launcher: list[str], implementation: str, mpiwrapper: str | None) -> li
 
 def _collectives(args) -> None:
     stock = ["mpiwrapper", "mpiwrapper-multiple"] if args.mpiwrapper else []
-    implementations = ["gloo", "mpi", *stock]
+    # XLA's MPI backend takes one CPU device per process.
+    implementations = ["gloo", "mpi", "jaxmpi", *stock] if args.devices == 1 else ["gloo", "jaxmpi"]
     best: dict[tuple[str, str, str], float] = {}
     for round_ in range(args.rounds):
         print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr)
         for implementation in implementations:
-            for row in _job(shlex.split(args.launcher), implementation, args.mpiwrapper):
+            launcher = shlex.split(args.launcher)
+            for row in _job(launcher, implementation, args.mpiwrapper, args.devices):
                 key = (row["impl"], row["case"], row["size"])
                 best[key] = min(best.get(key, float("inf")), row["us"])
     cases = sorted(
@@ -234,24 +261,44 @@ def _collectives(args) -> None:
             cs[0],
         ),
     )
-    header = (
-        ["case", "size"] + [IMPLEMENTATIONS[i] for i in implementations] + ["gloo / MPI via jaxmpi"]
-    )
+    # The pass against each other route, and against the jaxmpi op doing the same (measured
+    # in the pass's own jobs).
+    others = [i for i in implementations if i != "jaxmpi"]
+    header = ["case", "size"] + [IMPLEMENTATIONS[i] for i in implementations]
+    header += [f"{IMPLEMENTATIONS[i]} / pass" for i in others] + ["pass / jaxmpi op"]
+    print(f"\n{args.devices} CPU device(s) per process, {args.launcher}; us per call, best of {args.rounds} rounds\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * 2 + "---:|" * (len(header) - 2))
+    equivalent = {
+        "psum": "jaxmpi.allreduce",
+        "all_gather": "jaxmpi.allgather",
+        "psum_scatter": "jaxmpi.reduce_scatter",
+        "all_to_all": "jaxmpi.alltoall",
+        "ppermute": "jaxmpi.sendrecv",
+    }
     for case, size in cases:
-        times = [best.get((impl, case, size)) for impl in implementations]
-        cells = [f"{t:.1f}" if t is not None else "-" for t in times]
-        ratio = f"{times[0] / times[1]:.1f}x" if None not in times[:2] else "-"
         if case.startswith("jaxmpi."):
-            cells[0], ratio = f"({cells[0]})", "-"  # the jaxmpi op is the same in both jobs
-        print(f"| `{case}` | {size} | " + " | ".join(cells) + f" | {ratio} |")
+            continue
+        times = {impl: best.get((impl, case, size)) for impl in implementations}
+        cells = [f"{t:.1f}" if t is not None else "-" for t in times.values()]
+        ours = times["jaxmpi"]
+        ratios = [
+            f"{times[i] / ours:.2f}x" if times[i] is not None and ours else "-" for i in others
+        ]
+        op = best.get(("jaxmpi", equivalent.get(case, ""), size))
+        ratios.append(f"{ours / op:.2f}x ({op:.1f})" if op and ours else "-")
+        print(f"| `{case}` | {size} | " + " | ".join(cells + ratios) + " |")
     rows = [
         {"impl": impl, "case": case, "size": size, "elements": SIZES[size], "us": us}
         for (impl, case, size), us in best.items()
         if size in SIZES
     ]
-    data = {"launcher": args.launcher, "rounds": args.rounds, "implementations": implementations}
+    data = {
+        "launcher": args.launcher,
+        "rounds": args.rounds,
+        "devices": args.devices,
+        "implementations": implementations,
+    }
     data["rows"] = rows
     if args.json:
         with open(args.json, "w") as f:
@@ -332,6 +379,7 @@ def main() -> None:
     parser.add_argument("--worker", choices=list(IMPLEMENTATIONS), help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--imports", type=int, default=20, help="runs of `import jax` each way")
+    parser.add_argument("--devices", type=int, default=1, help="CPU devices per process")
     parser.add_argument("--part", choices=["all", "collectives", "import"], default="all")
     parser.add_argument("--mpiwrapper", help="a stock libmpiwrapper.so to compare with")
     parser.add_argument("--json", help="write the collectives' best times there")

@@ -316,6 +316,26 @@ def test_collectives_in_loops_and_branches():
     check(counted, x + 3, "psum in a while condition")
 
 
+def test_a_loop_state_summed_in_place_and_read_again():
+    """The psum works in the loop's own memory where nothing else reads that state; where
+    the state is read again after the psum, that read sees the state from before it."""
+    x = blocks_of("float64")
+
+    def body(a):
+        alone = jax.lax.fori_loop(0, 3, lambda k, c: jax.lax.psum(c, "i"), a)
+        twice = jax.lax.fori_loop(0, 3, lambda k, c: jax.lax.psum(c, "i") - c, a)
+        return alone, twice
+
+    alone, twice = smap(body, P("i"), (P("i"),) * 2)(put(x))
+    blocks = per_block(x)
+    want_alone, want_twice = blocks.copy(), blocks.copy()
+    for _ in range(3):
+        want_alone = np.broadcast_to(want_alone.sum(0), blocks.shape).copy()
+        want_twice = want_twice.sum(0) - want_twice
+    check(alone, np.concatenate(want_alone), "psum of the whole state, three times")
+    check(twice, np.concatenate(want_twice), "psum minus the state, three times")
+
+
 def test_many_collectives_of_every_kind_with_ranks_delayed_differently():
     """70 collectives whose calls XLA:CPU would run concurrently; a host callback delays
     each rank by a different time between them."""

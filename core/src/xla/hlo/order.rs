@@ -71,16 +71,29 @@ impl Module {
             &Instruction,
             &Computation,
             &HashMap<i64, &Computation>,
+            bool,
         ) -> Result<Call, Refusal>,
     ) -> Result<HashMap<(i64, i64), Call>, Refusal> {
         let all: HashMap<i64, &Computation> =
             self.computations.iter().map(|c| (c.id(), c)).collect();
+        // Loop bodies (a while lists its body first): their state is the loop's own.
+        let mut bodies = HashSet::new();
+        for computation in &self.computations {
+            for inst in computation
+                .instructions
+                .iter()
+                .filter(|i| i.opcode() == "while")
+            {
+                bodies.extend(inst.called()?.first().copied());
+            }
+        }
         let mut calls = HashMap::new();
         for computation in &self.computations {
             for inst in &computation.instructions {
                 match rewrite::kind(inst) {
                     Kind::Collective => {
-                        let call = translate(inst, computation, &all)?;
+                        let body = bodies.contains(&computation.id());
+                        let call = translate(inst, computation, &all, body)?;
                         calls.insert((computation.id(), inst.id()), call);
                     }
                     Kind::Refused => {

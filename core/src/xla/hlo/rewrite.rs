@@ -97,11 +97,11 @@ pub fn rewrite_module(bytes: &[u8]) -> Result<Option<Rewritten>, Refusal> {
     let assignment = DeviceAssignment::of_module(&whole)?;
     let entry = whole.int(module::ENTRY_COMPUTATION_ID);
     let mut program = Module::new(computations, entry)?;
-    let calls = program.translate(|inst, computation, all| {
+    let calls = program.translate(|inst, computation, all, loop_body| {
         let Some(assignment) = assignment.as_ref() else {
             return Err(refusal(inst, "the module has no device assignment"));
         };
-        translate(inst, computation, assignment, all)
+        translate(inst, computation, assignment, all, loop_body)
     })?;
     if calls.is_empty() {
         return Ok(None);
@@ -311,7 +311,15 @@ fn along(inst: &Instruction, operand: &Shape, result: &Shape) -> Result<usize, R
 /// can see it. Copy insertion has already run, so an operand that is a parameter, a
 /// constant, a view of another value (tuple element, bitcast) or a copy XLA may still
 /// remove, one used elsewhere too, or the computation's result, must keep its contents.
-fn may_take_operand_memory(operand: &Instruction, uses: usize, computation: &Computation) -> bool {
+/// One view is safe: an element of a loop body's state that nothing else in the body
+/// reads. The state is the loop's own (copy insertion gave the loop a copy of what it
+/// started from), and the body's result replaces it anyway.
+fn may_take_operand_memory(
+    operand: &Instruction,
+    uses: &HashMap<i64, usize>,
+    computation: &Computation,
+    loop_body: bool,
+) -> bool {
     const SHARED: [&str; 6] = [
         "parameter",
         "get-tuple-element",
@@ -320,9 +328,48 @@ fn may_take_operand_memory(operand: &Instruction, uses: usize, computation: &Com
         "bitcast",
         "copy",
     ];
-    uses == 1
-        && !SHARED.contains(&operand.opcode().as_str())
-        && operand.id() != computation.root_id()
+    if uses[&operand.id()] != 1 || operand.id() == computation.root_id() {
+        return false;
+    }
+    if operand.opcode() == "get-tuple-element" {
+        return loop_body && only_reader_of_its_state_element(operand, uses, computation);
+    }
+    !SHARED.contains(&operand.opcode().as_str())
+}
+
+/// Whether `element` (a get-tuple-element) reads a loop body's parameter, whose other uses
+/// are all reads of other elements.
+fn only_reader_of_its_state_element(
+    element: &Instruction,
+    uses: &HashMap<i64, usize>,
+    computation: &Computation,
+) -> bool {
+    let (Ok(of), index) = (element.operands(), element.0.int(instruction::TUPLE_INDEX)) else {
+        return false;
+    };
+    let Some(parameter) = computation.instructions.iter().find(|i| of == [i.id()]) else {
+        return false;
+    };
+    if parameter.opcode() != "parameter" || parameter.id() == computation.root_id() {
+        return false;
+    }
+    let mut readers = 0;
+    for inst in &computation.instructions {
+        if !inst
+            .operands()
+            .unwrap_or_default()
+            .contains(&parameter.id())
+        {
+            continue;
+        }
+        if inst.opcode() != "get-tuple-element" {
+            return false; // the whole state is read (or handed on)
+        }
+        if inst.0.int(instruction::TUPLE_INDEX) == index {
+            readers += 1 + usize::from(uses[&inst.id()] == 0);
+        }
+    }
+    readers == 1
 }
 
 /// What `inst` (a collective) becomes in `computation`.
@@ -331,6 +378,7 @@ pub fn translate(
     computation: &Computation,
     assignment: &DeviceAssignment,
     computations: &HashMap<i64, &Computation>,
+    loop_body: bool,
 ) -> Result<Call, Refusal> {
     let opcode = inst.opcode();
     let target = target_of(&opcode).unwrap_or_default();
@@ -367,7 +415,7 @@ pub fn translate(
             let uses = uses_in(computation);
             for (k, id) in operand_ids.iter().enumerate() {
                 let once = operand_ids.iter().filter(|o| *o == id).count() == 1;
-                if once && may_take_operand_memory(by_id[id], uses[id], computation) {
+                if once && may_take_operand_memory(by_id[id], &uses, computation, loop_body) {
                     aliases.push((k, k));
                 }
             }
@@ -463,7 +511,7 @@ pub fn translate(
             }
             let uses = uses_in(computation);
             let output = by_id[&operand_ids[1]];
-            if may_take_operand_memory(output, uses[&operand_ids[1]], computation) {
+            if may_take_operand_memory(output, &uses, computation, loop_body) {
                 aliases.push((0, 1));
             }
             config.ints("groups", &encode_groups(&groups))

@@ -239,6 +239,59 @@ fn the_token_goes_through_a_loop_state() {
     assert_eq!(root.shape().unwrap().elements().unwrap().len(), 2);
     let parameter = find(condition, "parameter")[0];
     assert!(parameter.shape().unwrap().elements().unwrap()[1].is_token());
+    // The state's element is read by the psum alone: the call works in the loop's memory.
+    assert!(call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
+}
+
+#[test]
+fn a_loop_state_element_read_twice_keeps_its_memory() {
+    let x = array(F32, &[4]);
+    let state = Shape::tuple(std::slice::from_ref(&x));
+    let mut ar = all_reduce(21, &x);
+    ar.0.set_int(instruction::ID, 22);
+    let body = computation_of(
+        2,
+        "body",
+        vec![
+            parameter(20, 0, &state),
+            Instruction::get_tuple_element(21, "element", &x, 20, 0),
+            ar,
+            // Another read of the same element, which the psum must not have overwritten.
+            Instruction::get_tuple_element(24, "again", &x, 20, 0),
+            Instruction::new(25, "sum", "add", &x, &[22, 24]),
+            Instruction::new(23, "next", "tuple", &state, &[25]),
+        ],
+        23,
+    );
+    let condition = computation_of(
+        3,
+        "condition",
+        vec![
+            parameter(30, 0, &state),
+            Instruction::new(31, "go", "constant", &array(1, &[]), &[]),
+        ],
+        31,
+    );
+    let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
+    lp.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2, 3]);
+    let bytes = module_of(vec![
+        entry(
+            vec![
+                parameter(2, 0, &x),
+                Instruction::new(5, "init", "tuple", &state, &[2]),
+                lp,
+            ],
+            4,
+        ),
+        adder(),
+        body,
+        condition,
+    ]);
+    let computations = rewritten(&bytes);
+    let [call] = find(&computations[2], "custom-call")[..] else {
+        panic!("one call")
+    };
+    assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
 }
 
 fn refusal_of(bytes: &[u8]) -> String {
