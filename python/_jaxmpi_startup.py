@@ -87,27 +87,17 @@ def install() -> None:
 
 
 class Mpi4jaxFinder:
-    """Finds `mpi4jax` and its submodules before any other finder: modules that
-    `jaxmpi._mpi4jax` makes for the release JAXMPI_AS_MPI4JAX names (which also refuses a
-    bad value, at the import)."""
+    """Finds `mpi4jax` and its submodules before any other finder: the files of
+    `jaxmpi._mpi4jax` for the release JAXMPI_AS_MPI4JAX names (which also refuses a bad
+    value, or a module that release did not have, at the import)."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name != "mpi4jax" and not name.startswith("mpi4jax."):
             return None
-        from importlib.machinery import ModuleSpec
-
-        return ModuleSpec(name, Mpi4jaxFinder, is_package=True)
-
-    @staticmethod
-    def create_module(spec):
         from jaxmpi import _mpi4jax
 
-        return _mpi4jax.module(spec.name, os.environ["JAXMPI_AS_MPI4JAX"])
-
-    @staticmethod
-    def exec_module(module) -> None:
-        pass  # create_module made it whole
+        return _mpi4jax.spec(name, os.environ.get("JAXMPI_AS_MPI4JAX", ""))
 
 
 def present_mpi4jax() -> None:
