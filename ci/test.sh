@@ -406,6 +406,10 @@ step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROO
 GROUP=xla-collectives
 step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" xla-jobs \
     "$ROOT/tests/xla_collectives_jobs.sh"
+# The startup hook where jax lives in a site directory processed after jaxmpi's: jaxmpi in
+# the user site, a --system-site-packages venv, a layering .pth file (~10 s).
+step "JAX's collectives over MPI: jaxmpi and jax in different site directories" startup-layouts \
+    "$ROOT/tests/startup_layouts.sh"
 GROUP=reliability
 # Failures that end a job: a receive that never matches under JAXMPI_TIMEOUT, concurrent
 # calls below MPI_THREAD_MULTIPLE, JAXMPI_DEBUG's lines, bad values of the env vars.
