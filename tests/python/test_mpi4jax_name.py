@@ -29,6 +29,9 @@ from test_startup import rank_0_only, run_alone
 from helpers import MPI, RANK, SIZE, assert_array, needs_mpi4py, partner_or_skip
 from jaxmpi import _mpi4jax
 
+# Modules and names made in Python, whatever the MPI.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 
 @pytest.fixture
 def presenting(monkeypatch):
