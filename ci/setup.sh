@@ -69,6 +69,17 @@ JAXMPI_TRIXIE_SUITE=trixie
 JAXMPI_TRIXIE_MIRROR=http://deb.debian.org/debian
 JAXMPI_TRIXIE_PACKAGES=(python3 python3-venv)
 
+# mpi4jax's sdists (PyPI), one of each layout of modules that `import mpi4jax` gives under
+# JAXMPI_AS_MPI4JAX: tests/python/test_mpi4jax_name.py compares ours with their modules as
+# Python's import system makes them from their files (nothing of theirs is built or run).
+# "version sha256", the hash PyPI's index gives.
+JAXMPI_MPI4JAX_SDISTS=(
+    "0.9.1.post2 1089ab81b22edf7273e5c94cfac4dadb4fc4b2d691af87d6eff85479c8f15a0a"
+    "0.7.2 1c9f6a9d1fdb797892d5de98e41c972346c5bdcaa3f4878c0b69f9321d9a0d93"
+    "0.4.0 21253cfc879c32fe3ed6580232b8dd53682494e4547dc4e7f9b5b5b778e8d9ef"
+    "0.3.10 0ff6f0df55c33c521afca8774a354ba58e6f97c0f72ebf3c08c46f2b804e4310"
+)
+
 _setup_log() { printf 'setup: %s\n' "$*"; }
 
 # Run a command as root (CI runs as root; sudo for a developer's machine).
@@ -146,6 +157,38 @@ _setup_venv() {
         return 1
     fi
     printf '%s' "$want" >"$marker"
+}
+
+# _setup_mpi4jax_sdists: JAXMPI_MPI4JAX_SDISTS into .venvs/mpi4jax-sdists/, each from the
+# link PyPI's simple index gives (as pip finds it: pip download would also build it), kept
+# only with the pinned hash; those already there with it are not fetched again.
+_setup_mpi4jax_sdists() {
+    local dir="$JAXMPI_SETUP_ROOT/.venvs/mpi4jax-sdists" entry version hash missing=()
+    mkdir -p "$dir"
+    for entry in "${JAXMPI_MPI4JAX_SDISTS[@]}"; do
+        read -r version hash <<<"$entry"
+        [[ $(sha256sum "$dir/mpi4jax-$version.tar.gz" 2>/dev/null) == "$hash "* ]] || missing+=("$entry")
+    done
+    if ((${#missing[@]} == 0)); then
+        _setup_log "mpi4jax sdists: all ${#JAXMPI_MPI4JAX_SDISTS[@]} present"
+        return 0
+    fi
+    _setup_log "mpi4jax sdists: fetching ${#missing[@]}"
+    "$PYTHON" - "$dir" "${missing[@]}" <<'PY'
+import hashlib, pathlib, re, sys, urllib.request
+folder = pathlib.Path(sys.argv[1])
+index = urllib.request.urlopen("https://pypi.org/simple/mpi4jax/", timeout=60).read().decode()
+links = {name: url for url, name in re.findall(r'href="([^"#]+)[^"]*"[^>]*>([^<]+)<', index)}
+for entry in sys.argv[2:]:
+    version, want = entry.split()
+    name = f"mpi4jax-{version}.tar.gz"
+    if name not in links:
+        sys.exit(f"setup: PyPI's index has no {name}")
+    data = urllib.request.urlopen(links[name], timeout=120).read()
+    if hashlib.sha256(data).hexdigest() != want:
+        sys.exit(f"setup: {name} from PyPI does not have the pinned sha256 {want}")
+    (folder / name).write_bytes(data)
+PY
 }
 
 # The trixie chroot (ci/trixie.sh) and, inside it, one venv per JAX that needs
@@ -326,6 +369,7 @@ jaxmpi_setup() (
     # .venvs/impi/bin/mpiexec is missing) rather than a reason to stop here.
     _setup_venv impi bin/mpiexec "$JAXMPI_PIN_IMPI" "${newest[@]}" ||
         _setup_log "WARNING: could not install $JAXMPI_PIN_IMPI; the intel-mpi cells will be skipped"
+    _setup_mpi4jax_sdists || return 1
     _setup_log "venvs done ($((SECONDS - t))s)"
 
     t=$SECONDS

@@ -1,6 +1,6 @@
 """mpi4jax under its own name: the modules `import mpi4jax` gives when JAXMPI_AS_MPI4JAX=
-<version> is set (the startup hook's finder, `_jaxmpi_startup.Mpi4jaxFinder`, asks `module`
-for them), presenting that mpi4jax release's API over jaxmpi's ops: its `__version__`, its
+<version> is set (the startup hook's finder, `_jaxmpi_startup.Mpi4jaxFinder`, asks `spec`
+for them: files of their own, under _as_mpi4jax/, as a real package's), presenting that mpi4jax release's API over jaxmpi's ops: its `__version__`, its
 names and submodules, and for releases before 0.8 its token API.
 
 Before 0.8 every op took `token=` and returned `(result, token)` (`send` and `barrier`: the
@@ -16,8 +16,10 @@ had another API (`Allreduce`, `Send`, ... with other signatures) and are refused
 from __future__ import annotations
 
 import functools
+import importlib.machinery
+import importlib.util
 import inspect
-import types
+import os
 from typing import Any
 
 import jax
@@ -151,24 +153,45 @@ def contents(version: str) -> dict[str, dict[str, Any]]:
     return modules
 
 
-def module(name: str, value: str) -> types.ModuleType:
-    """Module `name` (mpi4jax or one of its submodules) as release `value` had it."""
+# The files `import mpi4jax` runs: one per module some release had, a package's as
+# NAME/__init__.py and a module's as NAME.py, where that release had them.
+FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_as_mpi4jax")
+
+
+def spec(name: str, value: str) -> importlib.machinery.ModuleSpec:
+    """How `import name` (mpi4jax or one of its submodules) finds it as release `value`
+    had it: a spec of the file under FILES, whose code asks `fill` for the names."""
     version = checked(value)
-    have = contents(version)
-    if name not in have:
+    if name not in contents(version):
         raise ModuleNotFoundError(
             f"No module named {name!r}: mpi4jax {version} has none (JAXMPI_AS_MPI4JAX={value})",
             name=name,
         )
-    made = types.ModuleType(name, f"jaxmpi presenting mpi4jax {version} (JAXMPI_AS_MPI4JAX).")
-    made.__dict__.update(have[name])
-    return made
+    path = os.path.join(FILES, *name.split("."))
+    if os.path.isdir(path):
+        found = importlib.util.spec_from_file_location(
+            name, os.path.join(path, "__init__.py"), submodule_search_locations=[path]
+        )
+    else:
+        found = importlib.util.spec_from_file_location(name, path + ".py")
+    assert found is not None, f"{path}: a module of `contents` without its file"
+    return found
+
+
+def fill(namespace: dict[str, Any]) -> None:
+    """Gives the module whose globals are `namespace` (one of FILES, run by `import`) the
+    names it has in the release JAXMPI_AS_MPI4JAX names."""
+    name = namespace["__name__"]
+    if name != "mpi4jax" and not name.startswith("mpi4jax."):
+        raise ImportError(
+            f"{name}: {namespace.get('__file__')} is a module of mpi4jax as jaxmpi presents "
+            "it, not one to import by this name: set JAXMPI_AS_MPI4JAX and import mpi4jax"
+        )
+    namespace.update(contents(checked(os.environ.get("JAXMPI_AS_MPI4JAX", "")))[name])
 
 
 def presented() -> str | None:
     """What `python -m jaxmpi info` says of the mpi4jax name."""
-    import os
-
     value = os.environ.get("JAXMPI_AS_MPI4JAX", "").strip()
     if not value:
         return None

@@ -1,6 +1,7 @@
 """pytest setup for the jaxmpi test suite: 64-bit types, a fixture that drains pending
-eager ops, and the hook that keeps the ranks' outcomes in step. The helpers tests import
-live in helpers.py (its docstring has the rules every test follows).
+eager ops, the hook that keeps the ranks' outcomes in step, and the selection of a CI cell
+(`--jaxmpi-cell=KIND`: selection.py). The helpers tests import live in helpers.py (its
+docstring has the rules every test follows).
 
 After every test all ranks compare notes (one allgather on a private communicator): a test
 that failed on some other rank is reported as an error on this rank too. So every rank
@@ -17,7 +18,44 @@ import pytest
 # complex128).
 jax.config.update("jax_enable_x64", True)
 
-from helpers import MPI, RANK, SIZE  # noqa: E402  (after the x64 switch)
+import selection  # noqa: E402  (after the x64 switch, as every import of helpers)
+
+from helpers import MPI, RANK, SIZE  # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# The selection of a cell of ./ci/test.sh
+# ---------------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--jaxmpi-cell",
+        choices=sorted(selection.KINDS),
+        help="run what this kind of CI cell runs (tests/python/selection.py); default: "
+        "every test named",
+    )
+
+
+def pytest_configure(config):
+    for name, meaning in selection.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+    # A misspelt marker would silently select nothing: an error, not pytest's warning.
+    config.addinivalue_line("filterwarnings", "error::pytest.PytestUnknownMarkWarning")
+
+
+def pytest_ignore_collect(collection_path, config):
+    kind = config.getoption("--jaxmpi-cell")
+    if kind and collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return selection.ignores(kind, collection_path) or None
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    kind = config.getoption("--jaxmpi-cell")
+    if kind:
+        items[:], left = selection.split(kind, items)
+        config.hook.pytest_deselected(items=left)
+
 
 # ---------------------------------------------------------------------------------------
 # Fixtures

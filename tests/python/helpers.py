@@ -22,6 +22,8 @@ test_control_flow), errors at trace time (test_errors) and from MPI (test_mpi_er
 copies (test_zero_copy), dispatch and threads (test_dispatch, test_threads), communicators
 (test_comms), the drop-in API (test_mpi4jax_api), the declarations (test_signatures,
 test_native). Test ids carry the op names: `pytest -k sendrecv` selects one op's tests.
+Which CI cells run a file is what its markers declare (selection.py): a file that
+declares nothing runs on every build at every number of ranks.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ ALL_DTYPES = [
     "float16", "bfloat16", "float32", "float64",
     "complex64", "complex128",
 ]  # fmt: skip
+
+#: The dtypes kept where a cell thins a sweep (selection.py): each size from 1 to 16 bytes,
+#: each kind, and float16, which jaxmpi reduces with its own MPI ops.
+FEW_DTYPES = ["bool", "int32", "int64", "float16", "float64", "complex128"]
 
 INT_DTYPES = [d for d in ALL_DTYPES if d.startswith(("int", "uint"))]
 FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]

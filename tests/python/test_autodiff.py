@@ -18,6 +18,9 @@ import pytest
 import jaxmpi
 from helpers import MPI, RANK, SIZE, assert_array, needs_ranks
 
+# Derivatives come from the ops' rules, whatever the MPI; the number of ranks enters.
+pytestmark = pytest.mark.same_on_every_mpi
+
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
 USER_OP = None if MPI is None else MPI.Op.Create(lambda a, b, t: None, commute=True)
 LAST = SIZE - 1

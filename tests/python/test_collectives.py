@@ -34,6 +34,10 @@ from helpers import (
     rank_data,
 )
 
+# Every op over every dtype: the sweep the other MPIs thin (test_dtypes keeps each
+# dtype's mapping); across hosts, a transport of its own.
+pytestmark = [pytest.mark.dtype_sweep, pytest.mark.across_hosts]
+
 ROOT = SIZE - 1
 SHAPES = {"scalar": (), "array": (2, 3)}
 

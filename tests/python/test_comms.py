@@ -6,6 +6,8 @@ in the order of their rank inside it; expected values are computed from that lis
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,6 +31,9 @@ from helpers import (
     rank_data,
 )
 from jaxmpi import Comm
+
+# Across hosts, a transport of its own.
+pytestmark = pytest.mark.across_hosts
 
 COMM_KINDS = [
     "mpi4py-world",
@@ -250,6 +255,14 @@ def test_two_communicators_in_one_program():
 # ---------------------------------------------------------------------------------------
 
 
+# MPICH 5.0.2 over UCX (its default netmod) loses a message across hosts: a Recv from
+# MPI_ANY_SOURCE on a Dup of COMM_WORLD never completes when a wildcard Mprobe/Mrecv
+# (mpi4py's pickled recv) on COMM_WORLD came first; reproduced with mpi4py alone, gone with
+# MPIR_CVAR_CH4_NETMOD=ofi, fine with Open MPI. This test does exactly that.
+@pytest.mark.skipif(
+    "JAXMPI_TEST_HOSTS" in os.environ and jaxmpi._runtime.library.info["family"] == "mpich",
+    reason="MPICH over UCX loses a wildcard message across hosts (mpi4py alone shows it)",
+)
 @needs_mpi4py
 @needs_ranks(2)
 @pytest.mark.parametrize("first", ["mpi4py", "jaxmpi"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import jaxmpi
@@ -18,6 +19,9 @@ from helpers import (
     partner_or_skip,
     rank_data,
 )
+
+# Control flow is JAX's, whatever the MPI; the number of ranks enters.
+pytestmark = pytest.mark.same_on_every_mpi
 
 
 def rank_sum() -> int:

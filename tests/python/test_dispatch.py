@@ -26,6 +26,10 @@ from helpers import RANK, SIZE, count_python_dispatches, needs_ranks, p2p_partne
 from jaxmpi._binding import dispatch as _dispatch
 from jaxmpi._runtime.library import info
 
+# Dispatch is JAX's and jaxmpi's, whatever the MPI and the number of ranks
+# (tests/dispatch_modes.sh runs jobs on every build).
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 BIG = 1 << 19  # float32 elements: 2 MiB
 MODE, WHY = _dispatch.dispatch_mode()
 PARTNER = p2p_partner()

@@ -28,6 +28,10 @@ from helpers import (
     needs_mpi4py,
 )
 
+# How each dtype and op maps to the MPI's datatypes and ops: the number of ranks
+# does not enter.
+pytestmark = pytest.mark.same_at_every_size
+
 SUPPORTED_PAIRS = [(op, dtype) for op in OP_NAMES for dtype in OP_DTYPES[op]]
 
 

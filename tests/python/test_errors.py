@@ -31,6 +31,9 @@ from helpers import (
     needs_ranks,
 )
 
+# Raised while tracing, before any MPI call.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 #: Every op that takes an array, called with valid arguments apart from `x` or `comm`.
 #: Peers are PROC_NULL and roots 0, so that a call that wrongly went through would not
 #: wait for anybody.

@@ -6,9 +6,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxmpi
 from helpers import RANK, SIZE, assert_array, needs_ranks, partner_or_skip
+
+# The README's examples, as the docs run them; their MPI calls are tested elsewhere.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
 
 
 def test_allreduce_of_ranks():

@@ -22,6 +22,7 @@ pytestmark = [
         os.environ.get("JAXMPI_TEST_LARGE") != "1", reason="set JAXMPI_TEST_LARGE=1"
     ),
     pytest.mark.skipif(SIZE != 2, reason="written for 2 ranks"),
+    pytest.mark.large_messages,
 ]
 
 

@@ -15,6 +15,9 @@ import pytest
 import jaxmpi
 from helpers import RANK, SIZE
 
+# The drop-in API's signatures and conventions, whatever the MPI.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 # mpi4jax 0.9.1's public functions and their parameters, as (name, kind) in order
 # (`inspect.signature` of the installed package; the defaults are its own MPI's values).
 P, K = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY

@@ -9,7 +9,15 @@ start when the variable is set); processes started here show the hook itself at 
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
+import importlib.resources
+import importlib.util
+import inspect
+import os
 import sys
+import tarfile
+from pathlib import Path
 
 import _jaxmpi_startup
 import jax
@@ -20,6 +28,9 @@ from test_startup import rank_0_only, run_alone
 
 from helpers import MPI, RANK, SIZE, assert_array, needs_mpi4py, partner_or_skip
 from jaxmpi import _mpi4jax
+
+# Modules and names made in Python, whatever the MPI.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
 
 
 @pytest.fixture
@@ -68,6 +79,82 @@ def test_a_release_has_its_version_names_and_submodules(presenting, version, nam
     for absent in {"notoken", "experimental.notoken", "experimental.tokenizer"} - set(modules):
         with pytest.raises(ModuleNotFoundError, match=f"mpi4jax {version} has none"):
             importlib.import_module(f"mpi4jax.{absent}")
+
+
+# mpi4jax's own sdists (ci/setup.sh fetches them from PyPI), a release for each layout
+# presented: the package alone, notoken beside it, experimental.notoken, experimental.tokenizer.
+SDISTS = Path(__file__).resolve().parents[2] / ".venvs" / "mpi4jax-sdists"
+LAYOUTS = {
+    "0.9.1.post2": ["mpi4jax"],
+    "0.7.2": ["mpi4jax", "mpi4jax.notoken"],
+    "0.4.0": ["mpi4jax", "mpi4jax.experimental", "mpi4jax.experimental.notoken"],
+    "0.3.10": ["mpi4jax", "mpi4jax.experimental", "mpi4jax.experimental.tokenizer"],
+}
+
+
+def real_modules(version: str, into: Path) -> tuple[dict, Path]:
+    """mpi4jax `version`'s modules (LAYOUTS), as `import` makes them from its files before
+    running them (running them needs mpi4jax's compiled bridge): find_spec, then
+    module_from_spec, which sets every attribute compared here. And their root folder."""
+    sdist = SDISTS / f"mpi4jax-{version}.tar.gz"
+    assert sdist.is_file(), f"{sdist} is missing: ci/setup.sh fetches mpi4jax's sdists from PyPI"
+    with tarfile.open(sdist) as tar:
+        package = [m for m in tar.getmembers() if m.name.startswith(f"mpi4jax-{version}/mpi4jax/")]
+        tar.extractall(into, members=package, filter="data")
+    root = into / f"mpi4jax-{version}"
+    made: dict = {}
+    for name in LAYOUTS[version]:
+        parent = name.rpartition(".")[0]
+        path = made[parent].__path__ if parent else [str(root)]
+        made[name] = importlib.util.module_from_spec(
+            importlib.machinery.PathFinder.find_spec(name, path)
+        )
+    return made, root
+
+
+def looks(module, root: Path) -> dict:
+    """What a program or a tool sees of `module`'s place: its file, folder and spec, with
+    paths relative to the folder that holds the package."""
+    spec = module.__spec__
+
+    def here(path):
+        return os.path.relpath(path, root)
+
+    search = spec.submodule_search_locations
+    return {
+        "__name__": module.__name__,
+        "__file__": here(module.__file__),
+        "__path__": [here(p) for p in module.__path__] if hasattr(module, "__path__") else None,
+        "__package__": module.__package__,
+        "__cached__": here(module.__cached__),
+        "__loader__": type(module.__loader__),
+        "spec": (spec.name, here(spec.origin), spec.has_location, spec.parent, here(spec.cached)),
+        "spec.loader": type(spec.loader),
+        "spec.submodule_search_locations": [here(p) for p in search] if search else None,
+    }
+
+
+@pytest.mark.parametrize("version", list(LAYOUTS))
+def test_each_module_has_a_file_folder_and_spec_as_the_real_mpi4jax(presenting, version, tmp_path):
+    """`__file__`, `__path__` and the spec of each module, against the same release's."""
+    real, real_root = real_modules(version, tmp_path)
+    presenting(version)
+    ours = {name: importlib.import_module(name) for name in LAYOUTS[version]}
+    our_root = Path(_mpi4jax.FILES)
+    for name in LAYOUTS[version]:
+        assert looks(ours[name], our_root) == looks(real[name], real_root), name
+        # What tools open: the spec's origin (the module's source) and the package's folder.
+        origin = importlib.util.find_spec(name).origin
+        assert inspect.getsource(ours[name]) == Path(origin).read_text(), name
+        assert Path(origin).is_relative_to(our_root), origin
+    assert importlib.resources.files("mpi4jax").joinpath("__init__.py").is_file()
+
+
+def test_a_file_run_under_another_name_says_how_to_import_it():
+    where = Path(_mpi4jax.FILES) / "mpi4jax" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("elsewhere", where)
+    with pytest.raises(ImportError, match="set JAXMPI_AS_MPI4JAX and import mpi4jax"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
 @needs_mpi4py

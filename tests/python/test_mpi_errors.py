@@ -25,6 +25,9 @@ from helpers import (
     partner_or_skip,
 )
 
+# MPI's own failures, between pairs of ranks.
+pytestmark = pytest.mark.same_at_every_size
+
 
 @pytest.fixture(autouse=True)
 def _library_still_usable():

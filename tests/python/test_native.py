@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -14,6 +15,9 @@ import pytest
 
 import jaxmpi._native
 from helpers import RANK
+
+# The extension module itself.
+pytestmark = pytest.mark.same_at_every_size
 
 PACKAGE = Path(jaxmpi.__file__).parent
 
@@ -31,6 +35,10 @@ def needed_libraries(path: str) -> list[str]:
 
 @pytest.mark.skipif(RANK != 0, reason="checked once, on rank 0")
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf (binutils)")
+@pytest.mark.skipif(
+    os.environ.get("JAXMPI_MPI") == "linked",
+    reason="the linked backend's build links its MPI by design (ci/linked_python.sh)",
+)
 def test_extension_module_links_no_mpi_or_cuda():
     path = jaxmpi._native.__file__
     needed = needed_libraries(path)

@@ -17,6 +17,9 @@ from helpers import RANK, SIZE, needs_ranks
 from jaxmpi import _native
 from jaxmpi._runtime import gpu_choice
 
+# Which ranks share a node: across hosts, with one rank and two on each.
+pytestmark = [pytest.mark.across_hosts, pytest.mark.several_ranks_per_host]
+
 
 def _hostnames() -> list[str]:
     """Every rank's hostname, in rank order."""

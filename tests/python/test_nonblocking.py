@@ -25,6 +25,10 @@ from helpers import (
     rank_data,
 )
 
+# The cells leave the progress thread to jaxmpi (none on 2 cores at 2 ranks):
+# run again with it forced.
+pytestmark = pytest.mark.progress_thread
+
 # 1 MiB of float32: larger than every eager-protocol limit (the transfer needs the
 # receiver, and progress, to complete).
 BIG = 1 << 18

@@ -25,6 +25,9 @@ from helpers import (
     rank_data,
 )
 
+# Across hosts, a transport of its own.
+pytestmark = pytest.mark.across_hosts
+
 # 1 MiB of float32 per message: larger than any eager-protocol limit, so a send does not
 # complete before the matching receive has been posted.
 BIG = 1 << 18

@@ -39,7 +39,9 @@ from helpers import (
     reduce_arrays,
 )
 
-pytestmark = needs_mpi4py
+# Random sequences of the ops the other files test on every MPI; the number of
+# ranks enters.
+pytestmark = [needs_mpi4py, pytest.mark.same_on_every_mpi]
 
 MAX_STEPS = int(os.environ.get("JAXMPI_RANDOM_STEPS", "8"))
 if "JAXMPI_RANDOM_SEED" in os.environ:

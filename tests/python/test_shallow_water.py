@@ -21,6 +21,10 @@ import pytest
 import jaxmpi
 from helpers import RANK, SIZE
 
+# The decomposed model makes the MPI calls the other files test on every MPI;
+# the number of ranks enters.
+pytestmark = pytest.mark.same_on_every_mpi
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "shallow_water.py"
 _spec = importlib.util.spec_from_file_location("shallow_water_example", EXAMPLE)
 sw = importlib.util.module_from_spec(_spec)

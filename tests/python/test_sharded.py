@@ -353,6 +353,7 @@ def test_jax_process_index_is_the_mpi_rank():
     assert (jax.process_index(), jax.process_count()) == (RANK, SIZE)
 
 
+@pytest.mark.same_at_every_size  # processes of its own, started on rank 0
 def test_several_local_devices_are_refused_clearly():
     """One process with 2 CPU devices, started alone: a shard_map over both holding an op
     is refused before anything runs, naming the op, the device count and the fix."""
@@ -397,6 +398,7 @@ def test_readme_example():
     assert_array(residual.addressable_data(0), np.sum((expected - domain) ** 2))
 
 
+@pytest.mark.same_at_every_size  # processes of its own, started on rank 0
 def test_a_jax_process_count_that_differs_from_the_mpi_world_is_refused():
     """Two processes that are each an MPI job of one rank (singletons) but one
     jax.distributed job of two: an op in a program over both is refused by name."""

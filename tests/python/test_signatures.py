@@ -16,6 +16,9 @@ from jaxmpi._binding import rules as _rules
 from jaxmpi._binding.primitives import PRIMITIVES
 from jaxmpi._runtime import encodings
 
+# The declarations, checked in Python and Rust, whatever the MPI.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 # The one primitive without a handler: allreduce-SUM's transpose, which calls no MPI.
 WITHOUT_HANDLER = {"allreduce_transposed"}
 

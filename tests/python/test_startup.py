@@ -12,6 +12,9 @@ import pytest
 
 from helpers import MPI, RANK
 
+# Processes started alone.
+pytestmark = pytest.mark.same_at_every_size
+
 # Variables through which a launcher makes a process a rank of its job; the child must
 # not inherit them, or it would try to join this job instead of starting alone.
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDI_", "HYDRA_", "I_MPI_", "MPI_LOCALNRANKS")

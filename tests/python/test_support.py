@@ -9,6 +9,9 @@ from test_startup import rank_0_only, run_alone
 
 from jaxmpi._runtime import support as _support
 
+# JAX versions, checked at import, whatever the MPI.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 
 def test_release_numbers():
     assert _support.release("0.12.0.1") == (0, 12, 0, 1)

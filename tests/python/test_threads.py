@@ -25,10 +25,14 @@ THREADS = 4
 ROUNDS = 40
 JOIN_TIMEOUT = 120  # seconds; a deadlock shows as threads still running after this
 
-pytestmark = pytest.mark.skipif(
-    info["thread_level"] != "MPI_THREAD_MULTIPLE",
-    reason=f"MPI provides {info['thread_level']}; concurrent calls need MPI_THREAD_MULTIPLE",
-)
+# Threads on their own communicators, at any number of ranks alike.
+pytestmark = [
+    pytest.mark.skipif(
+        info["thread_level"] != "MPI_THREAD_MULTIPLE",
+        reason=f"MPI provides {info['thread_level']}; concurrent calls need MPI_THREAD_MULTIPLE",
+    ),
+    pytest.mark.same_at_every_size,
+]
 
 
 def value(thread: int, rank: int, k: int) -> float:

@@ -26,6 +26,9 @@ from helpers import (
     reduce_arrays,
 )
 
+# Across hosts, a transport of its own.
+pytestmark = pytest.mark.across_hosts
+
 ROOT = SIZE - 1  # not 0, so code that assumes root 0 fails
 DTYPES = ["int32", "float32", "bfloat16", "complex64", "bool"]
 ROW = (2,)  # every row is a (2,)-vector unless a test says otherwise

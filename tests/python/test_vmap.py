@@ -18,6 +18,10 @@ import pytest
 import jaxmpi
 from helpers import RANK, SIZE, assert_array, p2p_partner, rank_data
 
+# Batching rules are JAX's and jaxmpi's, whatever the MPI; the number of ranks
+# enters.
+pytestmark = pytest.mark.same_on_every_mpi
+
 ROOT = SIZE - 1
 BATCH = 3
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE

@@ -19,6 +19,9 @@ import pytest
 import jaxmpi
 from helpers import RANK, SIZE, needs_ranks
 
+# The compiled HLO, whatever the MPI and the number of ranks.
+pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
+
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
 
 N = 4096  # elements: far above anything XLA would copy for its own bookkeeping

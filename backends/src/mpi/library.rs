@@ -1,7 +1,8 @@
-//! `MpiLibrary<A>`: one MPI library, loaded with dlopen, driven through the function table,
-//! with the family's differences supplied by `A: Abi`. This file holds loading,
-//! initialization and MPI error codes; `handles.rs` converts values, `counts.rs` picks
-//! the count convention, `comms.rs` implements `Library` and `ops.rs` `Backend`.
+//! `MpiLibrary<A>`: one MPI library, loaded with dlopen, driven through the function table
+//! (`functions.rs`), with the family's differences supplied by `A: Abi`. This file holds
+//! loading, initialization, finalization and MPI error codes; `handles.rs` converts values,
+//! `impl_library.rs` implements core's `Library` and `impl_backend.rs` its `Backend` (the
+//! ops in the files `mod.rs` names, over the count convention `counts.rs` picks).
 
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;

@@ -1,0 +1,160 @@
+# shellcheck shell=bash
+# ci/steps.sh -- ci/test.sh's bookkeeping: how a step or a matrix cell is run and recorded,
+# and the summary it ends with. Sourced (not executable on its own) after OUT, the log
+# folder, is set; matrix_cells and suite_cells also need ci/matrix.sh. Defines:
+#   step NAME LOGNAME CMD...     runs CMD, its output on the console and in OUT/LOGNAME.log
+#   matrix_cells GROUP RUNNER CELL...  runs each "BUILD N [ARG...]" cell as
+#                                RUNNER BUILD N LOG [ARG...] (run_cell, suite_cell, ...)
+#   suite_cells GROUP            the Python suite's cells of GROUP (ci/matrix.sh's
+#                                JAXMPI_SUITE_TABLE)
+#   summary                      the table of every step and cell, the time table and the
+#                                "N passed, N failed" line; status 1 if anything failed
+#   selected WHAT                whether JAXMPI_STEPS lets WHAT run
+# A step or cell is recorded under GROUP, the time table's group (set it before).
+# Knobs: JAXMPI_MATRIX_BUDGET=3000: seconds for all the matrix cells together; the cells
+# left when it is used up fail without running. JAXMPI_STEPS=RE: only the steps and cells
+# whose "GROUP: NAME" (a step) or "GROUP BUILD n=N" (a cell) matches the extended regex RE
+# run; the others are recorded as skipped (e.g. 'checks: ruff|^pytest pypi-mpich-5 n=2').
+
+ROWS=()  # "name|version|family|ranks|result|note" (result: pass, FAIL, skip)
+TIMES=() # "group|seconds|name|ranks", one per row, for the time table
+GROUP=setup
+N_PASS=0 N_FAIL=0 N_SKIP=0
+T_START=$SECONDS
+MATRIX_BUDGET=${JAXMPI_MATRIX_BUDGET:-3000}
+MATRIX_T0= # set by the first matrix cell
+
+record() { # record NAME VERSION FAMILY RANKS RESULT NOTE SECONDS
+    local f=("$@")
+    f=("${f[@]//|//}") # "|" separates the fields of a row
+    ROWS+=("${f[0]}|${f[1]}|${f[2]}|${f[3]}|${f[4]}|${f[5]}")
+    TIMES+=("$GROUP|${f[6]}|${f[0]}|${f[3]}")
+    case $5 in
+    pass) N_PASS=$((N_PASS + 1)) ;;
+    skip) N_SKIP=$((N_SKIP + 1)) ;;
+    *) N_FAIL=$((N_FAIL + 1)) ;;
+    esac
+}
+
+banner() { printf '\n===== %s =====\n' "$*"; }
+
+selected() { [[ -z ${JAXMPI_STEPS:-} || $1 =~ $JAXMPI_STEPS ]]; }
+
+# The output goes both to the console (CI shows progress) and to the log.
+step() {
+    local name=$1 log="$OUT/$2.log" t0=$SECONDS rc
+    shift 2
+    if ! selected "$GROUP: $name"; then
+        record "$name" - - - skip "not in JAXMPI_STEPS" 0
+        return 0
+    fi
+    banner "$name"
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if ((rc == 0)); then
+        record "$name" - - - pass "$((SECONDS - t0))s" "$((SECONDS - t0))"
+    else
+        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}" "$((SECONDS - t0))"
+    fi
+    printf -- '----- %s: %s (%ss)\n' "$name" "$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)")" "$((SECONDS - t0))"
+}
+
+# Each cell is capped by its own timeout, but many hanging cells would still add up: past
+# the budget the remaining cells fail unrun. The runner sets CELL_RESULT (pass, skip or
+# fail), CELL_NOTE, and CELL_VERSION and CELL_FAMILY where it knows them.
+matrix_cells() {
+    local group=$1 runner=$2 cell build n log t0 result note
+    local -a args
+    shift 2
+    [[ -n $MATRIX_T0 ]] || MATRIX_T0=$SECONDS
+    for cell in "$@"; do
+        read -r build n _ <<<"$cell"
+        read -r -a args <<<"$cell"
+        log="$OUT/matrix/$group-$build-n$n.log"
+        t0=$SECONDS
+        if ! selected "$group $build n=$n"; then
+            CELL_RESULT=skip CELL_VERSION="" CELL_FAMILY="" CELL_NOTE="not in JAXMPI_STEPS"
+        elif ((SECONDS - MATRIX_T0 > MATRIX_BUDGET)); then
+            CELL_RESULT=fail CELL_VERSION="" CELL_FAMILY=""
+            CELL_NOTE="not run: matrix time budget (${MATRIX_BUDGET}s) used up"
+            echo "$CELL_NOTE" >"$log"
+        else
+            "$runner" "$build" "$n" "$log" "${args[@]:2}"
+        fi
+        case $CELL_RESULT in
+        pass) result=pass ;;
+        skip) result=skip ;;
+        *) result=FAIL ;;
+        esac
+        note="$CELL_NOTE"
+        [[ $result == FAIL ]] && note="$note; log .ci-out/matrix/${log##*/}"
+        [[ $result == pass ]] && note="${note:+$note, }$((SECONDS - t0))s"
+        GROUP=$group record "$group $build" "${CELL_VERSION:--}" "${CELL_FAMILY:-${JAXMPI_MATRIX_FAMILY[$build]}}" "$n" "$result" "$note" "$((SECONDS - t0))"
+        printf '%-28s n=%s  %s  %s\n' "$group $build" "$n" "$result" "$note"
+        # Enough of the log to diagnose without opening the file.
+        [[ $result == FAIL ]] && sed 's/^/    | /' < <(tail -n 40 "$log")
+    done
+}
+
+# suite_cell BUILD N LOG KIND [K=V...]: what a cell of KIND runs (tests/python/selection.py).
+suite_cell() {
+    local build=$1 n=$2 log=$3 kind=$4
+    shift 4
+    PYTEST_CELL=$kind run_pytest_cell "$build" "$n" "$log" "$@"
+}
+
+suite_cells() {
+    local -a cells
+    mapfile -t cells < <(matrix_suite_cells "$1")
+    matrix_cells "$1" suite_cell "${cells[@]}"
+}
+
+# Wall seconds per group (in run order), each group's items slowest first, setup's own
+# parts from its log, and the total: where the time goes, to keep the run under its
+# budget (45 minutes on an idle 2-core machine; CI allows 90).
+time_table() {
+    local -a groups=()
+    local -A sum=()
+    local row group secs name ranks
+    for row in "${TIMES[@]}"; do
+        IFS='|' read -r group secs _ <<<"$row"
+        [[ -v sum[$group] ]] || groups+=("$group")
+        sum[$group]=$((${sum[$group]:-0} + secs))
+    done
+    banner "time table (wall seconds)"
+    for group in "${groups[@]}"; do
+        printf '%6ss  %s\n' "${sum[$group]}" "$group"
+        for row in "${TIMES[@]}"; do
+            IFS='|' read -r _ secs name ranks <<<"$row"
+            [[ $row == "$group|"* ]] && printf '%s|%s|%s\n' "$secs" "$name" "$ranks"
+        done | sort -t'|' -k1,1nr | while IFS='|' read -r secs name ranks; do
+            printf '%6ss      %s%s\n' "$secs" "$name" "$([[ $ranks != - ]] && echo " (n=$ranks)")"
+        done
+        if [[ $group == setup && -f $OUT/setup.log ]]; then
+            sed -n '/^setup: all done/d; s/^setup: \(.*\) done (\([0-9]*\)s)$/\2|\1/p' "$OUT/setup.log" |
+                while IFS='|' read -r secs name; do printf '%6ss          %s\n' "$secs" "$name"; done
+        fi
+    done
+    printf '%6ss  total (wall, %s min)\n' "$((SECONDS - T_START))" "$(((SECONDS - T_START + 30) / 60))"
+}
+
+summary() {
+    local fmt='%-36s %-44s %-8s %-5s %-6s %s\n' row name version family ranks result note line
+    banner "summary ($((SECONDS - T_START))s)"
+    # shellcheck disable=SC2059  # the format is ours
+    printf "$fmt" "MPI build / step" "version" "family" "ranks" "result" "notes"
+    for row in "${ROWS[@]}"; do
+        IFS='|' read -r name version family ranks result note <<<"$row"
+        # Library version strings carry tabs/newlines and build details: keep the
+        # first 44 characters with whitespace squeezed.
+        version=$(tr -s '[:space:]' ' ' <<<"$version" | sed 's/ *$//')
+        ((${#version} > 44)) && version="${version:0:43}~"
+        # shellcheck disable=SC2059
+        printf "$fmt" "$name" "$version" "$family" "$ranks" "$result" "$note"
+    done
+    time_table
+    line="$N_PASS passed, $N_FAIL failed"
+    ((N_SKIP > 0)) && line+=", $N_SKIP skipped"
+    echo "$line"
+    ((N_FAIL == 0))
+}

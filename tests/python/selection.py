@@ -1,0 +1,135 @@
+"""Which tests each kind of cell of ./ci/test.sh runs. A cell passes `--jaxmpi-cell=KIND`
+(conftest.py applies KINDS below); ci/matrix.sh's JAXMPI_SUITE_TABLE says which builds run
+which kind, at how many ranks. What a test file declares with the markers of MARKERS (a
+module's `pytestmark`, or a test's decorator) is all the selection reads; a file that
+declares nothing runs wherever the suite runs: on every build of the matrix, at every
+number of ranks. `ci/suite_cells.sh which FILE` says which cells run a file.
+
+Two facts need no marker: the dtypes a test is parametrized over (the names of ALL_DTYPES
+among its parameters' ids), and whether its file imports sharding.py (it needs
+jax.distributed started before any JAX computation, so it runs in cells of its own, and
+elsewhere sharding.py skips it at import).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from helpers import ALL_DTYPES, FEW_DTYPES
+
+# What a test may declare, and what each kind of cell does with it.
+MARKERS = {
+    "same_on_every_mpi": "no MPI library can change the outcome: run where the whole suite "
+    "runs (a build of each family, the oldest and newest JAX), not on the other MPIs",
+    "same_at_every_size": "a number of ranks above 2 cannot change the outcome: not run at "
+    "3 and 4 ranks",
+    "dtype_sweep": "sweeps ops over every dtype: on the other MPIs only FEW_DTYPES (the "
+    "dtype tables of test_dtypes run whole on every build)",
+    "across_hosts": "also run across 2 simulated hosts (ci/multihost.sh), on HOSTS_DTYPES",
+    "several_ranks_per_host": "also run with 2 ranks on each of 2 simulated hosts",
+    "progress_thread": "also run with the progress thread forced (JAXMPI_PROGRESS=thread)",
+    "large_messages": "messages over 2^31 elements, ~8 GiB a rank: only in cells of their own",
+}
+
+# Across hosts, where TCP replaces shared memory: one integer and one float dtype.
+HOSTS_DTYPES = ("int32", "float64")
+
+
+class Test:
+    """What the selection knows of one collected test."""
+
+    def __init__(self, item) -> None:
+        self.markers = {mark.name for mark in item.iter_markers()}
+        callspec = getattr(item, "callspec", None)
+        words = set(callspec.id.split("-")) if callspec else set()
+        self.dtypes = words & set(ALL_DTYPES)
+
+    def has(self, marker: str) -> bool:
+        assert marker in MARKERS, f"{marker}: not one of MARKERS"
+        return marker in self.markers
+
+    @property
+    def more_dtypes(self) -> bool:
+        """Parametrized over a dtype outside FEW_DTYPES."""
+        return not self.dtypes <= set(FEW_DTYPES)
+
+    @property
+    def suite(self) -> bool:
+        """Runs in the suite's own cells (not only in cells of its own)."""
+        return not self.has("large_messages")
+
+
+@functools.cache
+def imports_sharding(path: Path) -> bool:
+    """Whether the test file at `path` imports sharding.py (read with ast, not run)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return False  # pytest reports the file itself
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "sharding" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "sharding" and not node.level:
+            return True
+    return False
+
+
+class Kind:
+    """A kind of cell: the test files it reads (`reads`, from the path alone: a file read is
+    imported) and, of their tests, those it runs (`runs`)."""
+
+    def __init__(self, runs: Callable[[Test], bool], reads: Callable[[Path], bool]) -> None:
+        self.runs, self.reads = runs, reads
+
+
+def suite_files(path: Path) -> bool:
+    """The files the suite's own cells read: all but those under jax.distributed, which
+    must start before any JAX computation (another file could run one at import)."""
+    return not imports_sharding(path)
+
+
+KINDS: dict[str, Kind] = {
+    # The first build at 1 and 2 ranks, the other family, the oldest and newest JAX.
+    "whole": Kind(lambda t: t.suite, suite_files),
+    # Another MPI: what the library can change (its family's tables and errors, threads,
+    # how it is found and started, transfers of every kind).
+    "other-mpi": Kind(
+        lambda t: (
+            t.suite
+            and not t.has("same_on_every_mpi")
+            and not (t.has("dtype_sweep") and t.more_dtypes)
+        ),
+        suite_files,
+    ),
+    # A JAX between the oldest and newest, over the first build's MPI: the dtype does not
+    # meet JAX's version.
+    "other-jax": Kind(lambda t: t.suite and not t.more_dtypes, suite_files),
+    # 3 and 4 ranks (odd, and more ranks than cores): what the number of ranks can change.
+    "ranks": Kind(
+        lambda t: t.suite and not t.has("same_at_every_size") and not t.more_dtypes,
+        suite_files,
+    ),
+    "hosts": Kind(lambda t: t.has("across_hosts") and t.dtypes <= set(HOSTS_DTYPES), suite_files),
+    "hosts-several-ranks": Kind(lambda t: t.has("several_ranks_per_host"), suite_files),
+    "progress-thread": Kind(lambda t: t.suite and t.has("progress_thread"), suite_files),
+    "large": Kind(lambda t: t.has("large_messages"), suite_files),
+    # Under jax.distributed, in a process of its own.
+    "sharded": Kind(lambda t: True, imports_sharding),
+    "sharded-ranks": Kind(lambda t: not t.has("same_at_every_size"), imports_sharding),
+}
+
+
+def ignores(kind: str, path: Path) -> bool:
+    """Whether a cell of `kind` leaves the test file at `path` unread."""
+    return not KINDS[kind].reads(path)
+
+
+def split(kind: str, items: list) -> tuple[list, list]:
+    """The collected tests a cell of `kind` runs, and those it leaves out."""
+    kept, left = [], []
+    for item in items:
+        (kept if KINDS[kind].runs(Test(item)) else left).append(item)
+    return kept, left
