@@ -146,7 +146,9 @@ def _worker(implementation: str) -> None:
     for label, n in SIZES.items():
         steps = STEPS[label]
         for case, (times, step) in steps_of.items():
-            x = jax.make_array_from_process_local_data(blocks, np.ones(local * n * times, np.float32))
+            x = jax.make_array_from_process_local_data(
+                blocks, np.ones(local * n * times, np.float32)
+            )
 
             def body(v, step=step, steps=steps):
                 return jax.lax.fori_loop(0, steps, lambda _, y: step(y), v)
@@ -266,7 +268,9 @@ def _collectives(args) -> None:
     others = [i for i in implementations if i != "jaxmpi"]
     header = ["case", "size"] + [IMPLEMENTATIONS[i] for i in implementations]
     header += [f"{IMPLEMENTATIONS[i]} / pass" for i in others] + ["pass / jaxmpi op"]
-    print(f"\n{args.devices} CPU device(s) per process, {args.launcher}; us per call, best of {args.rounds} rounds\n")
+    print(
+        f"\n{args.devices} CPU device(s) per process, {args.launcher}; us per call, best of {args.rounds} rounds\n"
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * 2 + "---:|" * (len(header) - 2))
     equivalent = {

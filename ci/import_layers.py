@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "jaxmpi._binding.requests", "jaxmpi._binding.xla_collectives",
     )),
     ("JAX binding: primitives and dispatch", (
-        "jaxmpi._binding.primitives", "jaxmpi._binding.dispatch",
+        "jaxmpi._binding.primitives", "jaxmpi._binding.dispatch", "jaxmpi._binding.hlo_pass",
     )),
     ("JAX binding: placement", ("jaxmpi._binding.placement",)),
     ("JAX binding: private JAX", ("jaxmpi._binding.jax_shim",)),

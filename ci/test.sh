@@ -81,6 +81,7 @@ suite_cells pytest
 suite_cells pytest-ranks
 suite_cells sharded
 suite_cells nonblocking-agent
+suite_cells layouts
 
 # Across 2 simulated hosts (ci/hosts.sh; needs root): the ops on both PyPI wheels, node-local
 # ranks at 2 x 2, then settings the ranks disagree on, a lost host and a cut link.

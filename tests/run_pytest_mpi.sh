@@ -77,9 +77,11 @@ else
     trap 'rm -rf "$logdir"' EXIT
 fi
 
-# A caller may ask for the GPU; the default stays the CPU, one device per rank.
+# A caller may ask for the GPU, or for several CPU devices per rank; the default stays the
+# CPU, one device per rank.
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
-export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=1"
+[[ ${XLA_FLAGS-} == *xla_force_host_platform_device_count* ]] ||
+    export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=1"
 export PYTHONDONTWRITEBYTECODE=1 # ranks would race writing the same .pyc files
 export PYTHONUNBUFFERED=1
 

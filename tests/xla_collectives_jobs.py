@@ -112,7 +112,9 @@ def cached_programs() -> tuple[int, int]:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     hits = []
     jax.monitoring.register_event_listener(
-        lambda event, **_: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None
+        lambda event, **_: (
+            hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None
+        )
     )
     import jaxmpi
 
@@ -158,7 +160,7 @@ def subset_program() -> tuple[int, int]:
         try:
             program(x)
             print(f"UNEXPECTED: rank {rank} ran a psum over some processes under 'mpi'")
-        except Exception as err:  # noqa: BLE001  (JAX wraps it in its own type)
+        except Exception as err:
             print(f"REFUSED rank {rank} {err}")
     return rank, size
 

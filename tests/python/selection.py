@@ -6,9 +6,9 @@ declares nothing runs wherever the suite runs: on every build of the matrix, at 
 number of ranks. `ci/suite_cells.sh which FILE` says which cells run a file.
 
 Two facts need no marker: the dtypes a test is parametrized over (the names of ALL_DTYPES
-among its parameters' ids), and whether its file imports sharding.py (it needs
-jax.distributed started before any JAX computation, so it runs in cells of its own, and
-elsewhere sharding.py skips it at import).
+among its parameters' ids), and whether its file imports sharding.py or layouts.py (it
+needs jax.distributed started before any JAX computation, so it runs in cells of its own,
+and elsewhere those modules skip it at import).
 """
 
 from __future__ import annotations
@@ -63,18 +63,26 @@ class Test:
 
 
 @functools.cache
-def imports_sharding(path: Path) -> bool:
-    """Whether the test file at `path` imports sharding.py (read with ast, not run)."""
+def imports(path: Path, module: str) -> bool:
+    """Whether the test file at `path` imports the helper `module` (read with ast, not run)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return False  # pytest reports the file itself
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name == "sharding" for a in node.names):
+        if isinstance(node, ast.Import) and any(a.name == module for a in node.names):
             return True
-        if isinstance(node, ast.ImportFrom) and node.module == "sharding" and not node.level:
+        if isinstance(node, ast.ImportFrom) and node.module == module and not node.level:
             return True
     return False
+
+
+def imports_sharding(path: Path) -> bool:
+    return imports(path, "sharding")
+
+
+def imports_layouts(path: Path) -> bool:
+    return imports(path, "layouts")
 
 
 class Kind:
@@ -88,7 +96,7 @@ class Kind:
 def suite_files(path: Path) -> bool:
     """The files the suite's own cells read: all but those under jax.distributed, which
     must start before any JAX computation (another file could run one at import)."""
-    return not imports_sharding(path)
+    return not imports_sharding(path) and not imports_layouts(path)
 
 
 KINDS: dict[str, Kind] = {
@@ -119,6 +127,8 @@ KINDS: dict[str, Kind] = {
     # Under jax.distributed, in a process of its own.
     "sharded": Kind(lambda t: True, imports_sharding),
     "sharded-ranks": Kind(lambda t: not t.has("same_at_every_size"), imports_sharding),
+    # JAX's collectives through jaxmpi's pass, in one layout of devices per process.
+    "layouts": Kind(lambda t: True, imports_layouts),
 }
 
 

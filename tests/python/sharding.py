@@ -1,6 +1,6 @@
 """What the files that run under jax.distributed share (test_sharded.py,
 test_xla_collectives.py): jax.distributed started once per process by
-`jaxmpi.distributed.initialize`, shard_map wherever this JAX has it, and a mesh of every
+`jaxmpi.distributed.initialize(collectives="mpi")`, shard_map wherever this JAX has it, and a mesh of every
 process's one device with program helpers over it.
 
 jax.distributed must start before any JAX computation, so these files run in pytest cells
@@ -24,8 +24,9 @@ from jax.sharding import PartitionSpec as P
 import jaxmpi.distributed
 
 # Once per process (this module is imported once, by whichever file comes first); JAX's
-# own collectives take the default (`collectives="auto"`: MPI wherever it works).
-jaxmpi.distributed.initialize()
+# own collectives take XLA's MPI backend, the route of JAX 0.6.2 to 0.10.1 and of a program
+# that asks for it (layouts.py's files take the default of JAX >= 0.10.2, jaxmpi's pass).
+jaxmpi.distributed.initialize(collectives="mpi")
 
 try:  # public from JAX 0.7 on
     from jax import shard_map

@@ -4,45 +4,27 @@ groups over each axis of a mesh that splits processes and local devices, a mesh 
 of the processes only, the collectives GSPMD inserts, loops and branches holding them,
 many in one program with ranks delayed differently, and jaxmpi's own ops beside them.
 
-Runs in cells of its own (JAXMPI_TEST_LAYOUT="PxD": P processes of D CPU devices, set with
-XLA_FLAGS=--xla_force_host_platform_device_count=D): jax.distributed starts once per
-process. Expected values are computed from the global input on every rank, and each rank
+Runs in the layouts' cells of its own (layouts.py starts jax.distributed in the layout the
+cell sets). Expected values are computed from the global input on every rank, and each rank
 checks the blocks it holds.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax import shard_map
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
 
-LAYOUT = os.environ.get("JAXMPI_TEST_LAYOUT")
-if LAYOUT is None:
-    pytest.skip("set JAXMPI_TEST_LAYOUT=PxD (a cell of its own)", allow_module_level=True)
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-import jaxmpi  # noqa: E402
-import jaxmpi.distributed  # noqa: E402
-from helpers import ALL_DTYPES, RANK, SIZE, assert_array  # noqa: E402
-from jaxmpi._binding import hlo_pass, jax_shim, xla_collectives  # noqa: E402
-
-if not jax_shim.has_hlo_pass_hook():
-    pytest.skip(f"JAX {jax.__version__} has no HLO pass hook", allow_module_level=True)
-
-jaxmpi.distributed.initialize(collectives="jaxmpi")
-
-from jax import shard_map  # noqa: E402  (public from JAX 0.7; the hook needs 0.10.2)
-
-PROCESSES, LOCAL = (int(n) for n in LAYOUT.split("x"))
-DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
-N = len(DEVICES)
-MESH = Mesh(np.array(DEVICES), ("i",))
+import jaxmpi
+from helpers import ALL_DTYPES, RANK, SIZE, assert_array
+from jaxmpi._binding import hlo_pass, xla_collectives
 
 
 def test_the_layout_is_the_one_asked_for():
@@ -50,7 +32,19 @@ def test_the_layout_is_the_one_asked_for():
     assert xla_collectives.chosen[0] == "jaxmpi", xla_collectives.chosen
 
 
-def put(value: np.ndarray, spec=P("i"), mesh: Mesh = MESH) -> jax.Array:
+def test_info_says_which_route_and_how_much_it_took():
+    from jaxmpi.__main__ import info_lines
+
+    smap(lambda a: jax.lax.psum(a, "i"))(put(blocks_of("float32")))
+    line = next(line for line in info_lines() if line.startswith("JAX collectives"))
+    assert "jaxmpi: asked for: jaxmpi's pass hands every collective" in line, line
+    assert f"{hlo_pass.rewritten['collectives']} collectives in" in line, line
+
+
+BLOCKS = P("i")  # the leading axis split over every device
+
+
+def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
     """The global array `value`, sharded by `spec` over `mesh`."""
     sharding = NamedSharding(mesh, spec)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
@@ -70,7 +64,7 @@ def check_close(got: jax.Array, expected: np.ndarray, what: str) -> None:
         )
 
 
-def smap(body, in_specs=P("i"), out_specs=P("i"), mesh: Mesh = MESH):
+def smap(body, in_specs=BLOCKS, out_specs=BLOCKS, mesh: Mesh = MESH):
     return jax.jit(
         shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     )
@@ -161,7 +155,9 @@ def test_all_to_all(split_axis, concat_axis):
     got = smap(lambda a: jax.lax.all_to_all(a, "i", split_axis, concat_axis, tiled=True))(put(x))
     blocks = per_block(x)
     chunks = [np.split(b, N, axis=split_axis) for b in blocks]  # chunks[source][target]
-    expected = [np.concatenate([chunks[s][t] for s in range(N)], axis=concat_axis) for t in range(N)]
+    expected = [
+        np.concatenate([chunks[s][t] for s in range(N)], axis=concat_axis) for t in range(N)
+    ]
     check(got, np.concatenate(expected, axis=0), f"all_to_all {split_axis}->{concat_axis}")
 
 

@@ -50,7 +50,7 @@ def values(rank: int, dtype: str) -> np.ndarray:
     return np.asarray(base, dtype)
 
 
-def test_the_default_runs_jax_collectives_over_mpi():
+def test_jax_collectives_run_over_xla_s_mpi_backend_as_asked():
     assert _xla_collectives.chosen is not None
     assert _xla_collectives.chosen[0] == "mpi", _xla_collectives.chosen
     assert jax.config.jax_cpu_collectives_implementation == "mpi"
@@ -212,8 +212,17 @@ def test_collectives_take_the_choices_refusals():
         "mpi",
         [0, 1],
     )
-    implementation, why = _xla_collectives.choose("auto", [0, 1])
-    assert implementation == "gloo" and "one CPU device per process" in why
+    route, why = _xla_collectives.choose("auto", [0, 1])
+    # Two devices per process: jaxmpi's pass where JAX has the hook, else gloo.
+    if _xla_collectives.hlo_pass.available():
+        assert route == "jaxmpi" and "the fastest route that works" in why, why
+        assert _xla_collectives.choose("auto")[0] == "jaxmpi"
+    else:
+        assert route == "gloo" and "one CPU device per process" in why, why
+        assert _xla_collectives.choose("auto")[0] == "mpi"
+        check_raises(
+            RuntimeError, ["collectives='jaxmpi'", "no hook"], _xla_collectives.choose, "jaxmpi"
+        )
     assert _xla_collectives.choose("gloo")[0] == "gloo"
     assert _xla_collectives.choose("mpi")[0] == "mpi"
 
@@ -301,4 +310,4 @@ def test_info_says_which_and_why():
     from jaxmpi.__main__ import info_lines
 
     line = next(line for line in info_lines() if line.startswith("JAX collectives"))
-    assert "mpi:" in line and "default where it works" in line, line
+    assert "mpi: asked for: jaxlib sends XLA's MPI calls" in line, line

@@ -208,6 +208,10 @@ def refuse_programs_over_some_processes() -> None:
 def explain() -> tuple[str, str]:
     """What `python -m jaxmpi info` says: the choice `initialize` made, or would make."""
     if chosen is not None:
-        return chosen
+        route, why = chosen
+        if route == "jaxmpi":
+            done = hlo_pass.rewritten
+            why += f" ({done['collectives']} collectives in {done['modules']} programs so far)"
+        return route, why
     route, why = choose("auto")
     return route, f"jaxmpi.distributed.initialize() would take it: {why}"

@@ -164,13 +164,14 @@ def before_mpi_init() -> Early:
     platforms = jax.config.read("jax_platforms")
     if excluded_by_platforms(platforms):
         return Early(f"JAX_PLATFORMS={platforms} leaves CUDA out", {})
-    cuda = dict(_native.cuda_info())
+    found = _native.cuda_info()
+    cuda = dict(found)
     early = Early(None, cuda, mpi_was_up="mpi4py.MPI" in sys.modules)
     if not cuda["driver"]:
         return early
     early.local = launcher_local_rank(os.environ)
     visible = jax.config.read("jax_cuda_visible_devices")
-    early.choice = plan(os.environ, cuda["devices"], visible, early.local)
+    early.choice = plan(os.environ, found["devices"], str(visible), early.local)
     if not early.choice.needs_mpi:
         apply(early.choice)
     return early
