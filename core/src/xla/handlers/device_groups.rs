@@ -193,9 +193,11 @@ fn find(naming: Naming, flat: &[i64], device: i64) -> Result<Option<(Vec<i64>, u
             let mut at = 0;
             while at < flat.len() {
                 let len = usize::try_from(flat[at]).unwrap_or(usize::MAX);
-                let group = flat.get(at + 1..(at + 1).saturating_add(len)).ok_or_else(|| {
-                    Error::invalid_argument("groups", "the attribute is cut short")
-                })?;
+                let group = flat
+                    .get(at + 1..(at + 1).saturating_add(len))
+                    .ok_or_else(|| {
+                        Error::invalid_argument("groups", "the attribute is cut short")
+                    })?;
                 if let Some(position) = group.iter().position(|&d| d == device) {
                     return Ok(Some((group.to_vec(), position)));
                 }

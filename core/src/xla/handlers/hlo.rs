@@ -39,7 +39,10 @@ fn seat_of(call: &Call) -> Result<Seat> {
 /// The group this call's device belongs to, and its position there.
 fn placed(call: &Call, library: &dyn Library, groups: &Devices) -> Result<(Arc<Group>, usize)> {
     device_groups::placed(call, library, groups, Naming::Groups)?.ok_or_else(|| {
-        Error::invalid_argument(call.name(), "the device is in none of the collective's groups")
+        Error::invalid_argument(
+            call.name(),
+            "the device is in none of the collective's groups",
+        )
     })
 }
 
@@ -291,8 +294,10 @@ pub fn hlo_collective_permute(
     };
     let pairs = a.pairs.of(call);
     let at_position = |d: i64| group.devices.iter().position(|&x| x == d).unwrap_or(0);
-    let pairs: Vec<(usize, usize)> =
-        pairs.chunks(2).map(|p| (at_position(p[0]), at_position(p[1]))).collect();
+    let pairs: Vec<(usize, usize)> = pairs
+        .chunks(2)
+        .map(|p| (at_position(p[0]), at_position(p[1])))
+        .collect();
     if group.local.len() == 1 && group.distinct() {
         // One MPI call, as jaxmpi.sendrecv makes: to this device's target, from its source.
         let (x, y) = (call.arg(0)?, call.ret(0)?);
@@ -313,7 +318,9 @@ pub fn hlo_collective_permute(
             source: peer(source),
             recvtag: Some(0),
         };
-        return backend.sendrecv(Input::Data(x.buf()?), y.buf_mut()?, envelope).map(|_| ());
+        return backend
+            .sendrecv(Input::Data(x.buf()?), y.buf_mut()?, envelope)
+            .map(|_| ());
     }
     on_process(call, library, &group, position, |seats| {
         for &p in &group.local {
