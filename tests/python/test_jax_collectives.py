@@ -398,6 +398,29 @@ def test_jaxmpi_ops_and_jax_collectives_in_one_body_and_across_calls():
     assert float(between) == SIZE * (SIZE - 1) / 2
 
 
+def test_rooted_jaxmpi_ops_beside_jax_collectives_are_refused_and_work_apart():
+    """bcast gives the root another program than the others (it takes the message there
+    and gives no result): the order of the calls around it could differ by rank, so the
+    program is refused when compiled, naming it; in programs of their own they run."""
+    if LOCAL > 1:
+        pytest.skip("jaxmpi's own ops run with one device per process (issue 44)")
+    x = put(blocks_of("float32"))
+
+    def together(a):
+        return jax.lax.psum(a, "i") + jaxmpi.bcast(a * 2, root=0)
+
+    with pytest.raises(Exception) as caught:
+        smap(together)(x)
+    message = str(caught.value)
+    assert "jaxmpi.bcast gives its root another program" in message, message
+    assert "in a jitted function of its own" in message, message
+    s = smap(lambda a: jax.lax.psum(a, "i"))(x)
+    b = smap(lambda a: jaxmpi.bcast(a * 2, root=0))(s)
+    got = smap(lambda a: jax.lax.pmax(a, "i"))(b)
+    total = per_block(blocks_of("float32")).sum(0)
+    check(got, np.tile(total * 2, (N, 1)), "psum, bcast, pmax in three programs")
+
+
 def test_types_xla_widens_first_are_summed_too():
     """float8 and int4 reach the pass widened (to float32 and int8): their sums are exact."""
     x = put(blocks_of("float32") % 4)
