@@ -128,8 +128,7 @@ def collectives() -> str:
 
             import jaxmpi.distributed
 
-            jaxmpi.distributed.initialize()
-            print(jaxmpi.distributed.collectives())
+            print(jaxmpi.distributed.collectives())  # before initialize: what it would take
 
         .. output::
 

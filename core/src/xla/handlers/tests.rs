@@ -230,12 +230,24 @@ fn span(name: &'static str) -> ByteSpan {
     }
 }
 
+/// The ids a lowering would pass for a communicator and an address (`handles.rs`).
+fn ids(comm: usize, address: usize) -> (i64, i64) {
+    use super::handles::{id_of, Table};
+    (id_of(Table::Comm, comm), id_of(Table::Address, address))
+}
+
 #[test]
 fn attributes_decode_into_their_declared_types() {
     use super::signature::Attrs;
     use crate::{Comm, Peer, ReduceOp};
+    let (comm, status) = ids(-8i64 as u64 as usize, 64);
     let mut attrs = FrameAttrs::new(
-        &[("comm", -8), ("source", -1), ("tag", -1), ("status", 64)],
+        &[
+            ("comm", comm),
+            ("source", -1),
+            ("tag", -1),
+            ("status", status),
+        ],
         &[],
     );
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
@@ -253,7 +265,8 @@ fn attributes_decode_into_their_declared_types() {
         (Peer::Any, None, 64)
     );
 
-    let mut attrs = FrameAttrs::new(&[("comm", 1), ("op", -1), ("user_op", 77)], &[]);
+    let (comm, user_op) = ids(0x4400_0000, 77);
+    let mut attrs = FrameAttrs::new(&[("comm", comm), ("op", -1), ("user_op", user_op)], &[]);
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "allreduce") }.unwrap();
@@ -262,7 +275,7 @@ fn attributes_decode_into_their_declared_types() {
         ReduceOp::User(77)
     );
 
-    let mut attrs = FrameAttrs::new(&[("comm", 1), ("root", 0)], &[("counts", vec![2, 0, 3])]);
+    let mut attrs = FrameAttrs::new(&[("comm", comm), ("root", 0)], &[("counts", vec![2, 0, 3])]);
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
@@ -274,15 +287,20 @@ fn attributes_decode_into_their_declared_types() {
 fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
     use super::signature::Attrs;
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
-    let cases: [(&[(&'static str, i64)], &str); 3] = [
-        (&[("comm", 1)], "attribute \"root\" is missing"),
+    let (comm, _) = ids(0x4400_0000, 0);
+    let cases: [(&[(&'static str, i64)], &str); 4] = [
+        (&[("comm", comm)], "attribute \"root\" is missing"),
         (
-            &[("comm", 1), ("root", 1 << 40)],
+            &[("comm", comm), ("root", 1 << 40)],
             "attribute \"root\" = 1099511627776 does not fit",
         ),
         (
-            &[("comm", 1), ("root", 0), ("counts", 3)],
+            &[("comm", comm), ("root", 0), ("counts", 3)],
             "attribute \"counts\" is missing or has the wrong kind",
+        ),
+        (
+            &[("comm", 1 << 30), ("root", 0)],
+            "attribute \"comm\" = 1073741824 names no handle this process has lowered",
         ),
     ];
     for (scalars, expected) in cases {
@@ -296,7 +314,7 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
         assert_eq!(err.op, "gatherv");
         assert!(err.message.starts_with(expected), "{}", err.message);
     }
-    let mut attrs = FrameAttrs::new(&[("comm", 1), ("root", 0)], &[("counts", vec![1, -2])]);
+    let mut attrs = FrameAttrs::new(&[("comm", comm), ("root", 0)], &[("counts", vec![1, -2])]);
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
