@@ -57,7 +57,7 @@ step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf "$CHECKS/needed.sh"
 # One wheel per architecture for every Python >= 3.10 and glibc >= 2.17.
 step "wheels: abi3, manylinux tag, size" wheel-check "$CHECKS/wheel_tags.sh"
-step "XLA plug-in: the names of jaxlib 0.6.2 to 0.12 exported" xla-contract "$CHECKS/xla_contract.sh"
+step "XLA plug-in: the names of jaxlib 0.6.2 to 0.12 exported" xla-plugin-contract "$CHECKS/xla_plugin_contract.sh"
 
 banner "MPI matrix: probe $(matrix_probe)"
 probe_cells=()

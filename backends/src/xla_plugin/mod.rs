@@ -1,4 +1,4 @@
-//! The plug-in through which JAX's own CPU collectives run over jaxmpi's MPI.
+//! The plug-in through which XLA's MPI backend runs JAX's CPU collectives over jaxmpi's MPI.
 //!
 //! jaxlib carries MPItrampoline: a constructor in `libjax_common.so` dlopens the library that
 //! `MPITRAMPOLINE_LIB` names at `import jax`, reads every name of its table (`contract.rs`:
