@@ -116,9 +116,9 @@ step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROO
 # family (the usual order on every build), exit status, JAXMPI_DEBUG's lines, a stuck
 # collective under JAXMPI_TIMEOUT, the refusals, a program without MPI collectives; then
 # jaxmpi and jax in different site directories (the startup hook decides at `import jax`).
-GROUP=xla-collectives
-step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" xla-jobs \
-    "$ROOT/tests/xla_collectives_jobs.sh"
+GROUP=jax-collectives
+step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" jax-collectives-jobs \
+    "$ROOT/tests/jax_collectives_jobs.sh"
 step "JAX's collectives over MPI: jaxmpi and jax in different site directories" startup-layouts \
     "$ROOT/tests/startup_layouts.sh"
 GROUP=reliability
