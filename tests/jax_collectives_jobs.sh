@@ -64,7 +64,7 @@ job() {
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
 
-# What every job of two ranks shows when XLA's collectives ran over jaxmpi's MPI (and
+# What every job of two ranks shows when JAX's collectives took XLA's MPI backend (and
 # jaxmpi.distributed.initialize chose it, in all but xla_first).
 over_mpi="RESULT rank 0 right|RESULT rank 1 right|DONE rank 0|DONE rank 1"
 over_mpi+="|rank 0: MPI_Allreduce for XLA (comm |rank 1: MPI_Allreduce for XLA (comm "
