@@ -24,12 +24,12 @@ from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
 
 import jaxmpi
 from helpers import ALL_DTYPES, RANK, SIZE, assert_array
-from jaxmpi._binding import hlo_pass, xla_collectives
+from jaxmpi._binding import hlo_pass, jax_collectives
 
 
 def test_the_layout_is_the_one_asked_for():
     assert (SIZE, jax.local_device_count()) == (PROCESSES, LOCAL)
-    assert xla_collectives.chosen[0] == "jaxmpi", xla_collectives.chosen
+    assert jax_collectives.chosen[0] == "jaxmpi", jax_collectives.chosen
 
 
 def test_info_says_which_route_and_how_much_it_took():

@@ -1,8 +1,8 @@
-"""The jobs of tests/xla_collectives_jobs.sh: JAX's own collectives over jaxmpi's MPI, each
+"""The jobs of tests/jax_collectives_jobs.sh: JAX's collectives over jaxmpi's MPI, each
 case a whole job (one MPI initialization, one exit), which pytest inside one job cannot
 make. Each prints what the script looks for (`RESULT ...`, `DONE rank r`).
 
-    python tests/xla_collectives_jobs.py CASE     (under the build's launcher)
+    python tests/jax_collectives_jobs.py CASE     (under the build's launcher)
 
 Cases (the order of the first imports and of MPI's initialization is the point of each):
   jax_first     import jax, then jaxmpi; jaxmpi.distributed.initialize() (jaxmpi initializes)
@@ -90,9 +90,9 @@ def psum_and_allreduce(rank: int, size: int) -> None:
     got = run(np.arange(3.0) + rank)
     expected = size * np.arange(3.0) + sum(range(size))
     print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
-    from jaxmpi._binding import xla_collectives as _xla_collectives
+    from jaxmpi._binding import jax_collectives as _jax_collectives
 
-    print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}", flush=True)
+    print(f"COLLECTIVES rank {rank} {_jax_collectives.chosen}", flush=True)
 
 
 def started_by_jaxmpi(collectives: str = "mpi") -> tuple[int, int]:
@@ -133,9 +133,9 @@ def cached_programs() -> tuple[int, int]:
     total = size * r + n.sum()
     expected = 2 * total + r + (r + (rank - 1) % size)
     print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
-    from jaxmpi._binding import xla_collectives as _xla_collectives
+    from jaxmpi._binding import jax_collectives as _jax_collectives
 
-    print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}")
+    print(f"COLLECTIVES rank {rank} {_jax_collectives.chosen}")
     print(f"CACHE HITS rank {rank} {len(hits)}", flush=True)
     return rank, size
 
@@ -214,9 +214,9 @@ def main() -> None:
             print("UNEXPECTED: initialize accepted collectives='mpi'")
         except RuntimeError as err:
             print(f"REFUSED {err}")
-        from jaxmpi._binding import xla_collectives as _xla_collectives
+        from jaxmpi._binding import jax_collectives as _jax_collectives
 
-        print("AUTO {}: {}".format(*_xla_collectives.choose("auto")))
+        print("AUTO {}: {}".format(*_jax_collectives.choose("auto")))
     elif CASE == "untouched":
         import jax
         import jax.numpy as jnp
