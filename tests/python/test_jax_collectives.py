@@ -263,6 +263,17 @@ def test_a_mesh_over_some_processes_only():
         check(got, expected, "psum over processes 0 and 1")
 
 
+def test_pmap_s_collectives_over_replicas():
+    """pmap runs every device as a replica: its collectives name replica ids (XLA's
+    cross-replica form, no channel)."""
+    x = np.arange(LOCAL, dtype=np.float32) + RANK * LOCAL
+    total = jax.pmap(lambda v: jax.lax.psum(v, "r"), axis_name="r")(x)
+    gathered = jax.pmap(lambda v: jax.lax.all_gather(v, "r"), axis_name="r")(x)
+    assert_array(np.asarray(total), np.full(LOCAL, N * (N - 1) / 2, np.float32), "pmap psum")
+    everyone = np.arange(N, dtype=np.float32)
+    assert_array(np.asarray(gathered), np.stack([everyone] * LOCAL), "pmap all_gather")
+
+
 def test_a_matmul_whose_contraction_is_split():
     """GSPMD inserts the all-reduce (its replica groups in the mesh-axes form)."""
     a = np.arange(8 * 4 * N, dtype=np.float32).reshape(8, 4 * N) % 7
