@@ -28,8 +28,9 @@ JAX has the hook (JAX >= 0.10.2), jaxmpi's pass:
                 same on all): run twice, the second run loads it from the cache; with
                 COLLECTIVES=gloo the same cache serves none of the pass's programs
   pass_refused  collectives="jaxmpi" where JAX has no hook: the RuntimeError
-  subset_refused  collectives="mpi": a program over some of the processes only is refused
-                when it is compiled, before XLA's MPI backend could hang in it
+  subset_refused  collectives="mpi": a program over some of the processes only that holds
+                a collective is refused when it is compiled, before XLA's MPI backend
+                could hang in it; one without collectives runs
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def cached_programs() -> tuple[int, int]:
 
 
 def subset_program() -> tuple[int, int]:
-    """A psum over the devices of processes 0 and 1 of a larger job, under "mpi"."""
+    """Programs over the devices of processes 0 and 1 of a larger job, under "mpi": a psum
+    (refused), and one without collectives (runs)."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
@@ -152,16 +154,18 @@ def subset_program() -> tuple[int, int]:
     mesh = Mesh(np.array(members), ("x",))
     from jax import shard_map
 
-    program = jax.jit(
-        shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
-    )
+    def program(body):
+        return jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+
     if rank < 2:
         x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x")), np.ones((1, 2)))
         try:
-            program(x)
+            program(lambda v: jax.lax.psum(v, "x"))(x)
             print(f"UNEXPECTED: rank {rank} ran a psum over some processes under 'mpi'")
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001  (JAX wraps it in its own type)
             print(f"REFUSED rank {rank} {err}")
+        doubled = np.asarray(program(lambda v: 2 * v)(x).addressable_data(0))
+        print(f"ELEMENTWISE rank {rank} {'right' if (doubled == 2).all() else doubled}")
     return rank, size
 
 

@@ -131,7 +131,7 @@ check "refused without the startup hook (python -S), jax imported first" $? 0 \
 
 # Under "mpi", a program over two of three processes is refused where it is compiled.
 job pypi-mpich-5 3 subset_refused 0 \
-    "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3|REFUSED rank 1|DONE rank 2"
+    "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3 and holds all-reduce|REFUSED rank 1|ELEMENTWISE rank 0 right|ELEMENTWISE rank 1 right|DONE rank 2"
 
 # jaxmpi's pass, on a build of each family: the default takes it; the debug lines and
 # the watchdog name the JAX collective a call came from.

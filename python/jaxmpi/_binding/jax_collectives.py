@@ -184,25 +184,29 @@ _WHAT = {
 
 
 def refuse_programs_over_some_processes() -> None:
-    """Under "mpi", refuses to compile a program over the devices of more than one process
-    but not all: XLA's MPI backend makes its communicators with MPI_Comm_split over every
-    process, which the processes outside the program never call (a hang)."""
+    """Under "mpi", refuses a compiled program over the devices of more than one process
+    but not all that holds a collective: XLA's MPI backend makes its communicators with
+    MPI_Comm_split over every process, which the processes outside the program never
+    call (a hang). Said when it is compiled, before anything runs."""
     everyone = jax.process_count()
 
-    def lowering(original, *args, **kwargs):
-        processes = jax_shim.lowered_device_processes(args, kwargs)
-        if processes is not None and 1 < len(processes) < everyone:
-            raise RuntimeError(
-                f"jaxmpi: this program runs on the devices of processes {sorted(processes)} "
-                f"of {everyone}, and XLA's MPI backend (collectives='mpi') makes the "
-                "communicators of its collectives over every process, which the others "
-                "never join: it would hang. Start jaxmpi.distributed with "
-                "collectives='jaxmpi' (JAX >= 0.10.2) or 'gloo' for programs over some "
-                "processes only."
-            )
-        return original(*args, **kwargs)
+    def compiled(original, backend, computation, devices, *rest, **kwargs):
+        executable = original(backend, computation, devices, *rest, **kwargs)
+        processes = sorted({d.process_index for d in devices.flat})
+        if 1 < len(processes) < everyone:
+            held = jax_shim.executable_collectives(executable)
+            if held:
+                raise RuntimeError(
+                    f"jaxmpi: this program runs on the devices of processes {processes} of "
+                    f"{everyone} and holds {', '.join(sorted(set(held)))}, whose "
+                    "communicators XLA's MPI backend (collectives='mpi') makes over every "
+                    "process, which the others never join: it would hang. Start "
+                    "jaxmpi.distributed with collectives='jaxmpi' (JAX >= 0.10.2) or "
+                    "'gloo' for programs over some processes only."
+                )
+        return executable
 
-    jax_shim.install_lowering_hook(lowering)
+    jax_shim.install_compile_hook(compiled)
 
 
 def explain() -> tuple[str, str]:
