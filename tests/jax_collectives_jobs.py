@@ -162,7 +162,7 @@ def subset_program() -> tuple[int, int]:
         try:
             program(lambda v: jax.lax.psum(v, "x"))(x)
             print(f"UNEXPECTED: rank {rank} ran a psum over some processes under 'mpi'")
-        except Exception as err:  # noqa: BLE001  (JAX wraps it in its own type)
+        except Exception as err:  # JAX wraps it in its own type
             print(f"REFUSED rank {rank} {err}")
         doubled = np.asarray(program(lambda v: 2 * v)(x).addressable_data(0))
         print(f"ELEMENTWISE rank {rank} {'right' if (doubled == 2).all() else doubled}")
