@@ -112,6 +112,33 @@ def test_psum_pmax_pmin_of_every_dtype(dtype):
         check(out, np.tile(total, (N, 1)), f"{name} {dtype}")
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_every_collective_that_moves_data_and_psum_scatter_of_every_dtype(dtype):
+    """all_gather, all_to_all, ppermute and psum_scatter in one program per dtype."""
+    x = blocks_of(dtype, rows=N, cols=2)
+    ring = [(j, (j + 1) % N) for j in range(N)]
+
+    def body(a):
+        gathered = jax.lax.all_gather(a, "i", tiled=True)[None]
+        exchanged = jax.lax.all_to_all(a, "i", 0, 0, tiled=True)
+        moved = jax.lax.ppermute(a, "i", ring)
+        if dtype == "bool":
+            return gathered, exchanged, moved
+        return gathered, exchanged, moved, jax.lax.psum_scatter(a, "i", tiled=True)
+
+    got = smap(body, out_specs=(BLOCKS,) * (3 if dtype == "bool" else 4))(put(x))
+    blocks = per_block(x)
+    check(got[0], np.stack([x] * N), f"all_gather {dtype}")
+    chunks = [np.split(b, N) for b in blocks]
+    swapped = [np.concatenate([chunks[s][t] for s in range(N)]) for t in range(N)]
+    check(got[1], np.concatenate(swapped), f"all_to_all {dtype}")
+    check(got[2], np.concatenate(np.roll(blocks, 1, axis=0)), f"ppermute {dtype}")
+    if dtype != "bool":
+        wide = blocks.astype(np.complex128 if dtype.startswith("complex") else np.float64)
+        total = wide.sum(0).astype(x.dtype)
+        check(got[3], total, f"psum_scatter {dtype}")
+
+
 def test_a_sum_of_booleans_is_an_int32_sum():
     x = blocks_of("bool")
     got = smap(lambda a: jax.lax.psum(a, "i"))(put(x))
@@ -238,15 +265,17 @@ def test_all_gather_and_ppermute_along_one_axis_of_a_2d_mesh():
     def body(a):
         gathered = jax.lax.all_gather(a, "local", tiled=True)
         moved = jax.lax.ppermute(a, "proc", [(p, (p + 1) % rows) for p in range(rows)])
-        return gathered, moved
+        inside = jax.lax.ppermute(a, "local", [(c, (c + 1) % cols) for c in range(cols)])
+        return gathered, moved, inside
 
-    gathered, moved = smap(body, spec, (spec, spec), mesh)(put(x, spec, mesh))
+    gathered, moved, inside = smap(body, spec, (spec,) * 3, mesh)(put(x, spec, mesh))
     blocks = per_block(x).reshape(rows, cols, 2, 3)
     want_gathered = np.concatenate(
         [np.concatenate(list(blocks[r]), 0)[None].repeat(cols, 0) for r in range(rows)]
     )
     check(gathered, want_gathered.reshape(N * 2 * cols, 3), "all_gather over local")
     check(moved, np.roll(blocks, 1, axis=0).reshape(N * 2, 3), "ppermute over proc")
+    check(inside, np.roll(blocks, 1, axis=1).reshape(N * 2, 3), "ppermute over local")
 
 
 def test_a_mesh_over_some_processes_only():
