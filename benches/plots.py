@@ -6,8 +6,9 @@ reads what the benchmarks wrote into RESULTS_DIR (benches/results/: see its READ
 the run each file comes from) and draws into OUT_DIR:
 
 - latency.png: time per call against message size, per op: the raw MPI call from C,
-  jaxmpi and mpi4jax (bench_ops.py: ops.json), and JAX's own collectives over gloo and
-  over MPI through jaxmpi (bench_jax_collectives.py --json: jax_collectives.json);
+  jaxmpi and mpi4jax (bench_ops.py: ops.json), and JAX's own collectives over gloo, over
+  XLA's MPI backend and through jaxmpi's calls (bench_jax_collectives.py --json:
+  jax_collectives.json);
 - overlap.png: what overlapping an exchange with computation gains over the blocking
   exchange followed by the computation (bench_overlap.py --out: overlap.json);
 - ragged.png: the particle migration step with counts computed inside jit, against
@@ -32,7 +33,14 @@ COLOURS = {
     "mpi4jax": "tab:orange",
     "gloo": "tab:red",
     "mpi": "tab:green",
+    "pass": "tab:purple",
 }
+# The routes of JAX's collectives (bench_jax_collectives.py's names), as plotted.
+ROUTES = (
+    ("gloo", "gloo", "gloo"),
+    ("mpi", "mpi", "XLA's MPI backend"),
+    ("jaxmpi", "pass", "jaxmpi's calls"),
+)
 
 
 def _pyplot(font_size: int = 9):
@@ -80,18 +88,18 @@ def latency(ops: dict | None, jax_collectives: dict | None, png: pathlib.Path) -
                 pts = [(4 * r["elements"], r[f"{impl}_us"]) for r in rows if f"{impl}_us" in r]
                 series[impl] = (f"{label} (jitted loop)", pts)
         if jax_collectives:
-            for impl, label in (("gloo", "gloo"), ("mpi", "MPI via jaxmpi")):
+            for impl, key, label in ROUTES:
                 rows = [
                     r
                     for r in jax_collectives["rows"]
                     if r["impl"] == impl and r["case"] == collective
                 ]
                 pts = sorted((4 * r["elements"], r["us"]) for r in rows)
-                series[impl] = (f"JAX's collective in shard_map, {label}", pts)
+                series[key] = (f"JAX's collective in shard_map, {label}", pts)
         for impl, (label, pts) in series.items():
             if pts:
                 x, y = zip(*pts)
-                style = "--" if impl in ("gloo", "mpi") else "-"
+                style = "--" if impl in ("gloo", "mpi", "pass") else "-"
                 ax.loglog(x, y, style, marker="o", ms=3, color=COLOURS[impl], label=label)
         _bytes_axis(ax)
         ax.set(title=f"{op} / {collective}", xlabel="bytes per rank", ylabel="µs per call")
