@@ -22,11 +22,10 @@ jitted function or carrying it through a loop fails in JAX itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._binding import jax_shim
 from ._binding import primitives as prim
@@ -35,9 +34,7 @@ from ._errors import raise_mpi_errors
 from ._p2p import recv_args, send_args
 from ._runtime.encodings import PEER_ANY, PEER_NULL, TAG_ANY
 from ._token import refuses_token
-
-#: A JAX pytree: an array, or lists, tuples and dicts of them (or of requests, for `after`).
-PyTree: TypeAlias = Any
+from ._trees import PyTree, Tree, pack, unpack
 
 
 def _peer_name(peer: int) -> str:
@@ -70,10 +67,13 @@ class Request:
             jaxmpi.Request(isend to PROC_NULL, tag 3) True
     """
 
-    __slots__ = ("_buffer", "_params", "_trace", "_value", "_waited")
+    __slots__ = ("_params", "_parts", "_rebuild", "_trace", "_waited")
 
-    def __init__(self, value, buffer, params: dict) -> None:
-        self._value, self._buffer, self._params = value, buffer, params
+    def __init__(self, parts: list, params: dict, rebuild) -> None:
+        # One (request value, transfer buffer) per message: a pytree travels as one per
+        # group of leaves (`_trees.py`); `rebuild` makes what `wait` returns of the
+        # buffers the waits give back.
+        self._parts, self._params, self._rebuild = parts, params, rebuild
         # Outside any trace, the start ran (its values are concrete): no place to match.
         self._trace = jax_shim.current_trace() if jax_shim.is_tracing() else None
         self._waited = False
@@ -90,15 +90,28 @@ class Request:
         return f"jaxmpi.Request({op} {toward} {_peer_name(p['peer'])}, tag {tag})"
 
 
-def _start(primitive, x, c: CommInfo, peer: int, tag: int, **attrs) -> Request:
-    value, buffer = primitive.bind(x, comm=c.handle, tag=tag, **attrs)
+def _start(primitive, tree: Tree, c: CommInfo, peer: int, tag: int, **attrs) -> Request:
+    fingerprint, parts, groups = tree.fingerprint(0), [], tree.groups(0)
+    for group in groups:
+        leaves = [tree.leaves[i] for i in group]
+        parts.append(
+            primitive.bind(pack(leaves, 0), comm=c.handle, tag=tag, tree=fingerprint, **attrs)
+        )
     params = {"comm": c.handle, "sends": primitive is prim.isend, "peer": peer, "tag": tag}
-    return Request(value, buffer, params)
+
+    def rebuild(received: list) -> PyTree:
+        out = list(tree.leaves)
+        for group, y in zip(groups, received):
+            for i, piece in zip(group, unpack(y, [tree.leaves[i] for i in group], 0)):
+                out[i] = piece
+        return tree.rebuild(out)
+
+    return Request(parts, params, rebuild)
 
 
 @refuses_token
 @raise_mpi_errors()
-def isend(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> Request:
+def isend(x: PyTree, dest: int, *, tag: int = 0, comm: CommArg = None) -> Request:
     """Starts sending `x` to rank `dest`; returns the request to `wait` for.
 
     MPI_Isend: the transfer proceeds while the program computes, until `wait`. `x` is not
@@ -108,7 +121,8 @@ def isend(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> Req
     loop body) that started it.
 
     Args:
-        x: The array to send, any shape and supported dtype.
+        x: The array to send, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         dest: The receiving rank, or `PROC_NULL` (nothing is sent): a static int.
         tag: The message's tag, an int in `[0, 2**31)` (default 0).
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
@@ -126,8 +140,8 @@ def isend(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> Req
         one message for the whole batch.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator;
-            a rank is not a static int.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; a rank is not a static int.
         ValueError: A rank outside `comm` (or `ANY_SOURCE` as `dest`); a tag that is not an
             int in `[0, 2**31)`; `comm` is freed, `COMM_NULL` or an intercommunicator; the
             op is in a program over several devices outside `shard_map`; or, when the
@@ -163,14 +177,14 @@ def isend(x: ArrayLike, dest: int, *, tag: int = 0, comm: CommArg = None) -> Req
             0 [1. 1.]
             1 [0. 0.]
     """
-    x, c, dest, tag = send_args(x, dest, tag, comm, "isend")
-    return _start(prim.isend, x, c, dest, tag, dest=dest)
+    tree, c, dest, tag = send_args(x, dest, tag, comm, "isend")
+    return _start(prim.isend, tree, c, dest, tag, dest=dest)
 
 
 @refuses_token
 @raise_mpi_errors()
 def irecv(
-    x: ArrayLike,
+    x: PyTree,
     source: int | None = None,
     *,
     tag: int | None = None,
@@ -184,7 +198,7 @@ def irecv(
     request exactly once, in the same function (branch, loop body) that started it.
 
     Args:
-        x: Template of the message: its shape and dtype.
+        x: Template of the message: its shape and dtype. Or a pytree of templates.
         source: The sending rank, `ANY_SOURCE` (None, the default, means it too), or
             `PROC_NULL` (nothing arrives: `wait` returns `x`). A static int.
         tag: The tag to match; None (default) or `ANY_TAG` match any.
@@ -196,7 +210,8 @@ def irecv(
             ordered automatically.
 
     Returns:
-        A `Request`, for `wait` or `waitall` (where it gives the array received).
+        A `Request`, for `wait` or `waitall` (where it gives the array received, or the
+        pytree of `x`'s structure).
 
     Derivative:
         As `recv`'s: linear, for a named `source` (`ANY_SOURCE` raises
@@ -206,11 +221,12 @@ def irecv(
         exchange. `vmap`: one message for the whole batch.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator;
-            a rank is not a static int; `status` is no `MPI.Status`.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; a rank is not a static int; `status` is no `MPI.Status`.
         ValueError: A rank outside `comm`; a tag that is not an int in `[0, 2**31)`; `comm`
             is freed, `COMM_NULL` or an intercommunicator; the op is in a program over
-            several devices outside `shard_map`; or, when the program is lowered, the request
+            several devices outside `shard_map`; `status` with a pytree `x`, or a pytree of
+            several dtypes from `ANY_SOURCE`; or, when the program is lowered, the request
             is never waited for in the function (branch, loop body) that started it.
         NotImplementedError: `x` is a GPU array (not supported yet: use `sendrecv`).
         RuntimeError: `token` was passed.
@@ -242,8 +258,8 @@ def irecv(
             0 [0. 1. 2.]
             1 [0. 1. 2.]
     """
-    x, c, source, tag, address = recv_args(x, source, tag, comm, status, "irecv")
-    return _start(prim.irecv, x, c, source, tag, source=source, status=address)
+    tree, c, source, tag, address = recv_args(x, source, tag, comm, status, "irecv")
+    return _start(prim.irecv, tree, c, source, tag, source=source, status=address)
 
 
 def _waitable(request: Any, op: str) -> Request:
@@ -325,7 +341,10 @@ def after(first: PyTree, value: PyTree) -> PyTree:
         raise TypeError("jaxmpi.after: `first` must be requests (what isend and irecv return)")
     if not leaves:
         return value
-    zero = sum((r._value[0] * 0 for r in leaves[1:]), leaves[0]._value[0] * 0)
+    values = [value for r in leaves for value, _ in r._parts]
+    if not values:  # requests of empty pytrees: nothing started
+        return value
+    zero = sum((v[0] * 0 for v in values[1:]), values[0][0] * 0)
     return jax.tree_util.tree_map(lambda x: _tied(x, zero), value)
 
 
@@ -347,7 +366,8 @@ def wait(request: Request, *, after: PyTree = None) -> jax.Array | None:
             ordered automatically.
 
     Returns:
-        The array received (shaped like the `irecv` template), or None for an `isend`.
+        The array received (shaped like the `irecv` template; a pytree of its structure
+        for a pytree template), or None for an `isend`.
 
     Derivative:
         The tangent's transfer is waited for next to the value's. Reverse mode starts the
@@ -393,8 +413,11 @@ def wait(request: Request, *, after: PyTree = None) -> jax.Array | None:
     # Operands of the wait, never read: XLA has to compute them before it, and cannot
     # move their computation into a kernel after it.
     follows = [jnp.asarray(a) for a in jax.tree_util.tree_leaves(after)]
-    (y,) = prim.wait.bind(request._value, request._buffer, *follows, **request._params)
-    return None if request.sends else y
+    received = [
+        prim.wait.bind(value, buffer, *follows, **request._params)[0]
+        for value, buffer in request._parts
+    ]
+    return None if request.sends else request._rebuild(received)
 
 
 @refuses_token
@@ -411,8 +434,8 @@ def waitall(requests: Sequence[Request], *, after: PyTree = None) -> list:
             ordered automatically.
 
     Returns:
-        A list with one entry per request, the array received for an `irecv` and None
-        for an `isend`.
+        A list with one entry per request, the array (or pytree) received for an `irecv`
+        and None for an `isend`.
 
     Derivative:
         As `wait`'s, for each request.

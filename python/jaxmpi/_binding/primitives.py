@@ -55,7 +55,13 @@ _ENCODERS = {
     "int": np.int64,
     "any_tag": np.int64,
     "counts": _counts,
+    "tree": np.int64,
 }
+
+# Attributes a bind may leave out, by kind, and the value they then take: a pytree's
+# fingerprint is 0 (a single array) in the calls the rules make on cotangents and batches,
+# which every rank makes alike.
+_DEFAULTS = {"tree": 0}
 
 
 def _checked(name: str, shape_params: frozenset, shapes):
@@ -64,6 +70,7 @@ def _checked(name: str, shape_params: frozenset, shapes):
     parameter, instead of an attribute the handler misses at run time."""
     signature = SIGNATURES[name]
     declared = {attr for attr, _ in signature["attrs"]}
+    optional = {attr for attr, kind in signature["attrs"] if kind in _DEFAULTS}
     operands = signature["operands"]
 
     # An operand declared as `after` stands for any number of them (never read).
@@ -82,7 +89,7 @@ def _checked(name: str, shape_params: frozenset, shapes):
                 f"jaxmpi.{name}: parameter {unknown[0]!r} is neither an attribute the op is "
                 f"declared with ({', '.join(sorted(declared))}) nor a shape parameter"
             )
-        missing = sorted(declared - params.keys())
+        missing = sorted(declared - optional - params.keys())
         if missing:
             raise TypeError(f"jaxmpi.{name}: attribute {missing[0]!r} was not bound")
         return shapes(*avals, **params)
@@ -126,11 +133,13 @@ def define(
     operands on the CPU, or is not built for device memory); empty: it lowers there too."""
     target = f"jaxmpi_{name}"
     primitive = jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
-    encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
+    encoders = [
+        (attr, _ENCODERS[kind], _DEFAULTS.get(kind)) for attr, kind in SIGNATURES[name]["attrs"]
+    ]
 
     def lowering(ctx, *operands, **params):
         placement.check_sharded(name, params.get("comm"), *jax_shim.program_devices(ctx))
-        attrs = {attr: encode(params[attr]) for attr, encode in encoders}
+        attrs = {attr: encode(params.get(attr, default)) for attr, encode, default in encoders}
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}

@@ -24,8 +24,8 @@ mod tests;
 pub use call::Call;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Groups, Kind, Pairs, Signature, Sizes, Text, OP_USER, PEER_ANY,
-    PEER_NULL, TAG_ANY, USER_OP,
+    Address, AttrDecl, Counts, Groups, Kind, Pairs, Signature, Sizes, Text, Tree, OP_USER,
+    PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
@@ -39,39 +39,44 @@ use signature::{declare_ops, Attr};
 // `ops::<name>` runs. A result is absent on ranks that receive nothing (see `ops.rs`), an
 // operand that is only a receive template never reaches the handler.
 declare_ops! {
-    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp },
-    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32 },
-    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp },
-    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp },
-    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp },
-    bcast: Bcast (x) -> (y) { comm: Comm, root: i32 },
-    gather: Gather (x) -> (y) { comm: Comm, root: i32 },
-    allgather: Allgather (x) -> (y) { comm: Comm },
-    scatter: Scatter (x) -> (y) { comm: Comm, root: i32 },
-    alltoall: Alltoall (x) -> (y) { comm: Comm },
-    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
-    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts },
-    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
-    alltoallv: Alltoallv (x) -> (y) { comm: Comm, send_counts: Counts, recv_counts: Counts },
-    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32 },
-    recv: Recv (x) -> (y) { comm: Comm, source: Peer, tag: Option<i32>, status: Address },
+    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
+    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32, tree: Tree },
+    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
+    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
+    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
+    bcast: Bcast (x) -> (y) { comm: Comm, root: i32, tree: Tree },
+    gather: Gather (x) -> (y) { comm: Comm, root: i32, tree: Tree },
+    allgather: Allgather (x) -> (y) { comm: Comm, tree: Tree },
+    scatter: Scatter (x) -> (y) { comm: Comm, root: i32, tree: Tree },
+    alltoall: Alltoall (x) -> (y) { comm: Comm, tree: Tree },
+    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts, tree: Tree },
+    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts, tree: Tree },
+    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts, tree: Tree },
+    alltoallv: Alltoallv (x) -> (y) {
+        comm: Comm, send_counts: Counts, recv_counts: Counts, tree: Tree,
+    },
+    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32, tree: Tree },
+    recv: Recv (x) -> (y) {
+        comm: Comm, source: Peer, tag: Option<i32>, status: Address, tree: Tree,
+    },
     sendrecv: Sendrecv (sendbuf, recvbuf) -> (y) {
         comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
+        tree: Tree, recv_tree: Tree,
     },
     barrier: Barrier () -> () { comm: Comm },
     // Non-blocking (`nonblocking.rs`): a start returns a request value and the buffer its
     // transfer uses (a send's operand, aliased); `wait` takes both, and its result is the
     // buffer again (aliased): the received data, readable once the wait has completed.
     // `after`: any number of arrays, never read, which XLA must compute before the wait.
-    isend: Isend (x) -> (request, buffer) { comm: Comm, dest: Peer, tag: i32 },
+    isend: Isend (x) -> (request, buffer) { comm: Comm, dest: Peer, tag: i32, tree: Tree },
     irecv: Irecv (x) -> (request, buffer) {
-        comm: Comm, source: Peer, tag: Option<i32>, status: Address,
+        comm: Comm, source: Peer, tag: Option<i32>, status: Address, tree: Tree,
     },
     wait: Wait (request, buffer, after) -> (y) { comm: Comm },
     // Counts computed inside jit: operands, read at run time (`ragged.rs`); `output` is
     // the result's initial contents (aliased: rows nobody sends to stay as they are).
     ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)
-        -> (y) { comm: Comm, origin: i32 },
+        -> (y) { comm: Comm, origin: i32, tree: Tree },
     // XLA's collectives, as the HLO pass (`xla/hlo`) rewrites them (`hlo.rs`): on every
     // device of a sharded program, with their devices' groups instead of a communicator,
     // and the JAX operation they came from. `x`/`y`: one or more arrays (all-reduce and

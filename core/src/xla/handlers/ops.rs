@@ -242,7 +242,12 @@ pub fn send(
 ) -> Result<()> {
     let x = call.arg(0)?.buf()?;
     if checked::enabled() {
-        checked::send_header(library, a.comm, a.dest, a.tag, (x.dtype(), x.count()))?;
+        let message = checked::Message {
+            dtype: x.dtype(),
+            count: x.count(),
+            tree: a.tree.0,
+        };
+        checked::send_header(library, a.comm, a.dest, a.tag, message)?;
     }
     backend.send(a.comm, x, a.dest, a.tag)
 }
@@ -256,7 +261,11 @@ pub fn recv(
     let y = call.ret(0)?;
     let (mut source, mut tag, mut mismatch) = (a.source, a.tag, None);
     if checked::enabled() {
-        let expected = (y.dtype()?, y.count());
+        let expected = checked::Message {
+            dtype: y.dtype()?,
+            count: y.count(),
+            tree: a.tree.0,
+        };
         let announced = checked::receive_header(library, a.comm, (source, tag), expected)?;
         (source, tag, mismatch) = (announced.source, announced.tag, announced.mismatch);
     }
@@ -285,7 +294,16 @@ pub fn sendrecv(
     };
     let mut mismatch = None;
     if checked::enabled() {
-        let (sent, expected) = ((x.dtype()?, x.count()), (y.dtype()?, y.count()));
+        let sent = checked::Message {
+            dtype: x.dtype()?,
+            count: x.count(),
+            tree: a.tree.0,
+        };
+        let expected = checked::Message {
+            dtype: y.dtype()?,
+            count: y.count(),
+            tree: a.recv_tree.0,
+        };
         let announced = checked::exchange_headers(library, envelope, sent, expected)?;
         (envelope.source, envelope.recvtag) = (announced.source, announced.tag);
         mismatch = announced.mismatch;

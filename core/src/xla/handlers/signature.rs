@@ -44,6 +44,8 @@ pub enum Kind {
     Sizes,
     /// A string ([`Text`]).
     Text,
+    /// The layout of the pytree a call belongs to ([`Tree`]).
+    Tree,
 }
 
 impl Kind {
@@ -61,6 +63,7 @@ impl Kind {
             Kind::Pairs => "pairs",
             Kind::Sizes => "sizes",
             Kind::Text => "text",
+            Kind::Tree => "tree",
         }
     }
 }
@@ -132,6 +135,14 @@ pub struct Sizes(pub Vec<usize>);
 /// Words for people (the JAX operation an XLA collective came from).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Text(pub String);
+
+/// The pytree a call moves part of: a fingerprint of its leaves' paths, dtypes and shapes
+/// (the same on every rank that passes the same structure), or 0 for a single array. A
+/// pytree travels as one call per group of leaves (`python/jaxmpi/_trees.py`), each
+/// carrying the whole tree's fingerprint: checked mode compares it, which the packed
+/// buffers alone could not show (two trees may pack to the same dtype and size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tree(pub u64);
 
 /// A Rust type an attribute decodes into; its kind is what Python is told.
 pub trait Attr: Sized {
@@ -291,6 +302,13 @@ impl Attr for Sizes {
     }
 }
 
+impl Attr for Tree {
+    const KIND: Kind = Kind::Tree;
+    fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        Ok(Tree(call.scalar_i64(name)? as u64))
+    }
+}
+
 impl Attr for Text {
     const KIND: Kind = Kind::Text;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
@@ -304,7 +322,7 @@ macro_rules! declare_ops {
     ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*) { $($field:ident: $ty:ty),* $(,)? }),* $(,)?) => {
         /// Each op's attributes, typed.
         pub mod attrs {
-            use super::signature::{Address, Attr, Attrs, Counts, Groups, Pairs, Sizes, Text};
+            use super::signature::{Address, Attr, Attrs, Counts, Groups, Pairs, Sizes, Text, Tree};
             use super::Call;
             use crate::{Comm, Peer, ReduceOp, Result};
             $(

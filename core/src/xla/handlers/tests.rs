@@ -235,7 +235,13 @@ fn attributes_decode_into_their_declared_types() {
     use super::signature::Attrs;
     use crate::{Comm, Peer, ReduceOp};
     let mut attrs = FrameAttrs::new(
-        &[("comm", -8), ("source", -1), ("tag", -1), ("status", 64)],
+        &[
+            ("comm", -8),
+            ("source", -1),
+            ("tag", -1),
+            ("status", 64),
+            ("tree", -3),
+        ],
         &[],
     );
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
@@ -249,11 +255,15 @@ fn attributes_decode_into_their_declared_types() {
         "addresses keep all 64 bits"
     );
     assert_eq!(
-        (recv.source, recv.tag, recv.status.0),
-        (Peer::Any, None, 64)
+        (recv.source, recv.tag, recv.status.0, recv.tree.0),
+        (Peer::Any, None, 64, -3i64 as u64),
+        "a pytree's fingerprint keeps all 64 bits"
     );
 
-    let mut attrs = FrameAttrs::new(&[("comm", 1), ("op", -1), ("user_op", 77)], &[]);
+    let mut attrs = FrameAttrs::new(
+        &[("comm", 1), ("op", -1), ("user_op", 77), ("tree", 0)],
+        &[],
+    );
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "allreduce") }.unwrap();
@@ -262,7 +272,10 @@ fn attributes_decode_into_their_declared_types() {
         ReduceOp::User(77)
     );
 
-    let mut attrs = FrameAttrs::new(&[("comm", 1), ("root", 0)], &[("counts", vec![2, 0, 3])]);
+    let mut attrs = FrameAttrs::new(
+        &[("comm", 1), ("root", 0), ("tree", 0)],
+        &[("counts", vec![2, 0, 3])],
+    );
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
