@@ -12,14 +12,19 @@ pub const CHUNK_BYTES: usize = 4 << 20;
 /// `chunk_bytes`; one empty chunk for an empty buffer, so the MPI call still happens (and
 /// validates its arguments) on every rank.
 pub fn chunks_of(count: usize, size: usize, chunk_bytes: usize) -> Vec<(usize, usize)> {
+    spans(count, size, chunk_bytes).collect()
+}
+
+/// The same chunks, made as they are used: what a call of the host backend takes, which
+/// must not allocate (it is on every op's path, at a few hundred ns a call).
+pub fn spans(
+    count: usize,
+    size: usize,
+    chunk_bytes: usize,
+) -> impl Iterator<Item = (usize, usize)> {
     let per_chunk = (chunk_bytes / size.max(1)).max(1);
-    if count == 0 {
-        return vec![(0, 0)];
-    }
-    (0..count)
-        .step_by(per_chunk)
-        .map(|start| (start, per_chunk.min(count - start)))
-        .collect()
+    let starts = (0..count.max(1)).step_by(per_chunk);
+    starts.map(move |start| (start, per_chunk.min(count.saturating_sub(start))))
 }
 
 /// The chunks of every rank's allreduce and bcast.
@@ -32,12 +37,20 @@ pub fn chunks(count: usize, size: usize) -> Vec<(usize, usize)> {
 /// rank) must not leave the others waiting in a call it never makes, nor make its next op
 /// meet their remaining chunks. Only a failure of the first chunk that came before MPI
 /// was called (an argument refused, the same on every chunk) ends it at once.
-pub fn each_chunk(
-    pieces: &[(usize, usize)],
+pub fn each_chunk<'p>(
+    pieces: impl IntoIterator<Item = &'p (usize, usize)>,
+    call: impl FnMut(usize, usize) -> jaxmpi_core::Result<()>,
+) -> jaxmpi_core::Result<()> {
+    each_span(pieces.into_iter().copied(), call)
+}
+
+/// `each_chunk` over chunks made as they are used (`spans`).
+pub fn each_span(
+    pieces: impl Iterator<Item = (usize, usize)>,
     mut call: impl FnMut(usize, usize) -> jaxmpi_core::Result<()>,
 ) -> jaxmpi_core::Result<()> {
     let mut failure = None;
-    for (i, &(start, n)) in pieces.iter().enumerate() {
+    for (i, (start, n)) in pieces.enumerate() {
         if let Err(err) = call(start, n) {
             if i == 0 && err.mpi_class().is_none() {
                 return Err(err);

@@ -111,4 +111,32 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     xla_collectives.chosen = (route, why)
 
 
-__all__ = ["initialize"]
+def collectives() -> str:
+    """The route JAX's own collectives take in this process.
+
+    "jaxmpi" (jaxmpi's pass hands every collective of a program to jaxmpi's calls),
+    "mpi" (XLA's MPI backend over jaxmpi's library) or "gloo", as `initialize` chose it;
+    before `initialize`, the route its default would take here. `python -m jaxmpi info`
+    says why.
+
+    Returns:
+        "jaxmpi", "mpi" or "gloo".
+
+    Example:
+        .. mpirun::
+            :process: own
+
+            import jaxmpi.distributed
+
+            jaxmpi.distributed.initialize()
+            print(jaxmpi.distributed.collectives())
+
+        .. output::
+
+            jaxmpi
+            jaxmpi
+    """
+    return xla_collectives.explain()[0]
+
+
+__all__ = ["collectives", "initialize"]

@@ -27,8 +27,8 @@ impl<A: Abi> Backend for MpiLibrary<A> {
             expect_len("the receive buffer", recv.count(), buf.count())?;
         }
         let f = ("MPI_Allreduce", self.fns.MPI_Allreduce);
-        let pieces = chunks::chunks(recv.count(), recv.dtype().size());
-        chunks::each_chunk(&pieces, |start, n| {
+        let pieces = chunks::spans(recv.count(), recv.dtype().size(), chunks::CHUNK_BYTES);
+        chunks::each_span(pieces, |start, n| {
             let part = recv.part(start, n);
             reductions::elementwise(self, f, comm, send.part(start, n), part, op)
         })
@@ -53,8 +53,8 @@ impl<A: Abi> Backend for MpiLibrary<A> {
 
     /// In the chunks every rank cuts, whatever memory its buffer is in (`chunks`).
     fn bcast(&self, comm: Comm, mut buf: Broadcast, root: i32) -> Result<()> {
-        let pieces = chunks::chunks(buf.count(), buf.dtype().size());
-        chunks::each_chunk(&pieces, |start, n| {
+        let pieces = chunks::spans(buf.count(), buf.dtype().size(), chunks::CHUNK_BYTES);
+        chunks::each_span(pieces, |start, n| {
             collectives::bcast(self, comm, buf.part(start, n), root)
         })
     }

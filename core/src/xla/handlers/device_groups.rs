@@ -11,10 +11,13 @@
 //! process, they meet (`Group::meet`): the last to arrive does the whole process's part
 //! (local copies and reductions, and the MPI calls), then everyone returns.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
+use super::signature::Devices;
+use super::Call;
 use crate::xla::devices;
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, Peer, Result};
 
@@ -171,6 +174,104 @@ pub fn group(library: &dyn Library, devices: &[i64]) -> Result<Arc<Group>> {
     let me = library.comm_rank(library.world())?;
     let group = Arc::new(Group::new(devices, me)?);
     Ok(groups().entry(devices.to_vec()).or_insert(group).clone())
+}
+
+/// How an XLA collective names its devices.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// In groups: each group's size, then its devices.
+    Groups,
+    /// In (source, target) pairs: one group of every device they name.
+    Pairs,
+}
+
+/// The group of `device` among `flat` devices named the `naming` way, and its position
+/// there; None where a pair names no such device.
+fn find(naming: Naming, flat: &[i64], device: i64) -> Result<Option<(Vec<i64>, usize)>> {
+    match naming {
+        Naming::Groups => {
+            let mut at = 0;
+            while at < flat.len() {
+                let len = usize::try_from(flat[at]).unwrap_or(usize::MAX);
+                let group = flat
+                    .get(at + 1..(at + 1).saturating_add(len))
+                    .ok_or_else(|| {
+                        Error::invalid_argument("groups", "the attribute is cut short")
+                    })?;
+                if let Some(position) = group.iter().position(|&d| d == device) {
+                    return Ok(Some((group.to_vec(), position)));
+                }
+                at += 1 + len;
+            }
+            Err(Error::invalid_argument(
+                "groups",
+                format!("device {device} is in none of the collective's groups"),
+            ))
+        }
+        Naming::Pairs => {
+            let mut named = Vec::new();
+            for &d in flat {
+                if !named.contains(&d) {
+                    named.push(d);
+                }
+            }
+            Ok(named.iter().position(|&d| d == device).map(|p| (named, p)))
+        }
+    }
+}
+
+/// A group found for a call before, by where its attribute lies and the device.
+struct Found {
+    key: (usize, usize, i64),
+    /// The attribute's contents then: the memory may hold another program's since.
+    devices: Box<[i64]>,
+    place: Option<(Arc<Group>, usize)>,
+}
+
+thread_local! {
+    static FOUND: RefCell<Vec<Found>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How many groups a thread remembers (a program rarely has more than a few).
+const REMEMBERED: usize = 64;
+
+/// This call's device's group and position in `devices` (named the `naming` way), or None
+/// where a pair names it not. Found once per program and thread: a call after the first
+/// compares the attribute with what it held then, and takes no lock.
+pub fn placed(
+    call: &Call,
+    library: &dyn Library,
+    devices: &Devices,
+    naming: Naming,
+) -> Result<Option<(Arc<Group>, usize)>> {
+    let device = call.device()?;
+    let flat = devices.of(call);
+    let (at, len) = devices.key();
+    let key = (at, len, device);
+    let known = FOUND.with_borrow(|found| {
+        found
+            .iter()
+            .find(|f| f.key == key && *f.devices == *flat)
+            .map(|f| f.place.clone())
+    });
+    if let Some(place) = known {
+        return Ok(place);
+    }
+    let place = match find(naming, flat, device)? {
+        Some((members, position)) => Some((group(library, &members)?, position)),
+        None => None,
+    };
+    FOUND.with_borrow_mut(|found| {
+        if found.len() == REMEMBERED {
+            found.remove(0);
+        }
+        found.push(Found {
+            key,
+            devices: flat.into(),
+            place: place.clone(),
+        });
+    });
+    Ok(place)
 }
 
 /// Where the devices of one process meet, call after call.

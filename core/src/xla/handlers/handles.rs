@@ -6,7 +6,8 @@
 //! when it lowers a program (`_native.handle_id`): the n-th value a process registers gets
 //! id n, the same in every run of the same program; the handler maps the id back.
 
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// What a handle is a handle of: each has its own ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,10 +17,62 @@ pub enum Table {
     Address,
 }
 
-static COMMS: RwLock<Vec<usize>> = RwLock::new(Vec::new());
-static ADDRESSES: RwLock<Vec<usize>> = RwLock::new(Vec::new());
+const CHUNK: usize = 1024;
+const CHUNKS: usize = 64;
 
-fn table(which: Table) -> &'static RwLock<Vec<usize>> {
+/// Values by id, append-only: every call reads one (an atomic load, no lock), Python adds
+/// one now and then (under `adding`).
+struct Values {
+    chunks: [OnceLock<Box<[AtomicUsize; CHUNK]>>; CHUNKS],
+    len: AtomicUsize,
+    adding: Mutex<()>,
+}
+
+impl Values {
+    const fn new() -> Values {
+        Values {
+            chunks: [const { OnceLock::new() }; CHUNKS],
+            len: AtomicUsize::new(0),
+            adding: Mutex::new(()),
+        }
+    }
+
+    fn get(&self, index: usize) -> Option<usize> {
+        if index >= self.len.load(Ordering::Acquire) {
+            return None;
+        }
+        let chunk = self.chunks[index / CHUNK].get()?;
+        Some(chunk[index % CHUNK].load(Ordering::Relaxed))
+    }
+
+    fn index_of(&self, raw: usize) -> Option<usize> {
+        (0..self.len.load(Ordering::Acquire)).find(|&i| self.get(i) == Some(raw))
+    }
+
+    fn add(&self, raw: usize) -> usize {
+        let _adding = self.adding.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(index) = self.index_of(raw) {
+            return index;
+        }
+        let index = self.len.load(Ordering::Relaxed);
+        assert!(
+            index < CHUNK * CHUNKS,
+            "more than {} handles lowered",
+            CHUNK * CHUNKS
+        );
+        let chunk = self.chunks[index / CHUNK]
+            .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicUsize::new(0))));
+        chunk[index % CHUNK].store(raw, Ordering::Relaxed);
+        // Published after the value: a reader that sees the length sees the value.
+        self.len.store(index + 1, Ordering::Release);
+        index
+    }
+}
+
+static COMMS: Values = Values::new();
+static ADDRESSES: Values = Values::new();
+
+fn table(which: Table) -> &'static Values {
     match which {
         Table::Comm => &COMMS,
         Table::Address => &ADDRESSES,
@@ -31,23 +84,9 @@ pub fn id_of(which: Table, raw: usize) -> i64 {
     if raw == 0 {
         return 0;
     }
-    if let Some(at) = table(which)
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .position(|&r| r == raw)
-    {
-        return at as i64 + 1;
-    }
-    let mut values = table(which).write().unwrap_or_else(|p| p.into_inner());
-    let at = match values.iter().position(|&r| r == raw) {
-        Some(at) => at,
-        None => {
-            values.push(raw);
-            values.len() - 1
-        }
-    };
-    at as i64 + 1
+    let values = table(which);
+    let index = values.index_of(raw).unwrap_or_else(|| values.add(raw));
+    index as i64 + 1
 }
 
 /// The raw value of `id`, if this process registered it.
@@ -55,10 +94,9 @@ pub fn resolve(which: Table, id: i64) -> Option<usize> {
     if id == 0 {
         return Some(0);
     }
-    let values = table(which).read().unwrap_or_else(|p| p.into_inner());
     usize::try_from(id - 1)
         .ok()
-        .and_then(|i| values.get(i).copied())
+        .and_then(|i| table(which).get(i))
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use super::attrs;
 use super::call::Operand;
-use super::device_groups::{self, exchange, Group, Piece, Seat, Span};
-use super::signature::Groups;
+use super::device_groups::{self, exchange, Group, Naming, Piece, Seat, Span};
+use super::signature::Devices;
 use super::Call;
-use crate::{Backend, Error, Input, Library, Result, ThreadLevel};
+use crate::{Backend, Envelope, Error, Input, Library, Peer, Result, ThreadLevel};
 
 fn span(operand: &Operand) -> Result<Span> {
     Ok(Span {
@@ -37,16 +37,13 @@ fn seat_of(call: &Call) -> Result<Seat> {
 }
 
 /// The group this call's device belongs to, and its position there.
-fn placed(call: &Call, library: &dyn Library, groups: &[Vec<i64>]) -> Result<(Arc<Group>, usize)> {
-    let device = call.device()?;
-    let found = Groups(groups.to_vec());
-    let (devices, position) = found.of(device).ok_or_else(|| {
+fn placed(call: &Call, library: &dyn Library, groups: &Devices) -> Result<(Arc<Group>, usize)> {
+    device_groups::placed(call, library, groups, Naming::Groups)?.ok_or_else(|| {
         Error::invalid_argument(
             call.name(),
-            format!("device {device} is in none of the collective's groups"),
+            "the device is in none of the collective's groups",
         )
-    })?;
-    Ok((device_groups::group(library, devices)?, position))
+    })
 }
 
 /// Runs `run` once for this process's devices of the group: at once when this device is
@@ -106,7 +103,7 @@ pub fn hlo_all_reduce(
     backend: &dyn Backend,
     a: &attrs::HloAllReduce,
 ) -> Result<()> {
-    let (group, position) = placed(call, library, &a.groups.0)?;
+    let (group, position) = placed(call, library, &a.groups)?;
     on_process(call, library, &group, position, |seats| {
         let lead = &seats[0];
         for (k, y) in lead.rets.iter().enumerate() {
@@ -134,7 +131,7 @@ pub fn hlo_all_gather(
     backend: &dyn Backend,
     a: &attrs::HloAllGather,
 ) -> Result<()> {
-    let (group, position) = placed(call, library, &a.groups.0)?;
+    let (group, position) = placed(call, library, &a.groups)?;
     let n = group.size();
     on_process(call, library, &group, position, |seats| {
         let mut pieces = Vec::new();
@@ -176,7 +173,7 @@ pub fn hlo_reduce_scatter(
     backend: &dyn Backend,
     a: &attrs::HloReduceScatter,
 ) -> Result<()> {
-    let (group, position) = placed(call, library, &a.groups.0)?;
+    let (group, position) = placed(call, library, &a.groups)?;
     let n = group.size();
     on_process(call, library, &group, position, |seats| {
         for (k, &outer) in a.outer.0.iter().enumerate() {
@@ -229,7 +226,7 @@ pub fn hlo_all_to_all(
     backend: &dyn Backend,
     a: &attrs::HloAllToAll,
 ) -> Result<()> {
-    let (group, position) = placed(call, library, &a.groups.0)?;
+    let (group, position) = placed(call, library, &a.groups)?;
     let n = group.size();
     on_process(call, library, &group, position, |seats| {
         let mut pieces = Vec::new();
@@ -289,45 +286,58 @@ pub fn hlo_collective_permute(
     backend: &dyn Backend,
     a: &attrs::HloCollectivePermute,
 ) -> Result<()> {
-    // The devices the pairs name, as one group: those of this process meet.
-    let mut devices = Vec::new();
-    for &(s, t) in &a.pairs.0 {
-        for d in [s, t] {
-            if !devices.contains(&d) {
-                devices.push(d);
-            }
-        }
-    }
-    let me = call.device()?;
     let y = call.ret(0)?;
-    if !devices.contains(&me) {
-        return backend.fill_zeros(y.buf_mut()?);
+    // The devices the pairs name are one group, whose devices of this process meet.
+    let Some((group, position)) = device_groups::placed(call, library, &a.pairs, Naming::Pairs)?
+    else {
+        return backend.fill_zeros(y.buf_mut()?); // named by no pair: nothing arrives
+    };
+    let pairs = a.pairs.of(call);
+    let at_position = |d: i64| group.devices.iter().position(|&x| x == d).unwrap_or(0);
+    let pairs: Vec<(usize, usize)> = pairs
+        .chunks(2)
+        .map(|p| (at_position(p[0]), at_position(p[1])))
+        .collect();
+    if group.local.len() == 1 && group.distinct() {
+        // One MPI call, as jaxmpi.sendrecv makes: to this device's target, from its source.
+        let (x, y) = (call.arg(0)?, call.ret(0)?);
+        let target = pairs.iter().find(|p| p.0 == position).map(|p| p.1);
+        let source = pairs.iter().find(|p| p.1 == position).map(|p| p.0);
+        if source.is_none() {
+            backend.fill_zeros(y.buf_mut()?)?;
+        }
+        if target == Some(position) {
+            copy(&span(&x)?, &span(&y)?); // a pair from itself to itself
+            return Ok(());
+        }
+        let peer = |p: Option<usize>| p.map_or(Peer::Null, |p| Peer::Rank(group.rank_of(p)));
+        let envelope = Envelope {
+            comm: group.comm(library)?,
+            dest: peer(target),
+            sendtag: 0,
+            source: peer(source),
+            recvtag: Some(0),
+        };
+        return backend
+            .sendrecv(Input::Data(x.buf()?), y.buf_mut()?, envelope)
+            .map(|_| ());
     }
-    let group = device_groups::group(library, &devices)?;
-    let position = |d: i64| devices.iter().position(|&x| x == d).unwrap_or(0);
-    let my_position = position(me);
-    on_process(call, library, &group, my_position, |seats| {
+    on_process(call, library, &group, position, |seats| {
         for &p in &group.local {
-            let targeted = a.pairs.0.iter().any(|&(_, t)| position(t) == p);
-            if !targeted {
+            if !pairs.iter().any(|&(_, t)| t == p) {
                 // SAFETY: a live result of a meeting call.
                 backend.fill_zeros(unsafe { seat(&group, seats, p).rets[0].buf_mut() })?;
             }
         }
         let bytes = seats[0].args[0].bytes();
-        let pieces: Vec<Piece> = a
-            .pairs
-            .0
+        let pieces: Vec<Piece> = pairs
             .iter()
-            .map(|&(s, t)| {
-                let (from, to) = (position(s), position(t));
-                Piece {
-                    from,
-                    to,
-                    bytes,
-                    send: at(&group, seats, from, |s| s.args[0], 0),
-                    recv: at(&group, seats, to, |s| s.rets[0], 0),
-                }
+            .map(|&(from, to)| Piece {
+                from,
+                to,
+                bytes,
+                send: at(&group, seats, from, |s| s.args[0], 0),
+                recv: at(&group, seats, to, |s| s.rets[0], 0),
             })
             .collect();
         exchange(&group, library, backend, &pieces)
@@ -375,7 +385,7 @@ pub fn hlo_ragged_all_to_all(
     backend: &dyn Backend,
     a: &attrs::HloRaggedAllToAll,
 ) -> Result<()> {
-    let (group, position) = placed(call, library, &a.groups.0)?;
+    let (group, position) = placed(call, library, &a.groups)?;
     let n = group.size();
     let row = call.arg(0)?.row() * call.arg(0)?.dtype()?.size();
     on_process(call, library, &group, position, |seats| {

@@ -24,8 +24,8 @@ mod tests;
 pub use call::Call;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Groups, Kind, Pairs, Signature, Sizes, Text, Tree, OP_USER,
-    PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
+    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, OP_USER, PEER_ANY,
+    PEER_NULL, TAG_ANY, USER_OP,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
@@ -83,14 +83,14 @@ declare_ops! {
     // all-to-all take several); `outer`: per array, the slices outside the collective's
     // dimension. ragged_all_to_all's result starts as `output` (aliased where the pass
     // found it safe).
-    hlo_all_reduce: HloAllReduce (x) -> (y) { groups: Groups, op: ReduceOp, origin: Text },
-    hlo_all_gather: HloAllGather (x) -> (y) { groups: Groups, outer: Sizes, origin: Text },
+    hlo_all_reduce: HloAllReduce (x) -> (y) { groups: Devices, op: ReduceOp, origin: Shown },
+    hlo_all_gather: HloAllGather (x) -> (y) { groups: Devices, outer: Sizes, origin: Shown },
     hlo_reduce_scatter: HloReduceScatter (x) -> (y) {
-        groups: Groups, outer: Sizes, op: ReduceOp, origin: Text,
+        groups: Devices, outer: Sizes, op: ReduceOp, origin: Shown,
     },
-    hlo_all_to_all: HloAllToAll (x) -> (y) { groups: Groups, outer: Sizes, origin: Text },
-    hlo_collective_permute: HloCollectivePermute (x) -> (y) { pairs: Pairs, origin: Text },
+    hlo_all_to_all: HloAllToAll (x) -> (y) { groups: Devices, outer: Sizes, origin: Shown },
+    hlo_collective_permute: HloCollectivePermute (x) -> (y) { pairs: Devices, origin: Shown },
     hlo_ragged_all_to_all: HloRaggedAllToAll (
         input, output, input_offsets, send_sizes, output_offsets, recv_sizes
-    ) -> (y) { groups: Groups, origin: Text },
+    ) -> (y) { groups: Devices, origin: Shown },
 }

@@ -36,13 +36,12 @@ pub enum Kind {
     /// Per-rank counts of rows (entries of the leading axis), blocks back to back in rank
     /// order; the handler turns them into element counts and displacements.
     Counts,
-    /// Devices by global id, in groups: each group's size, then its devices ([`Groups`]).
-    Groups,
-    /// (source, target) device pairs, flattened ([`Pairs`]).
-    Pairs,
+    /// Devices by global id: in groups (each group's size, then its devices), or in
+    /// (source, target) pairs ([`Devices`]).
+    Devices,
     /// Non-negative sizes, one per operand ([`Sizes`]).
     Sizes,
-    /// A string ([`Text`]).
+    /// Words for people ([`Shown`]).
     Text,
     /// The layout of the pytree a call belongs to ([`Tree`]).
     Tree,
@@ -59,8 +58,7 @@ impl Kind {
             Kind::Int => "int",
             Kind::AnyTag => "any_tag",
             Kind::Counts => "counts",
-            Kind::Groups => "groups",
-            Kind::Pairs => "pairs",
+            Kind::Devices => "devices",
             Kind::Sizes => "sizes",
             Kind::Text => "text",
             Kind::Tree => "tree",
@@ -109,32 +107,40 @@ impl Counts {
     }
 }
 
-/// The devices of an XLA collective (`hlo.rs`), in groups of global device ids: every
-/// device of the program is in one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Groups(pub Vec<Vec<i64>>);
-
-impl Groups {
-    /// The group holding `device`, and its place there.
-    pub fn of(&self, device: i64) -> Option<(&[i64], usize)> {
-        self.0.iter().find_map(|group| {
-            let at = group.iter().position(|&d| d == device)?;
-            Some((group.as_slice(), at))
-        })
-    }
+/// The devices of an XLA collective (`hlo.rs`), by global id, as the HLO pass wrote them
+/// (`device_groups.rs` reads them): a view of the call's attribute, which XLA keeps for as
+/// long as the program, so a call finds its group without copying them.
+#[derive(Clone, Copy, Debug)]
+pub struct Devices {
+    at: *const i64,
+    len: usize,
 }
 
-/// A collective-permute's (source, target) device pairs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pairs(pub Vec<(i64, i64)>);
+impl Devices {
+    /// The devices, for the call they came with.
+    pub fn of<'c>(&self, _call: &Call<'c>) -> &'c [i64] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: read from the call's attributes (`decode`), which live at least as long
+        // as the call the result is tied to.
+        unsafe { std::slice::from_raw_parts(self.at, self.len) }
+    }
+
+    /// Where the view points (with `of`, what a cache of groups is keyed by).
+    pub fn key(&self) -> (usize, usize) {
+        (self.at as usize, self.len)
+    }
+}
 
 /// A size per operand (how many slices lie outside a collective's dimension).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sizes(pub Vec<usize>);
 
-/// Words for people (the JAX operation an XLA collective came from).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Text(pub String);
+/// Words for people (the JAX operation an XLA collective came from): read only where a
+/// call is shown (`lifecycle.rs`), so decoding checks that it is there and keeps nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shown;
 
 /// The pytree a call moves part of: a fingerprint of its leaves' paths, dtypes and shapes
 /// (the same on every rank that passes the same structure), or 0 for a single array. A
@@ -267,31 +273,14 @@ fn sizes(call: &Call, name: &'static str) -> Result<Vec<usize>> {
         .collect()
 }
 
-impl Attr for Groups {
-    const KIND: Kind = Kind::Groups;
+impl Attr for Devices {
+    const KIND: Kind = Kind::Devices;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        let flat = call.array_i64(name)?;
-        let mut groups = Vec::new();
-        let mut at = 0;
-        while at < flat.len() {
-            let len = usize::try_from(flat[at]).unwrap_or(usize::MAX);
-            let group = flat.get(at + 1..at.saturating_add(1).saturating_add(len));
-            let group = group.ok_or_else(|| call.bad_attr(name, "is cut short"))?;
-            groups.push(group.to_vec());
-            at += 1 + len;
-        }
-        Ok(Groups(groups))
-    }
-}
-
-impl Attr for Pairs {
-    const KIND: Kind = Kind::Pairs;
-    fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        let flat = call.array_i64(name)?;
-        if flat.len() % 2 != 0 {
-            return Err(call.bad_attr(name, "holds an odd number of devices"));
-        }
-        Ok(Pairs(flat.chunks(2).map(|p| (p[0], p[1])).collect()))
+        let devices = call.array_i64(name)?;
+        Ok(Devices {
+            at: devices.as_ptr(),
+            len: devices.len(),
+        })
     }
 }
 
@@ -309,10 +298,10 @@ impl Attr for Tree {
     }
 }
 
-impl Attr for Text {
+impl Attr for Shown {
     const KIND: Kind = Kind::Text;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        Ok(Text(call.text(name)?.to_string()))
+        call.text(name).map(|_| Shown)
     }
 }
 
@@ -322,7 +311,7 @@ macro_rules! declare_ops {
     ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*) { $($field:ident: $ty:ty),* $(,)? }),* $(,)?) => {
         /// Each op's attributes, typed.
         pub mod attrs {
-            use super::signature::{Address, Attr, Attrs, Counts, Groups, Pairs, Sizes, Text, Tree};
+            use super::signature::{Address, Attr, Attrs, Counts, Devices, Shown, Sizes, Tree};
             use super::Call;
             use crate::{Comm, Peer, ReduceOp, Result};
             $(

@@ -234,12 +234,16 @@ fn span(name: &'static str) -> ByteSpan {
 fn attributes_decode_into_their_declared_types() {
     use super::signature::Attrs;
     use crate::{Comm, Peer, ReduceOp};
+    // A program carries a communicator's id (`handles.rs`), registered when it is lowered.
+    let comm = super::handles::id_of(super::handles::Table::Comm, -8i64 as u64 as usize);
+    let user_op = super::handles::id_of(super::handles::Table::Address, 77);
+    let status = super::handles::id_of(super::handles::Table::Address, 64);
     let mut attrs = FrameAttrs::new(
         &[
-            ("comm", -8),
+            ("comm", comm),
             ("source", -1),
             ("tag", -1),
-            ("status", 64),
+            ("status", status),
             ("tree", -3),
         ],
         &[],
@@ -261,7 +265,12 @@ fn attributes_decode_into_their_declared_types() {
     );
 
     let mut attrs = FrameAttrs::new(
-        &[("comm", 1), ("op", -1), ("user_op", 77), ("tree", 0)],
+        &[
+            ("comm", comm),
+            ("op", -1),
+            ("user_op", user_op),
+            ("tree", 0),
+        ],
         &[],
     );
     attrs.set_on(&mut frame);
@@ -273,7 +282,7 @@ fn attributes_decode_into_their_declared_types() {
     );
 
     let mut attrs = FrameAttrs::new(
-        &[("comm", 1), ("root", 0), ("tree", 0)],
+        &[("comm", comm), ("root", 0), ("tree", 0)],
         &[("counts", vec![2, 0, 3])],
     );
     attrs.set_on(&mut frame);
@@ -287,14 +296,15 @@ fn attributes_decode_into_their_declared_types() {
 fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
     use super::signature::Attrs;
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
+    let comm = super::handles::id_of(super::handles::Table::Comm, 0x4400_0000);
     let cases: [(&[(&'static str, i64)], &str); 3] = [
-        (&[("comm", 1)], "attribute \"root\" is missing"),
+        (&[("comm", comm)], "attribute \"root\" is missing"),
         (
-            &[("comm", 1), ("root", 1 << 40)],
+            &[("comm", comm), ("root", 1 << 40)],
             "attribute \"root\" = 1099511627776 does not fit",
         ),
         (
-            &[("comm", 1), ("root", 0), ("counts", 3)],
+            &[("comm", comm), ("root", 0), ("counts", 3)],
             "attribute \"counts\" is missing or has the wrong kind",
         ),
     ];
@@ -309,7 +319,7 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
         assert_eq!(err.op, "gatherv");
         assert!(err.message.starts_with(expected), "{}", err.message);
     }
-    let mut attrs = FrameAttrs::new(&[("comm", 1), ("root", 0)], &[("counts", vec![1, -2])]);
+    let mut attrs = FrameAttrs::new(&[("comm", comm), ("root", 0)], &[("counts", vec![1, -2])]);
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
