@@ -56,10 +56,12 @@ def test_the_portable_encodings_come_from_the_extension():
 
 def test_same_names_at_every_layer():
     attrs = {name: [a for a, _ in s["attrs"]] for name, s in _native.signatures().items()}
-    assert attrs["sendrecv"] == ["comm", "dest", "sendtag", "source", "recvtag", "status"]
-    assert attrs["gatherv"] == ["comm", "root", "counts"]
-    assert attrs["alltoallv"] == ["comm", "send_counts", "recv_counts"]
-    assert attrs["allreduce"] == ["comm", "op", "user_op"]
+    assert attrs["sendrecv"] == [
+        "comm", "dest", "sendtag", "source", "recvtag", "status", "tree", "recv_tree"
+    ]  # fmt: skip
+    assert attrs["gatherv"] == ["comm", "root", "counts", "tree"]
+    assert attrs["alltoallv"] == ["comm", "send_counts", "recv_counts", "tree"]
+    assert attrs["allreduce"] == ["comm", "op", "user_op", "tree"]
     assert _native.signatures()["sendrecv"]["operands"] == ["sendbuf", "recvbuf"]
 
 
