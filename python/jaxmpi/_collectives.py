@@ -10,6 +10,7 @@ from ._args import check_rank, leading_axis_is_size
 from ._binding import primitives as prim
 from ._comm import CommArg, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
 from ._trees import PyTree, Tree, each_group
 
@@ -71,8 +72,8 @@ def bcast(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
     root = check_rank(root, c.size, "root", "bcast")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
-        outs = prim.bcast.bind(
-            x, comm=c.handle, root=root, at_root=c.rank == root, tree=fingerprint
+        outs = apply(
+            prim.bcast, x, comm=c.handle, root=root, at_root=c.rank == root, tree=fingerprint
         )
         return outs[0] if outs else None
 
@@ -134,8 +135,8 @@ def gather(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
         at_root = c.rank == root
-        outs = prim.gather.bind(
-            x, comm=c.handle, root=root, size=c.size, at_root=at_root, tree=fingerprint
+        outs = apply(
+            prim.gather, x, comm=c.handle, root=root, size=c.size, at_root=at_root, tree=fingerprint
         )
         return outs[0] if outs else None
 
@@ -193,7 +194,7 @@ def allgather(x: PyTree, *, comm: CommArg = None) -> PyTree:
     c = resolve_comm(comm, "allgather")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.allgather.bind(x, comm=c.handle, size=c.size, tree=fingerprint)
+        (y,) = apply(prim.allgather, x, comm=c.handle, size=c.size, tree=fingerprint)
         return y
 
     return each_group(tree, 0, call)
@@ -260,7 +261,7 @@ def scatter(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
         )
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.scatter.bind(x, comm=c.handle, root=root, at_root=at_root, tree=fingerprint)
+        (y,) = apply(prim.scatter, x, comm=c.handle, root=root, at_root=at_root, tree=fingerprint)
         return y
 
     # The root's leaves have the rank axis in front, the others' are the slice's shape.
@@ -320,7 +321,7 @@ def alltoall(x: PyTree, *, comm: CommArg = None) -> PyTree:
     tree.check(lambda leaf, path: leading_axis_is_size(leaf, c.size, "alltoall", "Alltoall", path))
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.alltoall.bind(x, comm=c.handle, tree=fingerprint)
+        (y,) = apply(prim.alltoall, x, comm=c.handle, tree=fingerprint)
         return y
 
     return each_group(tree, 1, call)

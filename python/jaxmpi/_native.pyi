@@ -62,6 +62,8 @@ class _Signature(TypedDict):
     operands: list[str]
     results: list[str]
     attrs: list[tuple[str, str]]
+    started: str
+    starts: str
 
 class _Constants(TypedDict):
     PEER_ANY: int

@@ -1,11 +1,14 @@
-"""Non-blocking point to point inside jit: `isend`, `irecv`, `wait`, `waitall`, and
-`after`, which places work between a start and its wait.
+"""Non-blocking ops inside jit: every started op (`isend`, `irecv`, `iallreduce`, `ibcast`,
+`iallgather`, `ialltoall`, `ireduce_scatter`, ...), `wait`, `waitall`, and `after`, which
+places work between a start and its wait.
 
-A start returns a `Request`: the request value (which request, for the wait) and the
-buffer its transfer uses, both private to the request. `wait` hands both to the wait op,
-so XLA keeps the buffer alive and untouched until MPI is done with it, and everything that
-reads received data runs after the wait. Nothing else orders a start, a wait and the work
-between them: XLA runs independent work in any order. `after(requests, x)` makes `x` (the
+Each started op is its op run in starting mode (`_requests.py`): the same checks, the same
+pytree packing, the op's started form bound instead of the op. It returns a `Request`:
+the request values (which requests, for the wait) and the buffers their transfers use,
+all private to the request. `wait` hands them to the wait op, so XLA keeps the buffers
+alive and untouched until MPI is done with them, and everything that reads the op's
+results runs after the wait. Nothing else orders a start, a wait and the work between
+them: XLA runs independent work in any order. `after(requests, x)` makes `x` (the
 interior's input) available only once the requests have started, and
 `wait(request, after=y)` waits only once `y` (the interior's result) is computed. Both are
 data dependences XLA cannot remove: a run-time zero subtracted from `x`, and `y` as unread
@@ -21,92 +24,37 @@ jitted function or carrying it through a loop fails in JAX itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+import inspect
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec
 
 import jax
 import jax.numpy as jnp
 
 from ._binding import jax_shim
 from ._binding import primitives as prim
-from ._comm import CommArg, CommInfo, StatusArg
+from ._collectives import allgather, alltoall, bcast, gather, scatter
+from ._comm import CommArg, StatusArg
 from ._errors import raise_mpi_errors
-from ._p2p import recv_args, send_args
-from ._runtime.encodings import PEER_ANY, PEER_NULL, TAG_ANY
+from ._p2p import recv, send
+from ._reductions import allreduce, reduce, reduce_scatter
+from ._requests import Request, starting
 from ._token import refuses_token
-from ._trees import PyTree, Tree, pack, unpack
+from ._trees import PyTree
+from ._varcount import allgatherv, alltoallv, gatherv, scatterv
+
+P = ParamSpec("P")
 
 
-def _peer_name(peer: int) -> str:
-    return {PEER_ANY: "ANY_SOURCE", PEER_NULL: "PROC_NULL"}.get(peer, str(peer))
-
-
-class Request:
-    """A transfer started by `isend` or `irecv`, to complete with `wait` or `waitall`.
-
-    Returned by `isend` and `irecv`, never made by users. Pass it to `wait` (or
-    `waitall`) exactly once, in the function that started it: the same jitted function,
-    `cond` branch or loop body (to overlap across loop iterations, start and wait within
-    each). A request is no JAX type: returning it from a jitted function or carrying it
-    through a loop fails in JAX itself. One started outside `jit` and never waited for
-    is cancelled at exit and reported on stderr.
-
-    Example:
-        .. mpirun::
-
-            import jax.numpy as jnp
-            import jaxmpi
-
-            request = jaxmpi.isend(jnp.ones(2), dest=jaxmpi.PROC_NULL, tag=3)
-            print(request, request.sends)
-            jaxmpi.wait(request)
-
-        .. output::
-
-            jaxmpi.Request(isend to PROC_NULL, tag 3) True
-            jaxmpi.Request(isend to PROC_NULL, tag 3) True
-    """
-
-    __slots__ = ("_params", "_parts", "_rebuild", "_trace", "_waited")
-
-    def __init__(self, parts: list, params: dict, rebuild) -> None:
-        # One (request value, transfer buffer) per message: a pytree travels as one per
-        # group of leaves (`_trees.py`); `rebuild` makes what `wait` returns of the
-        # buffers the waits give back.
-        self._parts, self._params, self._rebuild = parts, params, rebuild
-        # Outside any trace, the start ran (its values are concrete): no place to match.
-        self._trace = jax_shim.current_trace() if jax_shim.is_tracing() else None
-        self._waited = False
-
-    @property
-    def sends(self) -> bool:
-        """True for the request of an `isend`, False for an `irecv`'s."""
-        return self._params["sends"]
-
-    def __repr__(self) -> str:
-        p = self._params
-        op, toward = ("isend", "to") if p["sends"] else ("irecv", "from")
-        tag = "ANY_TAG" if p["tag"] == TAG_ANY else p["tag"]
-        return f"jaxmpi.Request({op} {toward} {_peer_name(p['peer'])}, tag {tag})"
-
-
-def _start(primitive, tree: Tree, c: CommInfo, peer: int, tag: int, **attrs) -> Request:
-    fingerprint, parts, groups = tree.fingerprint(0), [], tree.groups(0)
-    for group in groups:
-        leaves = [tree.leaves[i] for i in group]
-        parts.append(
-            primitive.bind(pack(leaves, 0), comm=c.handle, tag=tag, tree=fingerprint, **attrs)
-        )
-    params = {"comm": c.handle, "sends": primitive is prim.isend, "peer": peer, "tag": tag}
-
-    def rebuild(received: list) -> PyTree:
-        out = list(tree.leaves)
-        for group, y in zip(groups, received):
-            for i, piece in zip(group, unpack(y, [tree.leaves[i] for i in group], 0)):
-                out[i] = piece
-        return tree.rebuild(out)
-
-    return Request(parts, params, rebuild)
+def _start(op: str, blocking: Callable, *args: Any, **kwargs: Any) -> Request:
+    """`blocking(*args, **kwargs)` started: its request (see `_requests.py`)."""
+    with starting(op) as holder:
+        blocking(*args, **kwargs)
+    if holder.request is None:
+        raise NotImplementedError(f"jaxmpi.{op}: this call has no non-blocking form")
+    return holder.request
 
 
 @refuses_token
@@ -177,8 +125,7 @@ def isend(x: PyTree, dest: int, *, tag: int = 0, comm: CommArg = None) -> Reques
             0 [1. 1.]
             1 [0. 0.]
     """
-    tree, c, dest, tag = send_args(x, dest, tag, comm, "isend")
-    return _start(prim.isend, tree, c, dest, tag, dest=dest)
+    return _start("isend", send, x, dest, tag=tag, comm=comm)
 
 
 @refuses_token
@@ -258,8 +205,7 @@ def irecv(
             0 [0. 1. 2.]
             1 [0. 1. 2.]
     """
-    tree, c, source, tag, address = recv_args(x, source, tag, comm, status, "irecv")
-    return _start(prim.irecv, tree, c, source, tag, source=source, status=address)
+    return _start("irecv", recv, x, source, tag=tag, comm=comm, status=status)
 
 
 def _waitable(request: Any, op: str) -> Request:
@@ -341,7 +287,7 @@ def after(first: PyTree, value: PyTree) -> PyTree:
         raise TypeError("jaxmpi.after: `first` must be requests (what isend and irecv return)")
     if not leaves:
         return value
-    values = [value for r in leaves for value, _ in r._parts]
+    values = [part.value for r in leaves for part in r._parts]
     if not values:  # requests of empty pytrees: nothing started
         return value
     zero = sum((v[0] * 0 for v in values[1:]), values[0][0] * 0)
@@ -413,11 +359,14 @@ def wait(request: Request, *, after: PyTree = None) -> jax.Array | None:
     # Operands of the wait, never read: XLA has to compute them before it, and cannot
     # move their computation into a kernel after it.
     follows = [jnp.asarray(a) for a in jax.tree_util.tree_leaves(after)]
-    received = [
-        prim.wait.bind(value, buffer, *follows, **request._params)[0]
-        for value, buffer in request._parts
-    ]
-    return None if request.sends else request._rebuild(received)
+    received = {
+        id(part): prim.wait_for(
+            part.op, part.value, part.results, part.through, part.params, follows
+        )
+        for part in request._parts
+    }
+    result = request._rebuild(lambda pending: received[id(pending.part)][pending.index])
+    return None if request.sends else result
 
 
 @refuses_token
@@ -471,3 +420,163 @@ def waitall(requests: Sequence[Request], *, after: PyTree = None) -> list:
     if len({id(r) for r in requests}) != len(requests):
         raise ValueError("jaxmpi.waitall: the same request appears twice; wait once")
     return [wait(r, after=after) for r in requests]
+
+
+# --- Every other started op: its op, started, with a reference derived from its op's -------
+
+_SECTIONS = ("Args", "Returns", "Derivative", "Raises", "Example")
+
+
+def _sections(doc: str) -> tuple[list[str], dict[str, list[str]]]:
+    """A Google-style docstring as (its text before the sections, {section: its lines})."""
+    lines = inspect.cleandoc(doc).splitlines()
+    head, sections, current = [], {}, None
+    for line in lines:
+        if line.rstrip(":") in _SECTIONS and line.endswith(":"):
+            current = line.rstrip(":")
+            sections[current] = []
+            if head and not head[-1]:
+                head.pop()
+        elif current is None:
+            head.append(line)
+        else:
+            sections[current].append(line)
+    return head, sections
+
+
+def _entries(lines: list[str]) -> dict[str, str]:
+    """A section's entries ("Name: text", continued on deeper lines), by name."""
+    entries: dict[str, str] = {}
+    for line in lines:
+        name, _, text = line.strip().partition(": ")
+        if line.startswith("    ") and not line.startswith("        ") and text:
+            entries[name] = text
+        elif entries and line.strip():
+            last = next(reversed(entries))
+            entries[last] += " " + line.strip()
+    return entries
+
+
+def _wrap(text: str, indent: str = "", hang: str = "") -> list[str]:
+    """`text` in lines of the docstrings' width, the first indented by `indent`, the others
+    by `indent` and `hang`."""
+    return textwrap.wrap(text, 88, initial_indent=indent, subsequent_indent=indent + hang)
+
+
+def _started_example(op: str, lines: list[str]) -> list[str]:
+    """The op's example with each call of it started and waited for at once: it prints the
+    same."""
+    text, call = "\n".join(lines), f"jaxmpi.{op}("
+    out, at = [], 0
+    while (found := text.find(call, at)) >= 0:
+        depth, end = 0, found + len(call) - 1
+        for end in range(found + len(call) - 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        out += [
+            text[at:found],
+            f"jaxmpi.wait(jaxmpi.i{op}(",
+            text[found + len(call) : end + 1],
+            ")",
+        ]
+        at = end + 1
+    return ("".join(out) + text[at:]).splitlines()
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def _started_doc(op: str, doc: str) -> str:
+    head, sections = _sections(doc)
+    raises = _entries(sections["Raises"])
+    never = (
+        "or, when the program is lowered, the request is never waited for in the function "
+        "(branch, loop body) that started it"
+    )
+    raises["ValueError"] = raises.get("ValueError", "").rstrip(".") + f"; {never}."
+    raises["NotImplementedError"] = (
+        f"GPU arrays (not supported yet: use `{op}`); counts computed inside jit "
+        f"(`recv_capacity=`), whose exchange has no non-blocking form; "
+        + raises.get("NotImplementedError", "a derivative the non-blocking form lacks (below).")
+    )
+    returns = " ".join(line.strip() for line in sections["Returns"])
+    lines = [
+        f"Starts `{op}`: returns a `Request` at once; `wait` gives what `{op}` returns.",
+        "",
+        *_wrap(
+            f"MPI's non-blocking form of `{op}` ({head[0].rstrip('.')}): it moves its "
+            "data while the program computes, until `wait` (or `waitall`). In every other "
+            f"way it is `jaxmpi.{op}`: the same arguments, checks (their errors name "
+            f"`{op}`), pytrees and result. Its buffers are not copied: XLA keeps them alive "
+            "and untouched until the wait. Inside `jax.jit`, XLA may run independent work "
+            "before the start or after the wait: `after` and `wait(after=...)` pin the work "
+            "between them. Wait for the request exactly once, in the same function (branch, "
+            "loop body) that started it; every rank starts its collectives on a "
+            "communicator in the same order, as it would call them.",
+            "",
+        ),
+        "",
+        "Args:",
+        *_trimmed(sections["Args"]),
+        "",
+        "Returns:",
+        *_wrap(
+            f"A `Request`, for `wait` or `waitall`, which give what `{op}` returns: {returns}",
+            "    ",
+        ),
+        "",
+        "Derivative:",
+        *_wrap(
+            f"Where `{op}` is linear (a SUM reduction, or moving data): the tangent travels "
+            "as a second started transfer, waited for next to the value's. Reverse mode "
+            f"makes `{op}`'s transpose where the start was. Other reductions raise "
+            f"NotImplementedError (use `{op}`). `vmap`: as `{op}`, one MPI call for the "
+            "whole batch.",
+            "    ",
+        ),
+        "",
+        "Raises:",
+        *(
+            line
+            for kind, text in raises.items()
+            for line in _wrap(f"{kind}: {text}", "    ", "    ")
+        ),
+        "",
+        "Example:",
+        *_started_example(op, _trimmed(sections["Example"])),
+    ]
+    return "\n".join(lines)
+
+
+def started(blocking: Callable[P, Any]) -> Callable[P, Request]:
+    """The started form of the public op `blocking`, named as the table names it."""
+    op = blocking.__name__
+    name = prim.SIGNATURES[op]["started"]
+
+    @functools.wraps(blocking)
+    def start(*args: P.args, **kwargs: P.kwargs) -> Request:
+        return _start(name, blocking, *args, **kwargs)
+
+    start.__name__ = start.__qualname__ = name
+    start.__doc__ = _started_doc(op, blocking.__doc__ or "")
+    signature = inspect.signature(blocking)
+    start.__signature__ = signature.replace(return_annotation="Request")  # type: ignore[attr-defined]
+    return start
+
+
+iallreduce = started(allreduce)
+ireduce = started(reduce)
+ireduce_scatter = started(reduce_scatter)
+ibcast = started(bcast)
+igather = started(gather)
+iallgather = started(allgather)
+iscatter = started(scatter)
+ialltoall = started(alltoall)
+igatherv = started(gatherv)
+iallgatherv = started(allgatherv)
+iscatterv = started(scatterv)
+ialltoallv = started(alltoallv)

@@ -18,6 +18,7 @@ from ._args import (
 from ._binding import primitives as prim
 from ._comm import ANY_SOURCE, ANY_TAG, CommArg, StatusArg, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._runtime.encodings import PEER_ANY, PEER_NULL
 from ._token import refuses_token
 from ._trees import PyTree, Tree, each_group, pack, unpack
@@ -117,7 +118,7 @@ def send(x: PyTree, dest: int, *, tag: int = 0, comm: CommArg = None) -> list:
     tree, c, dest, tag = send_args(x, dest, tag, comm, "send")
 
     def call(x: jax.Array, fingerprint: int) -> None:
-        prim.send.bind(x, comm=c.handle, dest=dest, tag=tag, tree=fingerprint)
+        apply(prim.send, x, comm=c.handle, dest=dest, tag=tag, tree=fingerprint)
 
     each_group(tree, 0, call)
     return []
@@ -198,8 +199,8 @@ def recv(
     tree, c, source, tag, address = recv_args(x, source, tag, comm, status, "recv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.recv.bind(
-            x, comm=c.handle, source=source, tag=tag, status=address, tree=fingerprint
+        (y,) = apply(
+            prim.recv, x, comm=c.handle, source=source, tag=tag, status=address, tree=fingerprint
         )
         return y
 

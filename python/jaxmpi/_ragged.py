@@ -20,6 +20,7 @@ from . import _native
 from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
 from ._trees import PyTree, Tree, pack, unpack
 
@@ -68,8 +69,15 @@ def exchange(x, output, send, recv, c: CommInfo, op: str, tree: int = 0) -> jax.
     `tree`: the fingerprint of the pytree `x` packs (`_trees.py`)."""
     if x.ndim == 0:
         raise ValueError(f"jaxmpi.{op}: x must have a leading axis of rows, got a scalar")
-    (y,) = prim.ragged_alltoallv.bind(
-        x, output, *send, *recv, comm=c.handle, origin=ORIGINS.index(op), tree=tree
+    (y,) = apply(
+        prim.ragged_alltoallv,
+        x,
+        output,
+        *send,
+        *recv,
+        comm=c.handle,
+        origin=ORIGINS.index(op),
+        tree=tree,
     )
     return y
 

@@ -12,6 +12,7 @@ from ._args import check_rank, leading_axis_is_size
 from ._binding import primitives as prim
 from ._comm import CommArg, OpArg, resolve_comm, resolve_op
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
 from ._trees import PyTree, Tree, each_group
 
@@ -40,8 +41,8 @@ def _reduction(
 
     def call(packed: jax.Array, fingerprint: int) -> jax.Array | None:
         code, user_op = resolve_op(op, packed.dtype, name)
-        outs = primitive.bind(
-            packed, comm=c.handle, op=code, user_op=user_op, tree=fingerprint, **params
+        outs = apply(
+            primitive, packed, comm=c.handle, op=code, user_op=user_op, tree=fingerprint, **params
         )
         return outs[0] if outs else None
 

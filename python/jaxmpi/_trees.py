@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from ._args import array_arg
+from ._requests import Pending, finish, is_starting
 
 #: A JAX pytree: an array, or (nested) lists, tuples and dicts of arrays, or any registered
 #: pytree node. Every op takes one wherever it takes an array.
@@ -122,17 +123,31 @@ def unpack(result: jax.Array, leaves: Sequence[jax.Array], keep: int) -> list[ja
     return out
 
 
-def each_group(tree: Tree, keep: int, call: Callable[[jax.Array, int], jax.Array | None]) -> Any:
+def each_group(tree: Tree, keep: int, call: Callable[[jax.Array, int], Any]) -> Any:
     """The op on every group of `tree`: `call(packed, fingerprint)` gives its result on the
     packed buffer, or None where the op returns its input (a rooted op's ranks that
     receive nothing), which then gives back the leaves themselves. Returns the result
-    with the tree's structure."""
+    with the tree's structure; in starting mode (`_requests.py`), where `call` gives
+    `Pending` results, the request, whose wait cuts them into leaves."""
     fingerprint = tree.fingerprint(keep)
     out = list(tree.leaves)
+    pending = []
     for group in tree.groups(keep):
         leaves = [tree.leaves[i] for i in group]
         result = call(pack(leaves, keep), fingerprint)
-        if result is not None:
+        if isinstance(result, Pending):
+            pending.append((group, leaves, result))
+        elif result is not None:
             for i, piece in zip(group, unpack(result, leaves, keep)):
                 out[i] = piece
-    return tree.rebuild(out)
+    if not is_starting():
+        return tree.rebuild(out)
+
+    def rebuild(received: Callable[[Pending], jax.Array]) -> Any:
+        final = list(out)
+        for group, leaves, result in pending:
+            for i, piece in zip(group, unpack(received(result), leaves, keep)):
+                final[i] = piece
+        return tree.rebuild(final)
+
+    return finish(rebuild)

@@ -20,6 +20,7 @@ from ._args import check_rank
 from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
 from ._trees import PyTree, Tree, each_group
 
@@ -168,8 +169,14 @@ def gatherv(
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
         at_root = c.rank == root
-        outs = prim.gatherv.bind(
-            x, comm=c.handle, root=root, counts=counts, at_root=at_root, tree=fingerprint
+        outs = apply(
+            prim.gatherv,
+            x,
+            comm=c.handle,
+            root=root,
+            counts=counts,
+            at_root=at_root,
+            tree=fingerprint,
         )
         return outs[0] if outs else None
 
@@ -256,7 +263,7 @@ def allgatherv(
     _leading_rows(tree, counts[c.rank], "allgatherv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.allgatherv.bind(x, comm=c.handle, counts=counts, tree=fingerprint)
+        (y,) = apply(prim.allgatherv, x, comm=c.handle, counts=counts, tree=fingerprint)
         return y
 
     return each_group(tree, 1, call)
@@ -344,9 +351,9 @@ def scatterv(
     _leading_rows(tree, sum(counts) if at_root else counts[c.rank], "scatterv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.scatterv.bind(
-            x, comm=c.handle, root=root, counts=counts, rank=c.rank, at_root=at_root,
-            tree=fingerprint,
+        (y,) = apply(
+            prim.scatterv, x, comm=c.handle, root=root, counts=counts, rank=c.rank,
+            at_root=at_root, tree=fingerprint,
         )  # fmt: skip
         return y
 
@@ -438,8 +445,13 @@ def alltoallv(
     _leading_rows(tree, sum(send_counts), "alltoallv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = prim.alltoallv.bind(
-            x, comm=c.handle, send_counts=send_counts, recv_counts=recv_counts, tree=fingerprint
+        (y,) = apply(
+            prim.alltoallv,
+            x,
+            comm=c.handle,
+            send_counts=send_counts,
+            recv_counts=recv_counts,
+            tree=fingerprint,
         )
         return y
 

@@ -11,7 +11,7 @@ use jaxmpi_backends::xla_collectives;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
     checked, handles, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS,
-    OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
+    OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, STARTED_RESULTS, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -393,7 +393,10 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
 
 /// Every op's declaration (core/src/xla/handlers/mod.rs), from which the Python lowerings
 /// derive their attributes: {name: {"operands": [...], "results": [...], "attrs": [(name,
-/// kind), ...]}}. A `reduce_op` attribute is followed by its `user_op` address.
+/// kind), ...], "started": name of its started form or "", "starts": ""}}, and for each
+/// started form its own entry: {..., "results": ["request", ...], "attrs": the op's and
+/// ("results", "int"), "started": "", "starts": the op's name}. A `reduce_op` attribute
+/// is followed by its `user_op` address.
 #[pyfunction]
 fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let all = PyDict::new(py);
@@ -408,8 +411,25 @@ fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let entry = PyDict::new(py);
         entry.set_item("operands", signature.operands)?;
         entry.set_item("results", signature.results)?;
-        entry.set_item("attrs", attrs)?;
+        entry.set_item("attrs", attrs.clone())?;
+        entry.set_item("started", signature.started)?;
+        entry.set_item("starts", "")?;
         all.set_item(signature.name, entry)?;
+        if signature.started.is_empty() {
+            continue;
+        }
+        let started = PyDict::new(py);
+        let results: Vec<&str> = ["request"]
+            .into_iter()
+            .chain(signature.results.iter().copied())
+            .collect();
+        attrs.push((STARTED_RESULTS, Kind::Int.name()));
+        started.set_item("operands", signature.operands)?;
+        started.set_item("results", results)?;
+        started.set_item("attrs", attrs)?;
+        started.set_item("started", "")?;
+        started.set_item("starts", signature.name)?;
+        all.set_item(signature.started, started)?;
     }
     Ok(all)
 }

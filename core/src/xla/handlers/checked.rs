@@ -108,9 +108,15 @@ impl Record {
 /// "allreduce float32[4] SUM", "gatherv float32 rows of 3, counts of 7 rows, root 1".
 impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let op = super::SIGNATURES
-            .get(self.op as usize)
-            .map_or("an unknown op", |s| s.name);
+        // Past the ops, their started forms (`record`).
+        let all = super::SIGNATURES.len();
+        let op = usize::try_from(self.op)
+            .ok()
+            .and_then(|i| match i.checked_sub(all) {
+                None => super::SIGNATURES.get(i).map(|s| s.name),
+                Some(started) => super::SIGNATURES.get(started).map(|s| s.started),
+            });
+        let op = op.unwrap_or("an unknown op");
         let dtype = Dtype::ALL
             .get(self.dtype as usize)
             .map_or("?", |d| d.name());
@@ -171,11 +177,18 @@ fn hash(values: &[i64]) -> u64 {
 /// rank passes alike: the operand, except where only the root has it (bcast's and
 /// scatter's receivers compare their result); the v-ops compare a row and their counts.
 fn record(call: &Call, comm_size: i32) -> Result<Record> {
-    let name = call.name();
-    let op = super::SIGNATURES
+    // A started op's call is told from its op's (the ranks must not mix them), and
+    // moves what its op's does.
+    let position = super::SIGNATURES.iter().position(|s| s.name == call.name());
+    let started = super::SIGNATURES
         .iter()
-        .position(|s| s.name == name)
-        .map_or(-1, |i| i as i32);
+        .position(|s| s.started == call.name());
+    let op = match (position, started) {
+        (Some(i), _) => i as i32,
+        (None, Some(i)) => (super::SIGNATURES.len() + i) as i32,
+        (None, None) => -1,
+    };
+    let name = started.map_or(call.name(), |i| super::SIGNATURES[i].name);
     let buffer = match name {
         "barrier" => None,
         "scatter" | "scatterv" => call.optional_ret(0),
