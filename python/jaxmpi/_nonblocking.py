@@ -430,7 +430,9 @@ _SECTIONS = ("Args", "Returns", "Derivative", "Raises", "Example")
 def _sections(doc: str) -> tuple[list[str], dict[str, list[str]]]:
     """A Google-style docstring as (its text before the sections, {section: its lines})."""
     lines = inspect.cleandoc(doc).splitlines()
-    head, sections, current = [], {}, None
+    head: list[str] = []
+    sections: dict[str, list[str]] = {}
+    current = None
     for line in lines:
         if line.rstrip(":") in _SECTIONS and line.endswith(":"):
             current = line.rstrip(":")

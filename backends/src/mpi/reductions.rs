@@ -100,19 +100,15 @@ pub(super) fn elementwise<A: Abi>(
     reduction(lib, (pair.names, call), comm, send, &recv, op)
 }
 
+/// A segment's call as `ReduceFn` takes it, as a value of its own.
+trait SegmentCall<H>: Fn(*const c_void, *mut c_void, c_int, H, H, H, Option<&mut H>) -> c_int {}
+impl<H, F> SegmentCall<H> for F where
+    F: Fn(*const c_void, *mut c_void, c_int, H, H, H, Option<&mut H>) -> c_int
+{
+}
+
 /// MPI_Reduce (or, given a request, MPI_Ireduce) to `root`, on one segment.
-fn reduce_to<A: Abi>(
-    lib: &MpiLibrary<A>,
-    root: c_int,
-) -> impl Fn(
-    *const c_void,
-    *mut c_void,
-    c_int,
-    A::Handle,
-    A::Handle,
-    A::Handle,
-    Option<&mut A::Handle>,
-) -> c_int {
+fn reduce_to<A: Abi>(lib: &MpiLibrary<A>, root: c_int) -> impl SegmentCall<A::Handle> {
     let (f, started) = (lib.fns.MPI_Reduce, lib.fns.MPI_Ireduce);
     move |s, r, n, t, o, c, request| match request {
         // SAFETY: as the note above `elementwise` says.

@@ -18,7 +18,7 @@ other op the start's transpose is the op's own transpose, made where the start w
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -70,10 +70,11 @@ def started_jvp(name: str):
     return jvp
 
 
-def started_transpose(name: str, transpose: Callable, reverse: Reverse | None):
+def started_transpose(name: str, transpose: Callable | None, reverse: Reverse | None):
     def rule(cts, *operands, results, **params):
         request, *outs = cts
         if reverse is None:  # the op's own transpose, here
+            assert transpose is not None, f"jaxmpi.{name} is started but not linear"
             return transpose(outs[:results], *operands, **params)
         # The wait's transpose started the adjoint: its request and buffers came back.
         op, adjoint = reverse.adjoint(params)
@@ -130,7 +131,7 @@ def wait_transpose(reverses: dict[str, Reverse]):
         follows = [zeros_like_arg(a) if jax_shim.is_linear(a) else None for a in after]
         reverse = reverses.get(op)
         if reverse is None:  # the start's transpose makes the op's own
-            back: list[Any] = [*cts, *(zeros_like_arg(b) for b in bufs[results:])]
+            back = [*cts, *(zeros_like_arg(b) for b in bufs[results:])]
             ct_request = zeros_like_arg(request) if jax_shim.is_linear(request) else None
             return [ct_request, *(cotangent_for(b, c) for b, c in zip(bufs, back)), *follows]
         adjoint_op, adjoint = reverse.adjoint(params)
@@ -151,7 +152,7 @@ def wait_batching(args, dims, **params):
     return prim.wait.bind(*args, **params), list(dims[1 : 1 + params["results"]])
 
 
-def rules_of_started(name: str, transpose: Callable, batch, reverse: Reverse | None):
+def rules_of_started(name: str, transpose: Callable | None, batch, reverse: Reverse | None):
     """(jvp, transpose, batching) of `name`'s started form."""
     return (
         started_jvp(name),
