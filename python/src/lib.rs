@@ -452,10 +452,20 @@ fn ragged_origins() -> Vec<&'static str> {
     ragged::ORIGINS.to_vec()
 }
 
-/// The CPU cores each rank of this node may use: whether a progress thread has one to spare.
+/// Makes later started collectives complete at their start, or start non-blocking, whatever
+/// the progress mode; None: as it says (every rank alike; tests run both ways).
 #[pyfunction]
-fn set_cores_per_rank(cores: f64) {
+#[pyo3(signature = (at_start))]
+fn set_collectives_at_start(at_start: Option<bool>) {
+    in_flight::set_collectives_at_start(at_start);
+}
+
+/// The CPU cores each rank of this node may use (whether a progress thread has one to
+/// spare), and whether every rank of the job runs on this host.
+#[pyfunction]
+fn set_cores_per_rank(cores: f64, one_host: bool) {
     in_flight::set_cores_per_rank(cores);
+    in_flight::set_one_host(one_host);
 }
 
 /// Waits for a request started outside jit (`value`: the bits of its request value) whose
@@ -513,6 +523,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(wait_request, m)?)?;
     m.add_function(wrap_pyfunction!(set_cores_per_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(set_collectives_at_start, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
     m.add_function(wrap_pyfunction!(checked_mode, m)?)?;

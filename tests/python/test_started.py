@@ -85,6 +85,18 @@ OPS = {
 }  # fmt: skip
 
 
+@pytest.fixture(params=["non-blocking", "at start"])
+def how(request):
+    """Started collectives started non-blocking, or completed at their start (what the
+    progress mode "at-start" does), on every rank alike."""
+    _native.set_collectives_at_start(request.param == "at start")
+    try:
+        yield request.param
+    finally:
+        jax.effects_barrier()
+        _native.set_collectives_at_start(None)
+
+
 def assert_same(got, expected, what: str) -> None:
     assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(expected), what
     for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
@@ -100,7 +112,7 @@ def test_every_started_op_is_declared_in_the_table_and_public():
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("op", list(OPS))
-def test_every_started_op_is_its_blocking_op(op, mode):
+def test_every_started_op_is_its_blocking_op(op, mode, how):
     blocking, started, args, tree = OPS[op]
     one = jax.tree_util.tree_leaves(tree)[0]  # a single array, not a pytree
     for x in (tree, one):
@@ -110,7 +122,7 @@ def test_every_started_op_is_its_blocking_op(op, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_many_started_collectives_in_flight_complete_in_any_wait_order(mode):
+def test_many_started_collectives_in_flight_complete_in_any_wait_order(mode, how):
     """Large allreduces, bcasts and allgathers all started before any wait, waited in
     reverse order; a point-to-point exchange among them."""
     x = jnp.full(BIG, float(RANK + 1), jnp.float32)
@@ -134,7 +146,7 @@ def test_many_started_collectives_in_flight_complete_in_any_wait_order(mode):
     assert_array(got[6], np.full(BIG, other, np.float32), "irecv")
 
 
-def test_a_request_started_eagerly_is_waited_for_later():
+def test_a_request_started_eagerly_is_waited_for_later(how):
     request = jaxmpi.iallreduce({"a": np.arange(4.0), "b": np.int32(RANK)}, SUM)
     between = jaxmpi.allreduce(np.float64(1.0), SUM)  # another collective meanwhile
     got = jaxmpi.wait(request)
@@ -161,7 +173,7 @@ def test_the_interior_runs_between_start_and_wait():
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_derivatives_and_vmap_are_the_blocking_ops(mode):
+def test_derivatives_and_vmap_are_the_blocking_ops(mode, how):
     x = jnp.asarray(rank_data(RANK, "float32", (4,)))
     tangent = jnp.full(4, 0.5, jnp.float32)
 
@@ -201,7 +213,7 @@ def test_a_started_reduction_differentiates_only_sum():
 
 
 @pytest.mark.parametrize("construct", ["fori_loop", "cond", "scan"])
-def test_started_collectives_inside_control_flow(construct):
+def test_started_collectives_inside_control_flow(construct, how):
     def body(x):
         request = jaxmpi.iallreduce(x, SUM)
         interior = jaxmpi.after(request, x) * 0.5

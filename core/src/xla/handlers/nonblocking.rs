@@ -16,7 +16,7 @@ use super::call::Operand;
 use super::entry::Body;
 use super::in_flight::{self, Flight, Receive};
 use super::lifecycle::CallInfo;
-use super::signature::{Address, Attrs};
+use super::signature::{Address, Attrs, Signature};
 use super::Call;
 use crate::{library, Backend, ErrorsReturned, Library, Result};
 
@@ -31,6 +31,13 @@ pub(super) fn start<A: Attrs>(
     let comm = attrs
         .comm()
         .ok_or_else(|| call.bad_attr("comm", "is missing: a started op runs on a communicator"))?;
+    let collective = Signature::named(call.name()).is_some_and(|(s, _)| s.is_collective());
+    if collective && in_flight::collectives_complete_at_start(library) {
+        // Nothing could move its data before the wait (`progress_mode`): the blocking op,
+        // now; its wait has nothing left to do.
+        body(call, library, backend, attrs)?;
+        return write_request(call, COMPLETED);
+    }
     // SAFETY: the lowering hands every buffer of this call (the op's results, and the
     // operands MPI reads, passed through) to the request's wait and to nothing that writes
     // them: XLA keeps them alive and unchanged until the wait has completed, which only
@@ -56,6 +63,13 @@ pub(super) fn start<A: Attrs>(
         _errors: ErrorsReturned::on(library, comm)?,
     };
     let key = in_flight::start(library, flight)?;
+    write_request(call, key)
+}
+
+/// The key of a request that completed at its start: no entry in flight (keys start at 1).
+const COMPLETED: u64 = 0;
+
+fn write_request(call: &Call, key: u64) -> Result<()> {
     let value = call.request()?;
     if value.len_bytes() != 8 {
         return Err(call.bad_attr("request", "result is not the 8-byte request value"));
@@ -80,6 +94,9 @@ pub fn wait_eager(value: [u32; 2], buffer: usize) -> Result<()> {
     let key = decode(value).ok_or_else(|| {
         crate::Error::invalid_argument("request", "is not a request value made by a started op")
     })?;
+    if key == COMPLETED {
+        return Ok(());
+    }
     in_flight::wait(library, key, buffer, || None)
         .map_err(|err| super::entry::with_rank(err.in_op("wait"), library))
 }
@@ -112,6 +129,9 @@ pub fn wait(call: &Call, _: &dyn Library, _: &dyn Backend, _: &super::attrs::Wai
     // SAFETY: checked above: 8 bytes, the request value its start wrote.
     let bits = unsafe { std::ptr::read_unaligned(value.data().cast::<[u32; 2]>()) };
     let key = decode(bits).ok_or_else(not_a_request)?;
+    if key == COMPLETED {
+        return Ok(());
+    }
     let first = call.optional_arg(1).map_or(0, |b| b.data() as usize);
     in_flight::wait(library()?, key, first, || call.defer())
 }
