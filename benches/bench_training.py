@@ -21,6 +21,7 @@ step, measured in the same run), and with `--json` writes the numbers.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -43,7 +44,7 @@ def init(widths: list[int]) -> list[dict]:
             "w": jnp.asarray(rng.standard_normal((a, b)) / np.sqrt(a), jnp.float32),
             "b": jnp.zeros(b, jnp.float32),
         }
-        for a, b in zip(widths[:-1], widths[1:])
+        for a, b in itertools.pairwise(widths)
     ]
 
 
