@@ -211,7 +211,7 @@ def ragged_all_to_all(
     if not operands.same_structure(outputs):
         raise ValueError(
             f"jaxmpi.{op}: operand and output must be pytrees of the same structure, got "
-            f"{operands.treedef} and {outputs.treedef}"
+            f"{jax.tree_util.tree_structure(operand)} and {jax.tree_util.tree_structure(output)}"
         )
     for x, out, leaf in zip(operands.leaves, outputs.leaves, operands.paths):
         if x.ndim == 0 or out.shape[1:] != x.shape[1:] or out.dtype != x.dtype:

@@ -29,6 +29,7 @@ from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._args import array_arg
 from ._requests import Pending, finish, is_starting
@@ -41,6 +42,10 @@ PyTree: TypeAlias = Any
 ALONE = 1 << 16
 
 
+# What is always one array, never a pytree node.
+_ARRAYS = (jax.Array, np.ndarray, int, float, complex)
+
+
 def _leaf_name(path) -> str:
     return jax.tree_util.keystr(tuple(path))
 
@@ -50,8 +55,12 @@ class Tree:
     their paths (for errors) and how to rebuild the structure from new leaves."""
 
     def __init__(self, x: Any, op: str, what: str = "x") -> None:
+        if isinstance(x, _ARRAYS):  # the common case, without flattening
+            self.treedef, self.bare, self.paths = None, True, [""]
+            self.leaves = [array_arg(x, op)]
+            return
         flat, self.treedef = jax.tree_util.tree_flatten_with_path(x)
-        self.bare = jax.tree_util.treedef_is_leaf(self.treedef)
+        self.bare = len(flat) == 1 and jax.tree_util.treedef_is_leaf(self.treedef)
         self.paths = ["" if self.bare else f"{what}{_leaf_name(p)}" for p, _ in flat]
         self.leaves = [array_arg(leaf, op, name) for (_, leaf), name in zip(flat, self.paths)]
 
@@ -87,6 +96,8 @@ class Tree:
         return bool(operator.eq(self.treedef, other.treedef))
 
     def rebuild(self, leaves: Sequence) -> Any:
+        if self.treedef is None:
+            return leaves[0]
         return jax.tree_util.tree_unflatten(self.treedef, list(leaves))
 
     def check(self, check: Callable[[jax.Array, str], None]) -> None:
@@ -129,6 +140,13 @@ def each_group(tree: Tree, keep: int, call: Callable[[jax.Array, int], Any]) -> 
     receive nothing), which then gives back the leaves themselves. Returns the result
     with the tree's structure; in starting mode (`_requests.py`), where `call` gives
     `Pending` results, the request, whose wait cuts them into leaves."""
+    if tree.bare:  # one array: no packing, no fingerprint
+        (leaf,) = tree.leaves
+        result = call(leaf, 0)
+        if is_starting():
+            pending = result
+            return finish(lambda received: leaf if pending is None else received(pending))
+        return leaf if result is None else result
     fingerprint = tree.fingerprint(keep)
     out = list(tree.leaves)
     pending = []

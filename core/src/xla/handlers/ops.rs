@@ -247,7 +247,7 @@ pub fn send(
         let message = checked::Message {
             dtype: x.dtype(),
             count: x.count(),
-            tree: a.tree.0,
+            tree: a.tree.of(call),
         };
         checked::send_header(library, a.comm, a.dest, a.tag, message)?;
     }
@@ -266,7 +266,7 @@ pub fn recv(
         let expected = checked::Message {
             dtype: y.dtype()?,
             count: y.count(),
-            tree: a.tree.0,
+            tree: a.tree.of(call),
         };
         let announced = checked::receive_header(library, a.comm, (source, tag), expected)?;
         (source, tag, mismatch) = (announced.source, announced.tag, announced.mismatch);
@@ -303,12 +303,12 @@ pub fn sendrecv(
         let sent = checked::Message {
             dtype: x.dtype()?,
             count: x.count(),
-            tree: a.tree.0,
+            tree: a.tree.of(call),
         };
         let expected = checked::Message {
             dtype: y.dtype()?,
             count: y.count(),
-            tree: a.recv_tree.0,
+            tree: a.recv_tree.of(call),
         };
         let announced = checked::exchange_headers(library, envelope, sent, expected)?;
         (envelope.source, envelope.recvtag) = (announced.source, announced.tag);

@@ -171,9 +171,17 @@ pub struct Shown;
 /// (the same on every rank that passes the same structure), or 0 for a single array. A
 /// pytree travels as one call per group of leaves (`python/jaxmpi/_trees.py`), each
 /// carrying the whole tree's fingerprint: checked mode compares it, which the packed
-/// buffers alone could not show (two trees may pack to the same dtype and size).
+/// buffers alone could not show (two trees may pack to the same dtype and size). Only
+/// checked mode reads it (`Tree::of`), so decoding reads nothing: no cost per call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tree(pub u64);
+pub struct Tree(pub &'static str);
+
+impl Tree {
+    /// The fingerprint the call carries (0 where it carries none).
+    pub fn of(&self, call: &Call) -> u64 {
+        call.optional_i64(self.0).unwrap_or(0) as u64
+    }
+}
 
 /// A Rust type an attribute decodes into; its kind is what Python is told.
 pub trait Attr: Sized {
@@ -327,8 +335,8 @@ impl Attr for Sizes {
 
 impl Attr for Tree {
     const KIND: Kind = Kind::Tree;
-    fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        Ok(Tree(call.scalar_i64(name)? as u64))
+    fn decode(_: &Call, name: &'static str) -> Result<Self> {
+        Ok(Tree(name))
     }
 }
 

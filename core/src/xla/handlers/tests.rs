@@ -259,7 +259,7 @@ fn attributes_decode_into_their_declared_types() {
         "addresses keep all 64 bits"
     );
     assert_eq!(
-        (recv.source, recv.tag, recv.status.0, recv.tree.0),
+        (recv.source, recv.tag, recv.status.0, recv.tree.of(&call)),
         (Peer::Any, None, 64, -3i64 as u64),
         "a pytree's fingerprint keeps all 64 bits"
     );
