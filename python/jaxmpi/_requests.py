@@ -132,7 +132,9 @@ def _holder() -> _Holder | None:
 def apply(primitive, *operands, **params) -> list:
     """`primitive.bind(*operands, **params)`, the bind of every public op; in starting mode
     the start of its started form instead, whose results are `Pending`."""
-    holder = _holder()
+    if params.get("tree") == 0:  # a single array's: the default, bound as before pytrees
+        del params["tree"]
+    holder = getattr(_mode, "holder", None)
     if holder is None:
         return primitive.bind(*operands, **params)
     op = primitive.name.removeprefix("jaxmpi_")
