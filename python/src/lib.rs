@@ -460,6 +460,13 @@ fn set_collectives_at_start(at_start: Option<bool>) {
     in_flight::set_collectives_at_start(at_start);
 }
 
+/// Whether started collectives complete at their start (and `after` places no work):
+/// progress mode "at-start", or as `set_collectives_at_start` set.
+#[pyfunction]
+fn collectives_at_start() -> PyResult<bool> {
+    in_flight::collectives_at_start().map_err(to_py)
+}
+
 /// The CPU cores each rank of this node may use (whether a progress thread has one to
 /// spare), and whether every rank of the job runs on this host.
 #[pyfunction]
@@ -524,6 +531,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wait_request, m)?)?;
     m.add_function(wrap_pyfunction!(set_cores_per_rank, m)?)?;
     m.add_function(wrap_pyfunction!(set_collectives_at_start, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives_at_start, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
     m.add_function(wrap_pyfunction!(checked_mode, m)?)?;

@@ -323,7 +323,19 @@ impl<'a> Call<'a> {
 
     /// An int64 scalar attribute the op may not have (for describing a call).
     pub fn optional_i64(&self, name: &str) -> Option<i64> {
-        self.scalar_i64(name).ok()
+        // Looked up without making the error a missing attribute is (describing a call
+        // asks for many an op does not have: this runs at every started op).
+        let ptr = self.find_attr(name, AttrType::SCALAR)?;
+        // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
+        let scalar = unsafe { &*(ptr as *const Scalar) };
+        // SAFETY: the value has the checked type.
+        (scalar.dtype == DataType::S64).then(|| unsafe { *(scalar.value as *const i64) })
+    }
+
+    /// The string attribute `name` if the call has it.
+    pub fn optional_text(&self, name: &str) -> Option<&'a str> {
+        self.find_attr(name, AttrType::STRING)?;
+        self.text(name).ok()
     }
 
     /// Bytes of the first data operand: what the call sends; for a receive, which has no

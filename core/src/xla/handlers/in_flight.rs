@@ -229,6 +229,12 @@ pub(super) fn collectives_complete_at_start(library: &dyn Library) -> bool {
     }
 }
 
+/// Whether started collectives complete at their start now (`progress_mode` "at-start",
+/// or as set), deciding it if nothing did yet.
+pub fn collectives_at_start() -> Result<bool> {
+    Ok(collectives_complete_at_start(crate::library()?))
+}
+
 /// Makes every later started collective complete at its start, or not, whatever the
 /// progress mode says; `None`: as the progress mode says (every rank must do it alike; for
 /// tests of both ways).

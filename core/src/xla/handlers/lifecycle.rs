@@ -37,7 +37,7 @@ impl CallInfo {
                 .unwrap_or(0),
             attrs: DESCRIBED.map(|name| call.optional_i64(name)),
             bytes: call.operand_bytes(),
-            origin: call.text("origin").ok().map(str::to_string),
+            origin: call.optional_text("origin").map(str::to_string),
         }
     }
 }
