@@ -4,15 +4,15 @@ MPI call per dtype); reduced layer by layer during the backward pass, each layer
 allreduce started (`jaxmpi.iallreduce`) as soon as its gradients exist, the next layer's
 backward computed meanwhile, all waited for before the update (started); and, for
 reference, each layer's gradients reduced with a blocking `allreduce` where the started
-one would start (per layer).
+one would start (per layer), and the started step's backward with the blocking step's one
+allreduce after it (by hand: what the backward written layer by layer costs alone).
 
     mpiexec -n 2 python benches/bench_training.py [--rounds 7] [--steps 10]
         [--width 512] [--depth 4] [--batch 64] [--json OUT]
 
 The backward pass is written layer by layer with `jax.vjp` (what `jax.grad` computes,
 in an order a program can start each layer's reduction in): the started step is
-`after(request, cotangent)` into the next layer's backward, `waitall(after=...)` before
-the update. Each case is a jitted `fori_loop` of `--steps` SGD steps on this rank's batch;
+`after(request, cotangent)` into the next layer's backward, `waitall` before the update. Each case is a jitted `fori_loop` of `--steps` SGD steps on this rank's batch;
 time per step is the slowest rank's, the median of `--rounds`, the cases alternating
 within each round. Prints a Markdown table on rank 0 (each case against the blocking
 step, measured in the same run), and with `--json` writes the numbers.
@@ -96,9 +96,10 @@ def started_step(params, x, target):
         requests.append(jaxmpi.iallreduce(grads, SUM))
         return grads, jaxmpi.after(requests[-1], cotangent)
 
-    _, last = _backward(params, x, target, start)
-    reduced = jaxmpi.waitall(requests[::-1], after=last)
-    return update(params, reduced)
+    _backward(params, x, target, start)
+    # The waits follow every start (program order), hence the whole backward pass; an
+    # `after=` the input's cotangent would make XLA compute it (a matmul jax.grad skips).
+    return update(params, jaxmpi.waitall(requests[::-1]))
 
 
 def per_layer_step(params, x, target):
@@ -107,7 +108,18 @@ def per_layer_step(params, x, target):
     return update(params, grads)
 
 
-CASES = {"blocking": blocking_step, "started": started_step, "per layer": per_layer_step}
+def by_hand_step(params, x, target):
+    """The layer-by-layer backward of the other two, then one allreduce of the pytree."""
+    grads, _ = _backward(params, x, target, lambda g, c: (g, c))
+    return update(params, jaxmpi.allreduce(grads, SUM))
+
+
+CASES = {
+    "blocking": blocking_step,
+    "started": started_step,
+    "per layer": per_layer_step,
+    "by hand": by_hand_step,
+}
 
 
 def program(step, steps: int):
