@@ -177,7 +177,9 @@ def main() -> None:
             print(f"| {name} | {micros:.0f} | {micros / us['blocking']:.3f}x |")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"us": us, "args": vars(args), "size": SIZE}, f)
+                json.dump(
+                    {"us": us, "args": vars(args), "size": SIZE, "progress": info["progress"]}, f
+                )
 
 
 if __name__ == "__main__":
