@@ -11,8 +11,9 @@ The trees: the 8 leaves of a 4-layer MLP (64-256-256-256-10, its 256 x 256 weigh
 alone: `ALONE` bytes or more), the 64 of a small ResNet-like model (conv kernels 3x3 of
 16 to 64 channels and their batch-norm scales and shifts), and 256 small leaves (a
 transformer-like model's norms and biases: 64 to 256 floats each). `--sweep` times 64
-leaves of one size, packed against one call each, for sizes from 64 B to 1 MiB: the
-packing's copies against the calls they save, which sets `_trees.ALONE`.
+leaves of one size, packed into one call, one call each, and as jaxmpi groups them, for
+sizes from 64 B to 1 MiB: the packing's copies against the calls they save, which sets
+`_trees.ALONE` and `_trees.GROUP`.
 
 Each case is a jitted `fori_loop` of `--steps` iterations, each summing the tree and
 scaling it back (so the values stay put); time per iteration is the slowest rank's, best
@@ -164,26 +165,35 @@ def models(rounds: int, steps: int) -> None:
 
 
 def sweep(rounds: int, steps: int) -> None:
-    """64 float32 leaves of each size: packed into one call against one call each."""
+    """64 float32 leaves of each size: packed into one call, one call each, and as jaxmpi
+    groups them (`_trees.ALONE`, `_trees.GROUP`)."""
     rows = []
     for elements in (16, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144):
         tree = tree_of([(elements,)] * 64)
-        cases, default = {}, _trees.ALONE
-        for name, limit in (("packed", math.inf), ("one call each", 0)):
-            _trees.ALONE = limit  # read when the loop is traced: compile it now
+        cases, default = {}, (_trees.ALONE, _trees.GROUP)
+        for name, limits in (
+            ("packed", (math.inf, math.inf)),
+            ("one call each", (0, 0)),
+            ("grouped", default),
+        ):
+            _trees.ALONE, _trees.GROUP = limits  # read when the loop is traced: compile now
             program = jax.jit(_loop(one_call, steps)).lower(tree).compile()
             cases[name] = (program, lambda t: t)
-        _trees.ALONE = default
+        _trees.ALONE, _trees.GROUP = default
+        calls = len(_trees.Tree(tree, "bench").groups(0))
         best = best_times(cases, tree, rounds, steps)
-        rows.append((elements * 4, best["packed"], best["one call each"]))
+        rows.append((elements * 4, calls, best))
     if RANK == 0:
         print(
             f"{SIZE} ranks, jax {jax.__version__}, 64 float32 leaves, {steps} steps, best of {rounds}"
         )
-        print("| bytes per leaf | packed, µs per step | one call each, µs | packed vs each |")
-        print("|---:|---:|---:|---:|")
-        for size, p, a in rows:
-            print(f"| {size} | {p * 1e6:.1f} | {a * 1e6:.1f} | {p / a:.2f}x |")
+        print(
+            "| bytes per leaf | packed, µs | one call each, µs | grouped (calls), µs | grouped vs each |"
+        )
+        print("|---:|---:|---:|---:|---:|")
+        for size, calls, best in rows:
+            p, a, g = (best[k] * 1e6 for k in ("packed", "one call each", "grouped"))
+            print(f"| {size} | {p:.1f} | {a:.1f} | {g:.1f} ({calls}) | {g / a:.2f}x |")
 
 
 def main() -> None:

@@ -7,7 +7,8 @@ and the result is sliced back into leaves of the op's result shapes. The packing
 slicing are XLA's copies, fused into the kernels that make the leaves and read the
 results; a leaf of `ALONE` bytes or more (per row, for the row-packed ops) is its own
 group instead, moved where it lies, as a single array is: its copies would cost more than
-the call they save (measured in benches/bench_trees.py, benches/RESULTS.md).
+the call they save; and a group closes at `GROUP` bytes (measured in benches/bench_trees.py,
+benches/RESULTS.md, "Pytrees").
 
 Everything that makes the grouping is the same on every rank that passes the same
 structure (dtypes, and the shapes every rank shares), so the ranks make the same calls.
@@ -39,7 +40,10 @@ from ._requests import Pending, finish, is_starting
 PyTree: TypeAlias = Any
 
 #: Bytes (per row, for row-packed ops) from which a leaf travels alone, where it lies.
-ALONE = 1 << 16
+ALONE = 1 << 18
+#: Bytes (likewise) a group of packed leaves grows to at most: past it, packing more saves
+#: no call's cost worth its copies, and a buffer beyond the caches reduces slower.
+GROUP = 1 << 20
 
 
 # What is always one array, never a pytree node.
@@ -79,17 +83,21 @@ class Tree:
 
     def groups(self, keep: int) -> list[list[int]]:
         """The leaves' indices by call: one list per dtype in order of first appearance,
-        but a leaf of ALONE bytes or more (after the first `keep` axes) alone."""
+        a new one once a dtype's reaches GROUP bytes, and a leaf of ALONE bytes or more
+        alone (bytes after the first `keep` axes: the same on every rank)."""
         groups: list[list[int]] = []
-        by_dtype: dict[Any, list[int]] = {}
+        open_: dict[Any, tuple[list[int], int]] = {}  # dtype -> (its group, its bytes)
         for i, leaf in enumerate(self.leaves):
-            if _trailing(leaf, keep) * leaf.dtype.itemsize >= ALONE:
+            size = _trailing(leaf, keep) * leaf.dtype.itemsize
+            if size >= ALONE:
                 groups.append([i])
                 continue
-            if leaf.dtype not in by_dtype:
-                by_dtype[leaf.dtype] = []
-                groups.append(by_dtype[leaf.dtype])
-            by_dtype[leaf.dtype].append(i)
+            group, total = open_.get(leaf.dtype, (None, 0))
+            if group is None or total + size > GROUP:
+                group, total = [], 0
+                groups.append(group)
+            group.append(i)
+            open_[leaf.dtype] = (group, total + size)
         return groups
 
     def same_structure(self, other: Tree) -> bool:

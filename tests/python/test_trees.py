@@ -196,6 +196,11 @@ def test_a_pytree_costs_one_call_per_dtype_and_a_large_leaf_its_own_call():
     # A single array is no pytree: nothing is packed, as before pytrees.
     assert _calls(lambda x: jaxmpi.allreduce(x, SUM), large) == {"allreduce": 1, "concatenate": 0}
     assert _calls(lambda t: jaxmpi.allreduce(t, SUM), {}) == {"allreduce": 0, "concatenate": 0}
+    # Leaves just under ALONE: as many a call as fit GROUP bytes.
+    near = [jnp.zeros(_trees.ALONE // 4 - 1, jnp.float32)] * 6
+    per_group = _trees.GROUP // (_trees.ALONE - 4)
+    expected = -(-len(near) // per_group)
+    assert _calls(lambda t: jaxmpi.allreduce(t, SUM), near)["allreduce"] == expected > 1
     assert jaxmpi.allreduce({}, SUM) == {} and jaxmpi.allreduce([None], SUM) == [None]
 
 
