@@ -174,7 +174,7 @@ def sweep(rounds: int, steps: int) -> None:
     """64 float32 leaves of each size: packed into one call, one call each, and as jaxmpi
     groups them (`_trees.ALONE`, `_trees.GROUP`)."""
     rows = []
-    for elements in (16, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144):
+    for elements in (16, 256, 1024, 4096, 16384, 65536, 131072, 262144, 1 << 20):
         tree = tree_of([(elements,)] * 64)
         cases, default = {}, (_trees.ALONE, _trees.GROUP)
         for name, limits in (
