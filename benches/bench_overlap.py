@@ -5,12 +5,12 @@
 
 Starts 2-rank jobs, one per MPI build of ci/matrix.sh (run through its `matrix_exec`:
 the cell's clean environment and launcher), per progress setting (jaxmpi's progress
-agent, the default where a core is spare; JAXMPI_PROGRESS=none; JAXMPI_PROGRESS=at-
-start, the default where every rank shares the host and none is; on the PyPI MPICH also
-MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, with the agent off;
-`--progress` picks some) and per placement (the ranks left to the scheduler; each rank
-pinned to a core of its own, as `taskset -c RANK` would, its XLA and agent threads with
-it). Each job measures, rank 0 printing one JSON line:
+agent, the default where a core is spare; JAXMPI_PROGRESS=none;
+JAXMPI_PROGRESS=at-start, the default where every rank shares the host and none is; on
+the PyPI MPICH also MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, with the
+agent off; `--progress` picks some) and per placement (the ranks left to the scheduler;
+each rank pinned to a core of its own, as `taskset -c RANK` would, its XLA and agent
+threads with it). Each job measures, rank 0 printing one JSON line:
 
   overlap   IMB-NBC's overlap % of an exchange (each rank isend + irecv to the other,
             then wait) against a jitted computation calibrated to take as long:
