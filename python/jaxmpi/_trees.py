@@ -40,7 +40,7 @@ from ._requests import Pending, finish, is_starting
 PyTree: TypeAlias = Any
 
 #: Bytes (per row, for row-packed ops) from which a leaf travels alone, where it lies.
-ALONE = 1 << 19
+ALONE = 1 << 18
 #: Bytes (likewise) a group of packed leaves grows to at most: past it, packing more saves
 #: no call's cost worth its copies, and a buffer beyond the caches reduces slower.
 GROUP = 1 << 20
