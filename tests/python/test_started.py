@@ -29,9 +29,6 @@ from helpers import (
 from jaxmpi import _native
 from jaxmpi._binding import primitives as prim
 
-# Started on one rank, waited on the progress thread: run again with it forced.
-pytestmark = pytest.mark.progress_thread
-
 ROOT = SIZE - 1
 COUNTS = tuple(r % 3 + 1 for r in range(SIZE))
 SUM = jaxmpi.SUM
@@ -103,6 +100,8 @@ def assert_same(got, expected, what: str) -> None:
         assert_array(g, e, what)
 
 
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 def test_every_started_op_is_declared_in_the_table_and_public():
     declared = {s["started"] for s in _native.signatures().values() if s["started"]}
     assert declared == {f"i{op}" for op in OPS} | {"isend", "irecv"}
@@ -121,6 +120,8 @@ def test_every_started_op_is_its_blocking_op(op, mode, how):
         assert_same(got, expected, f"{op} of {type(x).__name__}")
 
 
+# Completed on the progress thread too: run again with it forced.
+@pytest.mark.progress_thread
 @pytest.mark.parametrize("mode", MODES)
 def test_many_started_collectives_in_flight_complete_in_any_wait_order(mode, how):
     """Large allreduces, bcasts and allgathers all started before any wait, waited in
@@ -146,6 +147,8 @@ def test_many_started_collectives_in_flight_complete_in_any_wait_order(mode, how
     assert_array(got[6], np.full(BIG, other, np.float32), "irecv")
 
 
+# Completed on the progress thread too: run again with it forced.
+@pytest.mark.progress_thread
 def test_a_request_started_eagerly_is_waited_for_later(how):
     request = jaxmpi.iallreduce({"a": np.arange(4.0), "b": np.int32(RANK)}, SUM)
     between = jaxmpi.allreduce(np.float64(1.0), SUM)  # another collective meanwhile

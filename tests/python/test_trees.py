@@ -187,6 +187,9 @@ def _calls(fn, *args) -> dict:
     }
 
 
+# What packs, and what is refused before any MPI call: whatever the MPI or size.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 def test_a_pytree_costs_one_call_per_dtype_and_a_large_leaf_its_own_call():
     many = [jnp.full(7, k, jnp.float32) for k in range(64)] + [jnp.arange(3)] * 5
     assert _calls(lambda t: jaxmpi.allreduce(t, SUM), many)["allreduce"] == 2
@@ -259,6 +262,9 @@ def test_pytrees_in_a_loop_keep_program_order_with_other_ops():
     assert float(s) == SIZE * (SIZE * (SIZE + 1) + 1)  # s <- SIZE * (s + 1), three times
 
 
+# What packs, and what is refused before any MPI call: whatever the MPI or size.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 def test_bad_leaves_are_named_by_their_path():
     check_raises(TypeError, ["x['b'][1]", "int4", "not supported"], jaxmpi.allreduce,
                  {"a": jnp.ones(2), "b": [1, jnp.zeros(2, jnp.int4)]}, SUM)  # fmt: skip
@@ -272,6 +278,9 @@ def test_bad_leaves_are_named_by_their_path():
     allreduce_still_works()
 
 
+# What packs, and what is refused before any MPI call: whatever the MPI or size.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 @needs_mpi4py
 def test_receives_refuse_what_a_pytree_cannot_do():
     from mpi4py import MPI
