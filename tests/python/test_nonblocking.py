@@ -295,6 +295,40 @@ def test_a_failed_transfer_is_raised_at_its_wait():
     assert_array(exchange(jnp.ones(3), partner), np.ones(3, jnp.ones(3).dtype))
 
 
+@needs_ranks(2)
+@needs_mpi4py
+def test_a_short_message_is_an_error_at_its_wait_or_zeros_with_a_status():
+    """As recv: a message shorter than the template fails the wait, named; with `status=`
+    the count is there and the rest of the result is zeros."""
+    from mpi4py import MPI
+
+    partner = partner_or_skip()
+    status = MPI.Status()
+
+    @jax.jit
+    def f(x):
+        rs = jaxmpi.isend(x[:3], partner, tag=5)
+        rr = jaxmpi.irecv(x, partner, tag=5)
+        jaxmpi.wait(rs)
+        return jaxmpi.wait(rr)
+
+    @jax.jit
+    def g(x):
+        rs = jaxmpi.isend(x[:3], partner, tag=6)
+        rr = jaxmpi.irecv(x, partner, tag=6, status=status)
+        jaxmpi.wait(rs)
+        return jaxmpi.wait(rr)
+
+    x = jnp.arange(8.0) + 10 * partner
+    with pytest.raises(jaxmpi.MPIError) as info, jaxmpi.raise_mpi_errors():
+        jax.block_until_ready(f(jnp.arange(8.0)))
+    got = jax.device_get(g(jnp.arange(8.0) + 10 * RANK))
+    assert info.value.step == "short message", str(info.value)
+    assert "received 3 of 8" in str(info.value), str(info.value)
+    assert_array(got, np.concatenate([np.asarray(x[:3]), np.zeros(5)]).astype(x.dtype))
+    assert status.Get_count(MPI.DOUBLE if x.dtype == np.float64 else MPI.FLOAT) == 3
+
+
 # --- Misuse: refused while tracing -------------------------------------------------------
 
 
