@@ -483,7 +483,8 @@ def _wrap(text: str, indent: str = "", hang: str = "") -> list[str]:
 
 def _started_example(op: str, lines: list[str]) -> list[str]:
     """The op's example with each call of it started and waited for at once: it prints the
-    same."""
+    same. A call with counts computed inside jit (`recv_capacity=`) stays blocking: its
+    exchange has no non-blocking form."""
     text, call = "\n".join(lines), f"jaxmpi.{op}("
     out, at = [], 0
     while (found := text.find(call, at)) >= 0:
@@ -492,12 +493,11 @@ def _started_example(op: str, lines: list[str]) -> list[str]:
             depth += {"(": 1, ")": -1}.get(text[end], 0)
             if depth == 0:
                 break
-        out += [
-            text[at:found],
-            f"jaxmpi.wait(jaxmpi.i{op}(",
-            text[found + len(call) : end + 1],
-            ")",
-        ]
+        arguments = text[found + len(call) : end + 1]
+        if "recv_capacity" in arguments:
+            out.append(text[at : end + 1])
+        else:
+            out += [text[at:found], f"jaxmpi.wait(jaxmpi.i{op}(", arguments, ")"]
         at = end + 1
     return ("".join(out) + text[at:]).splitlines()
 
