@@ -73,8 +73,8 @@ impl<A: Abi> MpiLibrary<A> {
     /// non-blocking twins are not loaded), then one element of a derived datatype.
     pub(super) fn typed(&self, count: usize, dtype: Dtype) -> Result<Typed<'_, A>> {
         let basic = self.pre.datatype(dtype);
-        let large = self.large.is_some() && !starting::active();
-        let (count, datatype, derived) = if count <= INT_MAX || large {
+        let large = || self.large.is_some() && !starting::active();
+        let (count, datatype, derived) = if count <= INT_MAX || large() {
             (count, basic, false)
         } else {
             (1, self.big_datatype(count, basic)?, true)
