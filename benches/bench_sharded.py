@@ -27,7 +27,7 @@ import jaxmpi
 import jaxmpi.distributed
 
 # JAX's collectives on gloo, as before they could run over MPI: this bench compares jaxmpi's
-# ops with them; bench_xla_collectives.py measures JAX's collectives over MPI.
+# ops with them; bench_jax_collectives.py measures JAX's collectives over MPI.
 jaxmpi.distributed.initialize(collectives="gloo")
 
 # psum's result is replicated, the loop carry varies: shard_map's type checks are off for

@@ -7,7 +7,7 @@ the run each file comes from) and draws into OUT_DIR:
 
 - latency.png: time per call against message size, per op: the raw MPI call from C,
   jaxmpi and mpi4jax (bench_ops.py: ops.json), and JAX's own collectives over gloo and
-  over MPI through jaxmpi (bench_xla_collectives.py --json: xla_collectives.json);
+  over MPI through jaxmpi (bench_jax_collectives.py --json: jax_collectives.json);
 - overlap.png: what overlapping an exchange with computation gains over the blocking
   exchange followed by the computation (bench_overlap.py --out: overlap.json);
 - ragged.png: the particle migration step with counts computed inside jit, against
@@ -64,7 +64,7 @@ def _bytes_axis(ax) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _bytes_label(v)))
 
 
-def latency(ops: dict | None, xla: dict | None, png: pathlib.Path) -> None:
+def latency(ops: dict | None, jax_collectives: dict | None, png: pathlib.Path) -> None:
     """Time per call against bytes per rank, one panel per op, every implementation measured."""
     plt = _pyplot(font_size=11)
     fig, axes = plt.subplots(1, 3, figsize=(12, 4.6), layout="constrained")
@@ -79,9 +79,13 @@ def latency(ops: dict | None, xla: dict | None, png: pathlib.Path) -> None:
             ):
                 pts = [(4 * r["elements"], r[f"{impl}_us"]) for r in rows if f"{impl}_us" in r]
                 series[impl] = (f"{label} (jitted loop)", pts)
-        if xla:
+        if jax_collectives:
             for impl, label in (("gloo", "gloo"), ("mpi", "MPI via jaxmpi")):
-                rows = [r for r in xla["rows"] if r["impl"] == impl and r["case"] == collective]
+                rows = [
+                    r
+                    for r in jax_collectives["rows"]
+                    if r["impl"] == impl and r["case"] == collective
+                ]
                 pts = sorted((4 * r["elements"], r["us"]) for r in rows)
                 series[impl] = (f"JAX's collective in shard_map, {label}", pts)
         for impl, (label, pts) in series.items():
@@ -179,10 +183,11 @@ def main() -> int:
         return 2
     results, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    ops, xla = _read(results / "ops.json"), _read(results / "xla_collectives.json")
+    ops = _read(results / "ops.json")
+    jax_collectives = _read(results / "jax_collectives.json")
     drawn = []
-    if ops or xla:
-        latency(ops, xla, out / "latency.png")
+    if ops or jax_collectives:
+        latency(ops, jax_collectives, out / "latency.png")
         drawn.append("latency.png")
     if (data := _read(results / "overlap.json")) is not None:
         overlap(data, out / "overlap.png")

@@ -3,7 +3,7 @@
 #
 # Builds eschnett/MPIwrapper, the plug-in that jaxlib's bundled MPItrampoline (5.3.1) loads
 # through MPITRAMPOLINE_LIB, against PyPI's MPICH wheel in .venvs/mpich (its mpicc/mpicxx),
-# so that benches/bench_xla_collectives.py can compare jaxmpi's plug-in with the stock one
+# so that benches/bench_jax_collectives.py can compare jaxmpi's plug-in with the stock one
 # over the same libmpi. Result: .venvs/bench-mpiwrapper/lib/libmpiwrapper.so (path printed).
 #
 # Usage: benches/setup_mpiwrapper.sh [SOURCE]

@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("JAX binding: rules and registrations", (
         "jaxmpi._binding", "jaxmpi._binding.rules", "jaxmpi._binding.rules.*",
-        "jaxmpi._binding.requests", "jaxmpi._binding.xla_collectives",
+        "jaxmpi._binding.requests", "jaxmpi._binding.jax_collectives",
     )),
     ("JAX binding: primitives and dispatch", (
         "jaxmpi._binding.primitives", "jaxmpi._binding.dispatch", "jaxmpi._binding.hlo_pass",

@@ -57,7 +57,7 @@ step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf "$CHECKS/needed.sh"
 # One wheel per architecture for every Python >= 3.10 and glibc >= 2.17.
 step "wheels: abi3, manylinux tag, size" wheel-check "$CHECKS/wheel_tags.sh"
-step "XLA plug-in: the names of jaxlib 0.6.2 to 0.12 exported" xla-contract "$CHECKS/xla_contract.sh"
+step "XLA plug-in: the names of jaxlib 0.6.2 to 0.12 exported" xla-plugin-contract "$CHECKS/xla_plugin_contract.sh"
 
 banner "MPI matrix: probe $(matrix_probe)"
 probe_cells=()
@@ -116,9 +116,9 @@ step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROO
 # family (the usual order on every build), exit status, JAXMPI_DEBUG's lines, a stuck
 # collective under JAXMPI_TIMEOUT, the refusals, a program without MPI collectives; then
 # jaxmpi and jax in different site directories (the startup hook decides at `import jax`).
-GROUP=xla-collectives
-step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" xla-jobs \
-    "$ROOT/tests/xla_collectives_jobs.sh"
+GROUP=jax-collectives
+step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" jax-collectives-jobs \
+    "$ROOT/tests/jax_collectives_jobs.sh"
 step "JAX's collectives over MPI: jaxmpi and jax in different site directories" startup-layouts \
     "$ROOT/tests/startup_layouts.sh"
 GROUP=reliability

@@ -31,7 +31,7 @@ import os
 import sys
 
 # jaxlib minor releases whose MPItrampoline (5.3.1: MPI ABI 2.9, 634 names) the plug-in
-# implements, checked by ci/xla_collectives_contract.py; keep the newest in step with
+# implements, checked by ci/xla_plugin_contract.py; keep the newest in step with
 # jaxmpi._runtime.support.NEWEST_TESTED.
 CHECKED_JAXLIB = ((0, 6), (0, 12))
 

@@ -54,7 +54,7 @@ with warnings.catch_warnings(record=True) as caught:
     import jaxmpi
     import jaxmpi.distributed
     from jaxmpi import _native
-    from jaxmpi._binding import xla_collectives as _xla_collectives
+    from jaxmpi._binding import jax_collectives as _jax_collectives
     from jaxmpi._runtime import gpu_choice, library
 import_warnings = [str(w.message) for w in caught if "jaxmpi" in str(w.message)]
 
@@ -101,7 +101,7 @@ check(
 )
 cuda_devices = jax.config.values["jax_cuda_visible_devices"]
 check(cuda_devices == cuda_devices_before, f"jax_cuda_visible_devices became {cuda_devices!r}")
-collectives = _xla_collectives.explain()[0]
+collectives = _jax_collectives.explain()[0]
 check(collectives == "mpi", f"JAX's collectives run over {collectives}")
 for setting in args.env:
     name, value = setting.split("=", 1)

@@ -8,7 +8,7 @@
 #   layered  a venv whose .pth file (after jaxmpi's) adds another site directory holding jax
 # The interpreter is "a Python installation with jax": a copy of .venvs/mpich's base Python
 # with its standard library and a site-packages of its own (.venvs/mpich's packages, less
-# jaxmpi and mpi4py), as a cluster's Python module is. In each, tests/xla_collectives_jobs.py
+# jaxmpi and mpi4py), as a cluster's Python module is. In each, tests/jax_collectives_jobs.py
 # jax_first (jax imported first) at 2 ranks on PyPI MPICH must show JAX's collectives
 # running over MPI: chosen, and XLA's MPI_Allreduce in JAXMPI_DEBUG's lines.
 # Usage: tests/startup_layouts.sh [WHEEL]   (default: dist/'s x86_64 wheel, as ci/setup.sh
@@ -60,7 +60,7 @@ print("ORDER", "jaxmpi first" if m < j else "jax first", "| jaxmpi", jaxmpi, "| 
     [[ $out == "ORDER jaxmpi first"* ]] || missing+=("(jaxmpi's site directory before jax's)")
     out=$(JAXMPI_CELL_TIMEOUT=90 timeout -k 5 120 "${env[@]}" JAX_PLATFORMS=cpu JAXMPI_DEBUG=1 \
         "JAXMPI_MPI=$MPICH/lib/libmpi.so.12" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        "$MPICH/bin/mpiexec" -n 2 "$py" "$ROOT/tests/xla_collectives_jobs.py" jax_first 2>&1)
+        "$MPICH/bin/mpiexec" -n 2 "$py" "$ROOT/tests/jax_collectives_jobs.py" jax_first 2>&1)
     rc=$?
     for text in "RESULT rank 0 right" "RESULT rank 1 right" "COLLECTIVES rank 0 ('mpi'" \
         "COLLECTIVES rank 1 ('mpi'" "rank 0: MPI_Allreduce for XLA (comm " \

@@ -3,13 +3,13 @@
 //! `select` chooses and loads the process's library; `mpi` is the one generic backend over
 //! the three ABI families; `device` runs the same ops on GPU buffers (staged through host
 //! memory, or passed straight to a CUDA-aware MPI), with `device::cuda` for NVIDIA GPUs.
-//! `xla_collectives` is the second front end: the MPI calls of JAX's own collectives,
-//! which jaxlib forwards to this library.
+//! `xla_plugin` is the second front end: the MPI calls XLA's MPI backend makes for JAX's
+//! collectives, which jaxlib's MPItrampoline forwards to this library.
 
 pub mod chunks;
 pub mod device;
 pub mod mpi;
 pub mod select;
-pub mod xla_collectives;
+pub mod xla_plugin;
 
 pub use select::{select, select_with};

@@ -3,7 +3,7 @@
 # plots are drawn from (benches/plots.py; ci/docs.sh draws them at every build):
 #   ops.json              benches/bench_ops.py: allreduce, allgather and sendrecv from 1 to
 #                         4 Mi float32 elements, jaxmpi against mpi4jax and the raw C loop
-#   xla_collectives.json  benches/bench_xla_collectives.py: psum, all_gather, ppermute over
+#   jax_collectives.json  benches/bench_jax_collectives.py: psum, all_gather, ppermute over
 #                         gloo and over MPI through jaxmpi
 #   ragged.json           benches/bench_ragged.py: the particle migration step, 1 Ki to 256 Ki
 #   overlap.json          benches/bench_overlap.py: overlap on the PyPI MPICH
@@ -11,13 +11,13 @@
 # OUT` with matplotlib (ci/docs.sh draws them into docs/_generated/plots).
 # Needs ci/setup.sh's venvs and builds .venvs/bench-mpi4jax (benches/setup_mpi4jax.sh).
 # About 20 minutes on a 2-core machine. usage: benches/results/refresh.sh [PART...]
-# (parts: ops xla ragged overlap; default all).
+# (parts: ops jax_collectives ragged overlap; default all).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$ROOT/benches/results"
 cd "$ROOT"
 parts=("$@")
-((${#parts[@]})) || parts=(ops xla ragged overlap)
+((${#parts[@]})) || parts=(ops jax_collectives ragged overlap)
 export JAX_PLATFORMS=cpu
 
 for part in "${parts[@]}"; do
@@ -32,9 +32,9 @@ for part in "${parts[@]}"; do
             target/bench/libraw_loop.so "$OUT/ops.json" --rounds 3 --no-dispatch \
             --ops allreduce,allgather,sendrecv --sizes 1,16,256,4096,65536,1048576,4194304
         ;;
-    xla)
-        .venvs/mpich/bin/python benches/bench_xla_collectives.py --part collectives \
-            --rounds 3 --json "$OUT/xla_collectives.json"
+    jax_collectives)
+        .venvs/mpich/bin/python benches/bench_jax_collectives.py --part collectives \
+            --rounds 3 --json "$OUT/jax_collectives.json"
         ;;
     ragged)
         .venvs/mpich/bin/mpiexec -n 2 .venvs/mpich/bin/python benches/bench_ragged.py \
@@ -46,7 +46,7 @@ for part in "${parts[@]}"; do
             --out "$OUT/overlap.json"
         ;;
     *)
-        echo "refresh: unknown part $part (ops xla ragged overlap)" >&2
+        echo "refresh: unknown part $part (ops jax_collectives ragged overlap)" >&2
         exit 2
         ;;
     esac

@@ -11,7 +11,7 @@ def info_lines() -> list[str]:
     import jax
     import jaxlib
 
-    from jaxmpi._binding import xla_collectives
+    from jaxmpi._binding import jax_collectives
     from jaxmpi._binding.dispatch import dispatch_mode
     from jaxmpi._runtime import support
     from jaxmpi._runtime.gpu import cuda
@@ -33,7 +33,7 @@ def info_lines() -> list[str]:
         "dispatch        {}: {}".format(*dispatch_mode()),
         f"progress        {info['progress']}: {info['progress_reason']}",
         f"checked mode    {_checked_line()}",
-        "JAX collectives {}: {}".format(*xla_collectives.explain()),
+        "JAX collectives {}: {}".format(*jax_collectives.explain()),
         f"mpi4jax name    {_mpi4jax_line()}",
         f"mpi4py          {mpi4py.__version__ if mpi4py else 'not installed'}",
         f"jax             {jax.__version__} (jaxmpi supports {support.SUPPORTED})",

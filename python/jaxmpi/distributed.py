@@ -11,7 +11,7 @@ from typing import Any
 import jax
 
 from . import _native
-from ._binding import hlo_pass, placement, xla_collectives
+from ._binding import hlo_pass, jax_collectives, placement
 
 # What `initialize` decides itself, from the MPI job.
 _SET_HERE = ("coordinator_address", "num_processes", "process_id")
@@ -82,8 +82,8 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
             "(rank 0's host, the world's size, this rank); leave it out, or call "
             "jax.distributed.initialize yourself"
         )
-    route, why = xla_collectives.choose(collectives, kwargs.get("local_device_ids"))
-    implementation = xla_collectives.UNDER_THE_PASS if route == "jaxmpi" else route
+    route, why = jax_collectives.choose(collectives, kwargs.get("local_device_ids"))
+    implementation = jax_collectives.UNDER_THE_PASS if route == "jaxmpi" else route
     jax.config.update("jax_cpu_collectives_implementation", implementation)
     world = _native.world()
     rank, size = _native.comm_rank(world), _native.comm_size(world)
@@ -107,8 +107,8 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     if route == "jaxmpi":
         hlo_pass.install()
     elif route == "mpi":
-        xla_collectives.refuse_programs_over_some_processes()
-    xla_collectives.chosen = (route, why)
+        jax_collectives.refuse_programs_over_some_processes()
+    jax_collectives.chosen = (route, why)
 
 
 def collectives() -> str:
@@ -128,15 +128,14 @@ def collectives() -> str:
 
             import jaxmpi.distributed
 
-            jaxmpi.distributed.initialize()
-            print(jaxmpi.distributed.collectives())
+            print(jaxmpi.distributed.collectives())  # before initialize: what it would take
 
         .. output::
 
             jaxmpi
             jaxmpi
     """
-    return xla_collectives.explain()[0]
+    return jax_collectives.explain()[0]
 
 
 __all__ = ["collectives", "initialize"]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use jaxmpi_backends::device::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
-use jaxmpi_backends::xla_collectives;
+use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
     checked, handles, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS,
@@ -136,7 +136,7 @@ fn discard_failure(message: &str) {
 fn init(py: Python<'_>, prefixes: Vec<PathBuf>) -> PyResult<()> {
     py.detach(|| jaxmpi_backends::select_with(&SearchPath { prefixes }).map(|_| ()))
         .map_err(to_py)?;
-    xla_collectives::finalize_at_runtime_exit();
+    xla_plugin::finalize_at_runtime_exit();
     Ok(())
 }
 
@@ -144,7 +144,7 @@ fn init(py: Python<'_>, prefixes: Vec<PathBuf>) -> PyResult<()> {
 /// (`MPITRAMPOLINE_LIB`), so that XLA's MPI collectives would run through jaxmpi.
 #[pyfunction]
 fn xla_plugin_loaded() -> bool {
-    xla_collectives::loaded_by_jaxlib()
+    xla_plugin::loaded_by_jaxlib()
 }
 
 /// What was loaded and why: the content of `python -m jaxmpi info`.

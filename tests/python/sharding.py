@@ -1,7 +1,7 @@
-"""What the files that run under jax.distributed share (test_sharded.py,
-test_xla_collectives.py): jax.distributed started once per process by
-`jaxmpi.distributed.initialize(collectives="mpi")`, shard_map wherever this JAX has it, and a mesh of every
-process's one device with program helpers over it.
+"""What the files that run under jax.distributed share (test_sharded.py, test_xla_plugin.py):
+jax.distributed started once per process by `jaxmpi.distributed.initialize(collectives="mpi")`,
+shard_map wherever this JAX has it, and a mesh of every process's one device with program
+helpers over it.
 
 jax.distributed must start before any JAX computation, so these files run in pytest cells
 of their own (JAXMPI_TEST_SHARDED=1); elsewhere they skip.

@@ -46,7 +46,7 @@ import jaxmpi
 from helpers import MPI, RANK, SIZE, check_raises, needs_mpi4py, needs_ranks, partner_or_skip
 from jaxmpi import COMM_WORLD as comm
 from jaxmpi import _native
-from jaxmpi._binding import xla_collectives as _xla_collectives
+from jaxmpi._binding import jax_collectives as _jax_collectives
 
 pytestmark = [needs_device, needs_ranks(2)]
 
@@ -404,7 +404,7 @@ def test_jax_collectives_over_mpi_are_refused_on_gpus():
     """Before anything starts: no jax.distributed, no MPI call."""
     with pytest.raises(RuntimeError, match="on GPUs, whose collectives XLA runs over NCCL"):
         jaxmpi.distributed.initialize(collectives="mpi")
-    implementation, why = _xla_collectives.choose("auto")
+    implementation, why = _jax_collectives.choose("auto")
     assert (implementation, "NCCL" in why) == ("gloo", True), why
 
 
@@ -415,7 +415,7 @@ def test_jaxlib_loads_the_plugin_beside_its_cuda_plugin():
     against, where the hook must leave MPITRAMPOLINE_LIB unset."""
     if _jaxmpi_startup.checked_jaxlib():
         loaded = os.path.realpath(os.environ.get("MPITRAMPOLINE_LIB", ""))
-        assert loaded == os.path.realpath(_xla_collectives.plugin_path())
+        assert loaded == os.path.realpath(_jax_collectives.plugin_path())
         assert _native.xla_plugin_loaded()
     else:
         assert "MPITRAMPOLINE_LIB" not in os.environ

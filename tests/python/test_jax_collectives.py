@@ -24,12 +24,12 @@ from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
 
 import jaxmpi
 from helpers import ALL_DTYPES, RANK, SIZE, assert_array
-from jaxmpi._binding import hlo_pass, xla_collectives
+from jaxmpi._binding import hlo_pass, jax_collectives
 
 
 def test_the_layout_is_the_one_asked_for():
     assert (SIZE, jax.local_device_count()) == (PROCESSES, LOCAL)
-    assert xla_collectives.chosen[0] == "jaxmpi", xla_collectives.chosen
+    assert jax_collectives.chosen[0] == "jaxmpi", jax_collectives.chosen
 
 
 def test_info_says_which_route_and_how_much_it_took():
@@ -110,6 +110,33 @@ def test_psum_pmax_pmin_of_every_dtype(dtype):
         wide = per_block(x).astype(np.complex128 if dtype.startswith("complex") else np.float64)
         total = reducer(wide, axis=0).astype(x.dtype)
         check(out, np.tile(total, (N, 1)), f"{name} {dtype}")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_every_collective_that_moves_data_and_psum_scatter_of_every_dtype(dtype):
+    """all_gather, all_to_all, ppermute and psum_scatter in one program per dtype."""
+    x = blocks_of(dtype, rows=N, cols=2)
+    ring = [(j, (j + 1) % N) for j in range(N)]
+
+    def body(a):
+        gathered = jax.lax.all_gather(a, "i", tiled=True)[None]
+        exchanged = jax.lax.all_to_all(a, "i", 0, 0, tiled=True)
+        moved = jax.lax.ppermute(a, "i", ring)
+        if dtype == "bool":
+            return gathered, exchanged, moved
+        return gathered, exchanged, moved, jax.lax.psum_scatter(a, "i", tiled=True)
+
+    got = smap(body, out_specs=(BLOCKS,) * (3 if dtype == "bool" else 4))(put(x))
+    blocks = per_block(x)
+    check(got[0], np.stack([x] * N), f"all_gather {dtype}")
+    chunks = [np.split(b, N) for b in blocks]
+    swapped = [np.concatenate([chunks[s][t] for s in range(N)]) for t in range(N)]
+    check(got[1], np.concatenate(swapped), f"all_to_all {dtype}")
+    check(got[2], np.concatenate(np.roll(blocks, 1, axis=0)), f"ppermute {dtype}")
+    if dtype != "bool":
+        wide = blocks.astype(np.complex128 if dtype.startswith("complex") else np.float64)
+        total = wide.sum(0).astype(x.dtype)
+        check(got[3], total, f"psum_scatter {dtype}")
 
 
 def test_a_sum_of_booleans_is_an_int32_sum():
@@ -238,15 +265,17 @@ def test_all_gather_and_ppermute_along_one_axis_of_a_2d_mesh():
     def body(a):
         gathered = jax.lax.all_gather(a, "local", tiled=True)
         moved = jax.lax.ppermute(a, "proc", [(p, (p + 1) % rows) for p in range(rows)])
-        return gathered, moved
+        inside = jax.lax.ppermute(a, "local", [(c, (c + 1) % cols) for c in range(cols)])
+        return gathered, moved, inside
 
-    gathered, moved = smap(body, spec, (spec, spec), mesh)(put(x, spec, mesh))
+    gathered, moved, inside = smap(body, spec, (spec,) * 3, mesh)(put(x, spec, mesh))
     blocks = per_block(x).reshape(rows, cols, 2, 3)
     want_gathered = np.concatenate(
         [np.concatenate(list(blocks[r]), 0)[None].repeat(cols, 0) for r in range(rows)]
     )
     check(gathered, want_gathered.reshape(N * 2 * cols, 3), "all_gather over local")
     check(moved, np.roll(blocks, 1, axis=0).reshape(N * 2, 3), "ppermute over proc")
+    check(inside, np.roll(blocks, 1, axis=1).reshape(N * 2, 3), "ppermute over local")
 
 
 def test_a_mesh_over_some_processes_only():
@@ -261,6 +290,17 @@ def test_a_mesh_over_some_processes_only():
         got = smap(lambda a: jax.lax.psum(a, "i"), mesh=mesh)(put(x, mesh=mesh))
         expected = np.tile(per_block(x, len(members)).sum(0), (len(members), 1))
         check(got, expected, "psum over processes 0 and 1")
+
+
+def test_pmap_s_collectives_over_replicas():
+    """pmap runs every device as a replica: its collectives name replica ids (XLA's
+    cross-replica form, no channel)."""
+    x = np.arange(LOCAL, dtype=np.float32) + RANK * LOCAL
+    total = jax.pmap(lambda v: jax.lax.psum(v, "r"), axis_name="r")(x)
+    gathered = jax.pmap(lambda v: jax.lax.all_gather(v, "r"), axis_name="r")(x)
+    assert_array(np.asarray(total), np.full(LOCAL, N * (N - 1) / 2, np.float32), "pmap psum")
+    everyone = np.arange(N, dtype=np.float32)
+    assert_array(np.asarray(gathered), np.stack([everyone] * LOCAL), "pmap all_gather")
 
 
 def test_a_matmul_whose_contraction_is_split():
@@ -396,6 +436,29 @@ def test_jaxmpi_ops_and_jax_collectives_in_one_body_and_across_calls():
     second = smap(lambda a: jax.lax.pmax(a, "i"))(first)
     check(second, np.tile(total, (N, 1)), "psum, allreduce, pmax")
     assert float(between) == SIZE * (SIZE - 1) / 2
+
+
+def test_rooted_jaxmpi_ops_beside_jax_collectives_are_refused_and_work_apart():
+    """bcast gives the root another program than the others (it takes the message there
+    and gives no result): the order of the calls around it could differ by rank, so the
+    program is refused when compiled, naming it; in programs of their own they run."""
+    if LOCAL > 1:
+        pytest.skip("jaxmpi's own ops run with one device per process (issue 44)")
+    x = put(blocks_of("float32"))
+
+    def together(a):
+        return jax.lax.psum(a, "i") + jaxmpi.bcast(a * 2, root=0)
+
+    with pytest.raises(Exception) as caught:
+        smap(together)(x)
+    message = str(caught.value)
+    assert "jaxmpi.bcast gives its root another program" in message, message
+    assert "in a jitted function of its own" in message, message
+    s = smap(lambda a: jax.lax.psum(a, "i"))(x)
+    b = smap(lambda a: jaxmpi.bcast(a * 2, root=0))(s)
+    got = smap(lambda a: jax.lax.pmax(a, "i"))(b)
+    total = per_block(blocks_of("float32")).sum(0)
+    check(got, np.tile(total * 2, (N, 1)), "psum, bcast, pmax in three programs")
 
 
 def test_types_xla_widens_first_are_summed_too():

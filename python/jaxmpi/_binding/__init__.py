@@ -7,7 +7,8 @@
 - `dispatch.py`: how jitted programs holding MPI ops are dispatched (fast or ordered);
 - `placement.py`: where an op may run in a program over several devices;
 - `requests.py`: a wait outside jit, and requests never waited for refused;
-- `xla_collectives.py`: whether JAX's own collectives run over jaxmpi's MPI;
+- `jax_collectives.py`: which route JAX's collectives take (jaxmpi's pass, XLA's MPI
+  backend through jaxmpi's plug-in, or gloo);
 - `jax_shim.py`: every use of JAX's private internals, and nothing else.
 
 The public API binds primitives after checking what users pass; rules bind primitives

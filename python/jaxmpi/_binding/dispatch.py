@@ -209,8 +209,9 @@ def _effects_barrier(block_until_ready, tokens) -> None:
     if policy.used and policy.draining:
         # Executions launched from one thread on one device run one after the other: once
         # a new one has finished, every MPI call this thread dispatched before it has too.
-        # On the device of the fast programs, which need not be the default one.
-        device = jax.devices(policy.platform)[0] if policy.platform else None
+        # On this process's device of the fast programs' platform, which need not be the
+        # default one (under jax.distributed, jax.devices()[0] is process 0's).
+        device = jax.local_devices(backend=policy.platform)[0] if policy.platform else None
         _drain(jax.device_put(np.zeros((), np.int32), device)).block_until_ready()
     for callback in policy.on_barrier:
         callback()

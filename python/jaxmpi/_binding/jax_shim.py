@@ -271,19 +271,34 @@ def install_lowering_hook(wrapper) -> None:
     _pxla._cached_lowering_to_hlo = partial(wrapper, _pxla._cached_lowering_to_hlo)  # type: ignore[assignment]
 
 
-def lowered_device_processes(args, kwargs) -> frozenset[int] | None:
-    """The JAX process indices owning the devices of the program whose lowering
-    (`install_lowering_hook`'s wrapped call) got `args` and `kwargs`, or None where it
-    names no devices: those of its argument and result shardings, and of its device
-    assignment where it passes one (positions differ between JAX releases, and the cached
-    function has no signature to bind)."""
-    devices: set = set()
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, tuple) and value and all(isinstance(d, _xc.Device) for d in value):
-            devices.update(value)
-        for sharding in getattr(value, "shardings", ()) or ():
-            devices.update(getattr(sharding, "device_set", None) or ())
-    return _processes(devices) if devices else None
+def install_compile_hook(wrapper) -> None:
+    """Around compiling a lowered program (or taking it from the persistent cache):
+    `wrapper(original, backend, computation, devices, *rest)`, `devices` a numpy array of
+    the program's devices (the same signature from JAX 0.6.2 to 0.12)."""
+    from jax._src import compiler
+
+    compiler.compile_or_get_cached = partial(wrapper, compiler.compile_or_get_cached)
+
+
+# How XLA's collective instructions show in an executable's HLO text.
+_COLLECTIVE_OPCODES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+
+
+def executable_collectives(executable) -> list[str]:
+    """XLA's collective instructions (their opcodes) in a compiled program."""
+    found = []
+    for module in executable.hlo_modules():
+        text = module.to_string()
+        found += [op for op in _COLLECTIVE_OPCODES if f" {op}(" in text or f" {op}-start(" in text]
+    return found
 
 
 def install_subcomputation_hook(wrapper) -> None:

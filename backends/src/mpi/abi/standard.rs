@@ -12,7 +12,7 @@ pub struct Standard;
 
 impl Standard {
     /// The predefined handles, fixed by the standard (also the encoding of jaxmpi's plug-in
-    /// for jaxlib, `xla_collectives`, whose tests check it against `mpi_abi.h`).
+    /// for jaxlib, `xla_plugin`, whose tests check it against `mpi_abi.h`).
     pub const PREDEFINED: Predefined<Handle> = Predefined {
         comm_world: 0x101,
         comm_self: 0x102,

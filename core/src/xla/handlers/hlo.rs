@@ -143,23 +143,53 @@ pub fn hlo_all_gather(
                 backend.allgather(group.comm(library)?, send, recv)?;
                 continue;
             }
-            let inner = x.bytes() / outer.max(1);
-            for i in 0..n {
-                for j in 0..n {
-                    for o in 0..outer {
-                        pieces.push(Piece {
-                            from: i,
-                            to: j,
-                            bytes: inner,
-                            send: at(&group, seats, i, |s| s.args[k], o * inner),
-                            recv: at(&group, seats, j, |s| s.rets[k], (o * n + i) * inner),
-                        });
-                    }
-                }
-            }
+            // Member i's slice o lands as block i of every member's slice o.
+            let blocks = Blocks {
+                k,
+                outer,
+                bytes: x.bytes() / outer.max(1),
+            };
+            pieces.extend(blocks.between_all(&group, seats, |_, _, o| o, |i, _, o| o * n + i));
         }
         exchange(&group, library, backend, &pieces)
     })
+}
+
+/// Equal blocks of operand and result `k`, in `outer` slices, that every member sends
+/// every member (all-gather, all-to-all along a dimension).
+struct Blocks {
+    k: usize,
+    outer: usize,
+    bytes: usize,
+}
+
+impl Blocks {
+    /// From each member i to each member j, for each slice o: the block at block index
+    /// `send(i, j, o)` of i's operand to block index `recv(i, j, o)` of j's result.
+    fn between_all(
+        &self,
+        group: &Group,
+        seats: &[Seat],
+        send: impl Fn(usize, usize, usize) -> usize,
+        recv: impl Fn(usize, usize, usize) -> usize,
+    ) -> Vec<Piece> {
+        let (n, k, bytes) = (group.size(), self.k, self.bytes);
+        let mut pieces = Vec::with_capacity(n * n * self.outer);
+        for i in 0..n {
+            for j in 0..n {
+                for o in 0..self.outer {
+                    pieces.push(Piece {
+                        from: i,
+                        to: j,
+                        bytes,
+                        send: at(group, seats, i, |s| s.args[k], send(i, j, o) * bytes),
+                        recv: at(group, seats, j, |s| s.rets[k], recv(i, j, o) * bytes),
+                    });
+                }
+            }
+        }
+        pieces
+    }
 }
 
 /// A buffer for a reduction's whole operand, aligned for any element type.
@@ -254,20 +284,14 @@ pub fn hlo_all_to_all(
                     let (send, recv) = unsafe { (x.buf(), y.buf_mut()) };
                     return backend.alltoall(group.comm(library)?, send, recv);
                 }
-                let chunk = x.bytes() / (outer.max(1) * n);
-                for i in 0..n {
-                    for j in 0..n {
-                        for o in 0..outer {
-                            pieces.push(Piece {
-                                from: i,
-                                to: j,
-                                bytes: chunk,
-                                send: at(&group, seats, i, |s| s.args[0], (o * n + j) * chunk),
-                                recv: at(&group, seats, j, |s| s.rets[0], (o * n + i) * chunk),
-                            });
-                        }
-                    }
-                }
+                // Member i's chunk j of slice o lands as chunk i of member j's slice o.
+                let blocks = Blocks {
+                    k: 0,
+                    outer,
+                    bytes: x.bytes() / (outer.max(1) * n),
+                };
+                let (send, recv) = (|_, j, o| o * n + j, |i, _, o| o * n + i);
+                pieces.extend(blocks.between_all(&group, seats, send, recv));
             }
             _ => {
                 return Err(Error::invalid_argument(

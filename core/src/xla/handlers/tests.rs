@@ -230,14 +230,17 @@ fn span(name: &'static str) -> ByteSpan {
     }
 }
 
+/// The ids a lowering would pass for a communicator and an address (`handles.rs`).
+fn ids(comm: usize, address: usize) -> (i64, i64) {
+    use super::handles::{id_of, Table};
+    (id_of(Table::Comm, comm), id_of(Table::Address, address))
+}
+
 #[test]
 fn attributes_decode_into_their_declared_types() {
     use super::signature::Attrs;
     use crate::{Comm, Peer, ReduceOp};
-    // A program carries a communicator's id (`handles.rs`), registered when it is lowered.
-    let comm = super::handles::id_of(super::handles::Table::Comm, -8i64 as u64 as usize);
-    let user_op = super::handles::id_of(super::handles::Table::Address, 77);
-    let status = super::handles::id_of(super::handles::Table::Address, 64);
+    let (comm, status) = ids(-8i64 as u64 as usize, 64);
     let mut attrs = FrameAttrs::new(
         &[
             ("comm", comm),
@@ -264,6 +267,7 @@ fn attributes_decode_into_their_declared_types() {
         "a pytree's fingerprint keeps all 64 bits"
     );
 
+    let (comm, user_op) = ids(0x4400_0000, 77);
     let mut attrs = FrameAttrs::new(
         &[
             ("comm", comm),
@@ -296,8 +300,8 @@ fn attributes_decode_into_their_declared_types() {
 fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
     use super::signature::Attrs;
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
-    let comm = super::handles::id_of(super::handles::Table::Comm, 0x4400_0000);
-    let cases: [(&[(&'static str, i64)], &str); 3] = [
+    let (comm, _) = ids(0x4400_0000, 0);
+    let cases: [(&[(&'static str, i64)], &str); 4] = [
         (&[("comm", comm)], "attribute \"root\" is missing"),
         (
             &[("comm", comm), ("root", 1 << 40)],
@@ -306,6 +310,10 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
         (
             &[("comm", comm), ("root", 0), ("counts", 3)],
             "attribute \"counts\" is missing or has the wrong kind",
+        ),
+        (
+            &[("comm", 1 << 30), ("root", 0)],
+            "attribute \"comm\" = 1073741824 names no handle this process has lowered",
         ),
     ];
     for (scalars, expected) in cases {

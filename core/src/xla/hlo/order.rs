@@ -29,6 +29,14 @@ pub struct Module {
     names: HashSet<String>,
 }
 
+/// The public op a `jaxmpi_ragged_alltoallv` call serves (its `origin` attribute).
+fn ragged_origin(inst: &Instruction) -> Option<&'static str> {
+    let config = inst.0.string(instruction::BACKEND_CONFIG);
+    let value = config.split("origin = ").nth(1)?.split(' ').next()?;
+    let index: usize = value.trim_end_matches([',', '}']).parse().ok()?;
+    crate::xla::handlers::ragged::ORIGINS.get(index).copied()
+}
+
 fn is_jaxmpi_op(inst: &Instruction) -> bool {
     inst.opcode() == "custom-call" && inst.target().starts_with("jaxmpi_")
 }
@@ -161,8 +169,57 @@ impl Module {
         Ok(found)
     }
 
+    /// The token follows the module's instruction order, which XLA derives from the
+    /// program's graph: the same on every rank for the same program. jaxmpi's rooted ops
+    /// make the ranks' programs differ (the root's bcast takes the message and gives no
+    /// result, the others' the reverse; reduce and gather give a result at the root only;
+    /// scatter reads its operand there only), and with them the order of the calls around
+    /// them: a deadlock with a collective beside them. Such a program is refused.
+    fn refuse_programs_that_differ_by_rank(
+        &self,
+        calls: &HashMap<(i64, i64), Call>,
+    ) -> Result<(), Refusal> {
+        const ROOTED: [&str; 6] = [
+            "bcast", "reduce", "gather", "scatter", "gatherv", "scatterv",
+        ];
+        let Some(&(cid, id)) = calls.keys().next() else {
+            return Ok(());
+        };
+        let collective = self
+            .computation(cid)
+            .instructions
+            .iter()
+            .find(|i| i.id() == id);
+        for inst in self.computations.iter().flat_map(|c| &c.instructions) {
+            let target = inst.target();
+            let op = target.strip_prefix("jaxmpi_").unwrap_or_default();
+            let ragged_from = (op == "ragged_alltoallv")
+                .then(|| ragged_origin(inst))
+                .flatten();
+            let rooted = match ragged_from {
+                Some(origin) => ROOTED.contains(&origin),
+                None => ROOTED.contains(&op),
+            };
+            if inst.opcode() == "custom-call" && rooted {
+                let name = ragged_from.unwrap_or(op);
+                let beside = collective.map(Instruction::op_name).unwrap_or_default();
+                return Err(refusal(
+                    inst,
+                    format!(
+                        "jaxmpi.{name} gives its root another program than the other ranks, \
+                         so the MPI calls of JAX's collectives beside it ({beside}) cannot \
+                         be put in one order on every rank. Call jaxmpi.{name} in a jitted \
+                         function of its own (calls of separate programs keep their order)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Threads the token through every MPI call, replacing each collective by its call.
     pub fn thread(&mut self, calls: &HashMap<(i64, i64), Call>) -> Result<(), Refusal> {
+        self.refuse_programs_that_differ_by_rank(calls)?;
         let calling = self.calling_mpi(calls)?;
         let mut callers: HashMap<i64, usize> = HashMap::new();
         for computation in &self.computations {

@@ -1,13 +1,13 @@
-"""JAX's own collectives over jaxmpi's MPI: which route XLA's cross-process CPU collectives
-(psum, all_gather, ppermute, and those XLA inserts into sharded programs) take from
+"""JAX's collectives: which route the cross-process CPU collectives of a JAX program (psum,
+all_gather, ppermute, and those XLA inserts into sharded programs) take from
 `jaxmpi.distributed.initialize`, and why. Three routes:
 
 - "jaxmpi": jaxmpi's HLO pass (`hlo_pass.py`, JAX >= 0.10.2) replaces every collective of
   a program by a call to jaxmpi's own handlers: any number of CPU devices per process,
   every dtype, ragged all-to-all, in one order with jaxmpi's ops.
 - "mpi": XLA's own MPI backend, reaching jaxmpi's library through the MPItrampoline that
-  jaxlib carries (MPITRAMPOLINE_LIB, set by jaxmpi's startup hook `_jaxmpi_startup`;
-  backends/src/xla_collectives): one CPU device per process only.
+  jaxlib carries (MPITRAMPOLINE_LIB, set by jaxmpi's startup hook `_jaxmpi_startup`) and
+  jaxmpi's plug-in (backends/src/xla_plugin): one CPU device per process only.
 - "gloo": JAX's TCP default.
 
 "auto" takes the first that works here, in that order; an explicit choice refuses, before
@@ -124,7 +124,7 @@ def pass_obstacles(local_device_ids: Any = None) -> list[str]:
     return found
 
 
-def obstacles(local_device_ids: Any = None) -> list[str]:
+def plugin_obstacles(local_device_ids: Any = None) -> list[str]:
     """Why XLA's collectives cannot run over jaxmpi's MPI in this process (none: they can),
     each saying what to do."""
     found = []
@@ -158,7 +158,7 @@ def choose(requested: str, local_device_ids: Any = None) -> tuple[str, str]:
         )
     if requested == "gloo":
         return "gloo", "collectives='gloo' was asked for"
-    routes = {"jaxmpi": pass_obstacles(local_device_ids), "mpi": obstacles(local_device_ids)}
+    routes = {"jaxmpi": pass_obstacles(local_device_ids), "mpi": plugin_obstacles(local_device_ids)}
     if requested != "auto":
         problems = routes[requested]
         if problems:
@@ -184,25 +184,29 @@ _WHAT = {
 
 
 def refuse_programs_over_some_processes() -> None:
-    """Under "mpi", refuses to compile a program over the devices of more than one process
-    but not all: XLA's MPI backend makes its communicators with MPI_Comm_split over every
-    process, which the processes outside the program never call (a hang)."""
+    """Under "mpi", refuses a compiled program over the devices of more than one process
+    but not all that holds a collective: XLA's MPI backend makes its communicators with
+    MPI_Comm_split over every process, which the processes outside the program never
+    call (a hang). Said when it is compiled, before anything runs."""
     everyone = jax.process_count()
 
-    def lowering(original, *args, **kwargs):
-        processes = jax_shim.lowered_device_processes(args, kwargs)
-        if processes is not None and 1 < len(processes) < everyone:
-            raise RuntimeError(
-                f"jaxmpi: this program runs on the devices of processes {sorted(processes)} "
-                f"of {everyone}, and XLA's MPI backend (collectives='mpi') makes the "
-                "communicators of its collectives over every process, which the others "
-                "never join: it would hang. Start jaxmpi.distributed with "
-                "collectives='jaxmpi' (JAX >= 0.10.2) or 'gloo' for programs over some "
-                "processes only."
-            )
-        return original(*args, **kwargs)
+    def compiled(original, backend, computation, devices, *rest, **kwargs):
+        executable = original(backend, computation, devices, *rest, **kwargs)
+        processes = sorted({d.process_index for d in devices.flat})
+        if 1 < len(processes) < everyone:
+            held = jax_shim.executable_collectives(executable)
+            if held:
+                raise RuntimeError(
+                    f"jaxmpi: this program runs on the devices of processes {processes} of "
+                    f"{everyone} and holds {', '.join(sorted(set(held)))}, whose "
+                    "communicators XLA's MPI backend (collectives='mpi') makes over every "
+                    "process, which the others never join: it would hang. Start "
+                    "jaxmpi.distributed with collectives='jaxmpi' (JAX >= 0.10.2) or "
+                    "'gloo' for programs over some processes only."
+                )
+        return executable
 
-    jax_shim.install_lowering_hook(lowering)
+    jax_shim.install_compile_hook(compiled)
 
 
 def explain() -> tuple[str, str]:

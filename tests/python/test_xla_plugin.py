@@ -1,11 +1,12 @@
-"""JAX's own collectives over jaxmpi's MPI (`jaxmpi.distributed.initialize`'s default where it
-works): every collective XLA sends to MPI against numpy, the collectives XLA inserts into a
-jit over sharded arrays, JAX's and jaxmpi's collectives in one program, many in one jit, and
-the choice `collectives=` makes (with each refusal).
+"""JAX's collectives through XLA's MPI backend, which reaches jaxmpi's MPI through the
+plug-in (`jaxmpi.distributed.initialize(collectives="mpi")`): every collective XLA sends to
+MPI against numpy, the collectives XLA inserts into a jit over sharded arrays, JAX's and
+jaxmpi's collectives in one program, many in one jit, and the choice `collectives=` makes
+(with each refusal).
 
 Runs with test_sharded.py in its cell (JAXMPI_TEST_SHARDED=1; see sharding.py). Jobs of
 their own (import and initialization orders, exit status, the debug lines proving the
-traffic went through MPI, the watchdog) are in tests/xla_collectives_jobs.sh.
+traffic went through MPI, the watchdog) are in tests/jax_collectives_jobs.sh.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sharding import MESH, mesh_2d, sharded
 import jaxmpi
 import jaxmpi.distributed
 from helpers import RANK, SIZE, assert_array, check_raises, needs_ranks
-from jaxmpi._binding import xla_collectives as _xla_collectives
+from jaxmpi._binding import jax_collectives as _jax_collectives
 from jaxmpi._runtime import gpu, library
 
 pytestmark = needs_ranks(2)
@@ -51,8 +52,8 @@ def values(rank: int, dtype: str) -> np.ndarray:
 
 
 def test_jax_collectives_run_over_xla_s_mpi_backend_as_asked():
-    assert _xla_collectives.chosen is not None
-    assert _xla_collectives.chosen[0] == "mpi", _xla_collectives.chosen
+    assert _jax_collectives.chosen is not None
+    assert _jax_collectives.chosen[0] == "mpi", _jax_collectives.chosen
     assert jax.config.jax_cpu_collectives_implementation == "mpi"
 
 
@@ -204,33 +205,33 @@ def test_forty_collectives_in_one_jit():
 
 
 def test_collectives_take_the_choices_refusals():
-    check_raises(ValueError, ["collectives='nccl'", "'auto'"], _xla_collectives.choose, "nccl")
+    check_raises(ValueError, ["collectives='nccl'", "'auto'"], _jax_collectives.choose, "nccl")
     check_raises(
         RuntimeError,
         ["collectives='mpi'", "one CPU device per process", "would have 2"],
-        _xla_collectives.choose,
+        _jax_collectives.choose,
         "mpi",
         [0, 1],
     )
-    route, why = _xla_collectives.choose("auto", [0, 1])
+    route, why = _jax_collectives.choose("auto", [0, 1])
     # Two devices per process: jaxmpi's pass where JAX has the hook, else gloo.
-    if _xla_collectives.hlo_pass.available():
+    if _jax_collectives.hlo_pass.available():
         assert route == "jaxmpi" and "the fastest route that works" in why, why
-        assert _xla_collectives.choose("auto")[0] == "jaxmpi"
+        assert _jax_collectives.choose("auto")[0] == "jaxmpi"
     else:
         assert route == "gloo" and "one CPU device per process" in why, why
-        assert _xla_collectives.choose("auto")[0] == "mpi"
+        assert _jax_collectives.choose("auto")[0] == "mpi"
         check_raises(
-            RuntimeError, ["collectives='jaxmpi'", "no hook"], _xla_collectives.choose, "jaxmpi"
+            RuntimeError, ["collectives='jaxmpi'", "no hook"], _jax_collectives.choose, "jaxmpi"
         )
-    assert _xla_collectives.choose("gloo")[0] == "gloo"
-    assert _xla_collectives.choose("mpi")[0] == "mpi"
+    assert _jax_collectives.choose("gloo")[0] == "gloo"
+    assert _jax_collectives.choose("mpi")[0] == "mpi"
 
 
 def test_a_jaxlib_without_mpi_collectives_is_refused(monkeypatch):
-    monkeypatch.setattr(_xla_collectives.jax_shim, "jaxlib_has_mpi_collectives", lambda: False)
+    monkeypatch.setattr(_jax_collectives.jax_shim, "jaxlib_has_mpi_collectives", lambda: False)
     check_raises(
-        RuntimeError, ["cannot run XLA's collectives over MPI"], _xla_collectives.choose, "mpi"
+        RuntimeError, ["cannot run XLA's collectives over MPI"], _jax_collectives.choose, "mpi"
     )
 
 
@@ -241,13 +242,13 @@ def test_why_jaxlib_did_not_load_the_plug_in(monkeypatch, tmp_path):
     monkeypatch.delenv("MPITRAMPOLINE_LIB", raising=False)
     assert (
         "MPITRAMPOLINE_LIB was not set when jax was imported"
-        in _xla_collectives._plugin_not_loaded()
+        in _jax_collectives._plugin_not_loaded()
     )
     monkeypatch.setattr(hook, "checked_jaxlib", lambda: False)
-    newer = _xla_collectives._plugin_not_loaded()
+    newer = _jax_collectives._plugin_not_loaded()
     assert "newer than the newest" in newer and "set MPITRAMPOLINE_LIB=" in newer, newer
     monkeypatch.setenv("MPITRAMPOLINE_LIB", str(tmp_path / "libmpiwrapper.so"))
-    assert "gives jaxlib another MPI library" in _xla_collectives._plugin_not_loaded()
+    assert "gives jaxlib another MPI library" in _jax_collectives._plugin_not_loaded()
 
 
 def test_a_gpu_process_is_refused(monkeypatch):
@@ -256,7 +257,7 @@ def test_a_gpu_process_is_refused(monkeypatch):
     platforms = jax.config.jax_platforms  # read when JAX starts: changing it does nothing
     jax.config.update("jax_platforms", "cuda,cpu")
     try:
-        check_raises(RuntimeError, ["on GPUs", "NCCL"], _xla_collectives.choose, "mpi")
+        check_raises(RuntimeError, ["on GPUs", "NCCL"], _jax_collectives.choose, "mpi")
     finally:
         jax.config.update("jax_platforms", platforms)
 
@@ -264,7 +265,7 @@ def test_a_gpu_process_is_refused(monkeypatch):
 def test_a_thread_level_below_multiple_is_refused(monkeypatch):
     monkeypatch.setitem(library.info, "thread_level", "MPI_THREAD_SERIALIZED")
     check_raises(
-        RuntimeError, ["MPI_THREAD_SERIALIZED", "worker threads"], _xla_collectives.choose, "mpi"
+        RuntimeError, ["MPI_THREAD_SERIALIZED", "worker threads"], _jax_collectives.choose, "mpi"
     )
 
 
@@ -273,7 +274,7 @@ def test_a_function_xla_never_calls_fails_naming_itself(capfd):
     on stderr and from MPI_Error_string, no crash."""
     import ctypes
 
-    module = ctypes.CDLL(_xla_collectives.plugin_path())
+    module = ctypes.CDLL(_jax_collectives.plugin_path())
     code = module.MPIABI_Bsend(None, 0, 0, 0, 0, 0)
     assert code == ctypes.c_int.in_dll(module, "MPIABI_ERR_UNSUPPORTED_OPERATION").value
     text = ctypes.create_string_buffer(1024)
@@ -290,7 +291,7 @@ def test_the_startup_hook_sets_mpitrampoline_lib_only_where_it_can_work(monkeypa
 
     newest = _support.release(_support.NEWEST_TESTED)[:2]
     assert hook.CHECKED_JAXLIB[1] == newest, "keep the hook's newest jaxlib in step"
-    assert hook.plugin() == _xla_collectives.plugin_path()
+    assert hook.plugin() == _jax_collectives.plugin_path()
     assert hook.checked_jaxlib()
     for version, checked in [("0.12.9", True), ("0.13.0", False), ("0.5.3", False)]:
         (tmp_path / "jaxlib").mkdir(exist_ok=True)

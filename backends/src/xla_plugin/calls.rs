@@ -11,7 +11,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use jaxmpi_core::xla::collectives::{debug_note, track, XlaCall};
+use jaxmpi_core::xla::plugin_calls::{debug_note, track, XlaCall};
 use jaxmpi_core::{
     Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Peer, Progress, Request, Result,
     Status, ThreadLevel,

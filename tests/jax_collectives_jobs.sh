@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# JAX's own collectives over jaxmpi's MPI, a whole job per check (tests/xla_collectives_jobs.py
+# JAX's collectives over jaxmpi's MPI, a whole job per check (tests/jax_collectives_jobs.py
 # says what each case does). XLA's MPI backend (collectives="mpi"): every import and
 # initialization order (jax, jaxmpi or mpi4py first; jaxmpi, mpi4py or XLA initializing
 # MPI) on one build of each family, the usual order on every other build; each job exits 0
@@ -11,12 +11,12 @@
 # measures). jaxmpi's pass (collectives="jaxmpi", the default where JAX has the hook): the
 # default's choice and debug lines naming the JAX collective, the watchdog, JAX's
 # persistent cache over two runs, and the refusal where JAX has no hook.
-# Usage: tests/xla_collectives_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
+# Usage: tests/jax_collectives_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../ci/matrix.sh
 source "$ROOT/ci/matrix.sh"
-JOBS=tests/xla_collectives_jobs.py
+JOBS=tests/jax_collectives_jobs.py
 failed=0
 
 # check NAME RC WANT_RC "TEXT|..." OUTPUT: every TEXT (fixed strings) in OUTPUT, the exit
@@ -64,7 +64,7 @@ job() {
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
 
-# What every job of two ranks shows when XLA's collectives ran over jaxmpi's MPI (and
+# What every job of two ranks shows when JAX's collectives took XLA's MPI backend (and
 # jaxmpi.distributed.initialize chose it, in all but xla_first).
 over_mpi="RESULT rank 0 right|RESULT rank 1 right|DONE rank 0|DONE rank 1"
 over_mpi+="|rank 0: MPI_Allreduce for XLA (comm |rank 1: MPI_Allreduce for XLA (comm "
@@ -131,7 +131,7 @@ check "refused without the startup hook (python -S), jax imported first" $? 0 \
 
 # Under "mpi", a program over two of three processes is refused where it is compiled.
 job pypi-mpich-5 3 subset_refused 0 \
-    "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3|REFUSED rank 1|DONE rank 2"
+    "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3 and holds all-reduce|REFUSED rank 1|ELEMENTWISE rank 0 right|ELEMENTWISE rank 1 right|DONE rank 2"
 
 # jaxmpi's pass, on a build of each family: the default takes it; the debug lines and
 # the watchdog name the JAX collective a call came from.
@@ -172,7 +172,7 @@ for _ in 1 2 3 4 5; do
     hooked+=("$(env -i HOME="$HOME" "$ROOT/.venvs/mpich/bin/python" -c "$timed")")
     plain+=("$(env -i HOME="$HOME" "$ROOT/.venvs/mpich/bin/python" -S -c "import sys; sys.path.append('$site'); $timed")")
 done
-echo "info  import jax, ms: with the plug-in ${hooked[*]}; without ${plain[*]} (benches/bench_xla_collectives.py compares)"
+echo "info  import jax, ms: with the plug-in ${hooked[*]}; without ${plain[*]} (benches/bench_jax_collectives.py compares)"
 
 echo "$failed failed"
 ((failed == 0))

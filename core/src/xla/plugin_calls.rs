@@ -1,9 +1,9 @@
-//! The MPI calls XLA makes itself, for JAX's own CPU collectives (`psum`, `all_gather`,
+//! The MPI calls XLA makes itself, for JAX's CPU collectives (`psum`, `all_gather`,
 //! `ppermute`, and those XLA inserts into sharded programs), when jaxlib's MPItrampoline
-//! forwards them to jaxmpi (the plug-in in `jaxmpi_backends::xla_collectives`). They are
-//! tracked by the same monitor as jaxmpi's own ops: a `JAXMPI_DEBUG` line each, the
-//! `JAXMPI_TIMEOUT` watchdog, and the refusal of concurrent calls below
-//! MPI_THREAD_MULTIPLE.
+//! forwards them to jaxmpi (XLA's MPI backend, through the plug-in in
+//! `jaxmpi_backends::xla_plugin`). They are tracked by the same monitor as jaxmpi's own ops:
+//! a `JAXMPI_DEBUG` line each, the `JAXMPI_TIMEOUT` watchdog, and the refusal of concurrent
+//! calls below MPI_THREAD_MULTIPLE.
 
 use std::ffi::c_void;
 use std::fmt;

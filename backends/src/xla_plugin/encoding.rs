@@ -6,7 +6,7 @@
 use std::ffi::c_int;
 use std::sync::{Mutex, MutexGuard};
 
-use jaxmpi_core::xla::collectives::XlaCall;
+use jaxmpi_core::xla::plugin_calls::XlaCall;
 use jaxmpi_core::{Comm, Dtype, Error, ErrorKind, Library, Peer, ReduceOp, Request, Result};
 
 use super::contract::{
@@ -187,7 +187,7 @@ pub(super) const STATUS_FIELDS: [usize; 3] = [24, 28, 32];
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xla_collectives::contract::*;
+    use crate::xla_plugin::contract::*;
 
     #[test]
     fn the_contract_is_the_standard_table_jaxmpi_loads_mpi_5_libraries_with() {

@@ -1,4 +1,4 @@
-"""JAX's own collectives through jaxmpi's pass (`collectives="jaxmpi"`) and over MPI
+"""JAX's collectives through jaxmpi's pass (`collectives="jaxmpi"`) and over MPI
 through jaxmpi's plug-in (XLA's MPI backend, "mpi"), against gloo (JAX's default on the CPU)
 and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks of one device each, or
 of `--devices` CPU devices each (where XLA's MPI backend does not run):
@@ -14,7 +14,7 @@ of `--devices` CPU devices each (where XLA's MPI backend does not run):
 - what loading the plug-in costs: `import jax` with and without it (alternated, medians),
   the startup hook's import and the module's dlopen alone.
 
-    python benches/bench_xla_collectives.py [--rounds 3] [--mpiwrapper LIB] [--launcher CMD]
+    python benches/bench_jax_collectives.py [--rounds 3] [--mpiwrapper LIB] [--launcher CMD]
                                             [--devices 1] [--imports 20]
                                             [--part all|collectives|import]
                                             [--json OUT.json] [--plot OUT.png]
@@ -56,8 +56,8 @@ IMPLEMENTATIONS = {
 
 
 def _start(implementation: str):
-    """jax.distributed over the job, XLA's collectives as asked; jaxmpi (None for the stock
-    plug-in, whose MPI jaxmpi must not share) and this rank, size."""
+    """jax.distributed over the job, JAX's collectives on the route asked for; jaxmpi (None for
+    the stock plug-in, whose MPI jaxmpi must not share) and this rank, size."""
     import jax
 
     if implementation.startswith("mpiwrapper"):

@@ -1,11 +1,11 @@
-//! The plug-in through which JAX's own CPU collectives run over jaxmpi's MPI.
+//! The plug-in through which XLA's MPI backend runs JAX's CPU collectives over jaxmpi's MPI.
 //!
 //! jaxlib carries MPItrampoline: a constructor in `libjax_common.so` dlopens the library that
 //! `MPITRAMPOLINE_LIB` names at `import jax`, reads every name of its table (`contract.rs`:
 //! 260 constants, 374 functions) and the ABI version below, and from then on forwards XLA's
 //! MPI calls to it. jaxmpi's extension module is that library: the wheel's startup hook
 //! points `MPITRAMPOLINE_LIB` at it, so the process has one jaxmpi, one MPI library, one
-//! initialization and one monitor for jaxmpi's ops and XLA's collectives alike.
+//! initialization and one monitor for jaxmpi's ops and JAX's collectives alike.
 //!
 //! Loading costs nothing else: no code runs until XLA's first MPI call (`MPI_Init_thread`,
 //! when JAX starts its CPU client with `jax_cpu_collectives_implementation="mpi"`), and no

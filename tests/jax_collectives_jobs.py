@@ -1,8 +1,8 @@
-"""The jobs of tests/xla_collectives_jobs.sh: JAX's own collectives over jaxmpi's MPI, each
+"""The jobs of tests/jax_collectives_jobs.sh: JAX's collectives over jaxmpi's MPI, each
 case a whole job (one MPI initialization, one exit), which pytest inside one job cannot
 make. Each prints what the script looks for (`RESULT ...`, `DONE rank r`).
 
-    python tests/xla_collectives_jobs.py CASE     (under the build's launcher)
+    python tests/jax_collectives_jobs.py CASE     (under the build's launcher)
 
 Cases (the order of the first imports and of MPI's initialization is the point of each):
   jax_first     import jax, then jaxmpi; jaxmpi.distributed.initialize() (jaxmpi initializes)
@@ -28,8 +28,9 @@ JAX has the hook (JAX >= 0.10.2), jaxmpi's pass:
                 same on all): run twice, the second run loads it from the cache; with
                 COLLECTIVES=gloo the same cache serves none of the pass's programs
   pass_refused  collectives="jaxmpi" where JAX has no hook: the RuntimeError
-  subset_refused  collectives="mpi": a program over some of the processes only is refused
-                when it is compiled, before XLA's MPI backend could hang in it
+  subset_refused  collectives="mpi": a program over some of the processes only that holds
+                a collective is refused when it is compiled, before XLA's MPI backend
+                could hang in it; one without collectives runs
 """
 
 from __future__ import annotations
@@ -90,9 +91,9 @@ def psum_and_allreduce(rank: int, size: int) -> None:
     got = run(np.arange(3.0) + rank)
     expected = size * np.arange(3.0) + sum(range(size))
     print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
-    from jaxmpi._binding import xla_collectives as _xla_collectives
+    from jaxmpi._binding import jax_collectives as _jax_collectives
 
-    print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}", flush=True)
+    print(f"COLLECTIVES rank {rank} {_jax_collectives.chosen}", flush=True)
 
 
 def started_by_jaxmpi(collectives: str = "mpi") -> tuple[int, int]:
@@ -133,15 +134,16 @@ def cached_programs() -> tuple[int, int]:
     total = size * r + n.sum()
     expected = 2 * total + r + (r + (rank - 1) % size)
     print(f"RESULT rank {rank} {'right' if np.array_equal(got, expected) else f'WRONG {got}'}")
-    from jaxmpi._binding import xla_collectives as _xla_collectives
+    from jaxmpi._binding import jax_collectives as _jax_collectives
 
-    print(f"COLLECTIVES rank {rank} {_xla_collectives.chosen}")
+    print(f"COLLECTIVES rank {rank} {_jax_collectives.chosen}")
     print(f"CACHE HITS rank {rank} {len(hits)}", flush=True)
     return rank, size
 
 
 def subset_program() -> tuple[int, int]:
-    """A psum over the devices of processes 0 and 1 of a larger job, under "mpi"."""
+    """Programs over the devices of processes 0 and 1 of a larger job, under "mpi": a psum
+    (refused), and one without collectives (runs)."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
@@ -152,16 +154,18 @@ def subset_program() -> tuple[int, int]:
     mesh = Mesh(np.array(members), ("x",))
     from jax import shard_map
 
-    program = jax.jit(
-        shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
-    )
+    def program(body):
+        return jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+
     if rank < 2:
         x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("x")), np.ones((1, 2)))
         try:
-            program(x)
+            program(lambda v: jax.lax.psum(v, "x"))(x)
             print(f"UNEXPECTED: rank {rank} ran a psum over some processes under 'mpi'")
-        except Exception as err:
+        except Exception as err:  # JAX wraps it in its own type
             print(f"REFUSED rank {rank} {err}")
+        doubled = np.asarray(program(lambda v: 2 * v)(x).addressable_data(0))
+        print(f"ELEMENTWISE rank {rank} {'right' if (doubled == 2).all() else doubled}")
     return rank, size
 
 
@@ -214,9 +218,9 @@ def main() -> None:
             print("UNEXPECTED: initialize accepted collectives='mpi'")
         except RuntimeError as err:
             print(f"REFUSED {err}")
-        from jaxmpi._binding import xla_collectives as _xla_collectives
+        from jaxmpi._binding import jax_collectives as _jax_collectives
 
-        print("AUTO {}: {}".format(*_xla_collectives.choose("auto")))
+        print("AUTO {}: {}".format(*_jax_collectives.choose("auto")))
     elif CASE == "untouched":
         import jax
         import jax.numpy as jnp
