@@ -12,7 +12,7 @@
 //! started it.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
 
 use jaxmpi_core::{Dtype, Error, Request, Result, Started};
@@ -22,15 +22,21 @@ use super::library::MpiLibrary;
 
 thread_local! {
     static STARTED: RefCell<Option<Started>> = const { RefCell::new(None) };
+    // Whether STARTED holds a mode, asked at every MPI call of every op: a flag without a
+    // destructor reads as one load, where STARTED's access checks its registration first.
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether the calling thread runs an op in starting mode.
 pub(super) fn active() -> bool {
-    STARTED.with(|s| s.borrow().is_some())
+    ACTIVE.with(Cell::get)
 }
 
 /// Keeps `value` alive until the requests started so far complete.
 pub(super) fn keep(value: impl Any + Send) {
+    if !active() {
+        return;
+    }
     STARTED.with(|s| {
         if let Some(started) = s.borrow_mut().as_mut() {
             started.keep.push(Box::new(value));
@@ -56,17 +62,20 @@ pub(super) struct Mode<'a, A: Abi> {
 impl<'a, A: Abi> Mode<'a, A> {
     pub(super) fn begin(lib: &'a MpiLibrary<A>) -> Self {
         STARTED.with(|s| *s.borrow_mut() = Some(Started::default()));
+        ACTIVE.with(|a| a.set(true));
         Mode { lib }
     }
 
     /// What was started; the mode ends when `self` drops, finding nothing left to wait for.
     pub(super) fn finish(self) -> Started {
+        ACTIVE.with(|a| a.set(false));
         STARTED.with(|s| s.borrow_mut().take()).unwrap_or_default()
     }
 }
 
 impl<A: Abi> Drop for Mode<'_, A> {
     fn drop(&mut self) {
+        ACTIVE.with(|a| a.set(false));
         let Some(started) = STARTED.with(|s| s.borrow_mut().take()) else {
             return;
         };

@@ -158,7 +158,14 @@ def define(
 
     def lowering(ctx, *operands, **params):
         placement.check_sharded(name, params.get("comm"), *jax_shim.program_devices(ctx))
-        attrs = {attr: encode(params.get(attr, default)) for attr, encode, default in encoders}
+        # An attribute at its default is left out: the handler reads the same default, and
+        # XLA copies one attribute fewer into every call (a single array's call is then
+        # the one it was before pytrees).
+        attrs = {}
+        for attr, encode, default in encoders:
+            value = params.get(attr, default)
+            if default is None or value != default:
+                attrs[attr] = encode(value)
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}
