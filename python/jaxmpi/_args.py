@@ -19,26 +19,31 @@ from ._runtime.library import loaded_mpi4py
 SUPPORTED_DTYPES: list[str] = _native.dtypes()
 
 
-def array_arg(x: ArrayLike, op: str) -> jax.Array:
-    """Any array-like as a JAX array of a dtype jaxmpi can move."""
+def array_arg(x: ArrayLike, op: str, leaf: str = "") -> jax.Array:
+    """Any array-like as a JAX array of a dtype jaxmpi can move. `leaf`: which leaf of a
+    pytree it is, named in errors."""
+    where = f"{leaf}: " if leaf else ""
     try:
-        x = jnp.asarray(x)
+        # A JAX array (or tracer) is one already: asarray would cost ~10 us per eager call.
+        x = x if isinstance(x, jax.Array) else jnp.asarray(x)
     except TypeError:
         raise TypeError(
-            f"jaxmpi.{op}: expected an array or a scalar, got {type(x).__name__}"
+            f"jaxmpi.{op}: {where}expected an array or a scalar, got {type(x).__name__}"
         ) from None
     if x.dtype.name not in SUPPORTED_DTYPES:
         raise TypeError(
-            f"jaxmpi.{op}: dtype {x.dtype.name} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}"
+            f"jaxmpi.{op}: {where}dtype {x.dtype.name} is not supported; use one of "
+            f"{', '.join(SUPPORTED_DTYPES)}"
         )
     return x
 
 
-def leading_axis_is_size(x: jax.Array, size: int, op: str, name: str) -> None:
+def leading_axis_is_size(x: jax.Array, size: int, op: str, name: str, leaf: str = "") -> None:
     if x.ndim == 0 or x.shape[0] != size:
+        what = f"{leaf} of the " if leaf else ""
         raise ValueError(
-            f"jaxmpi.{op}: {name} input must have shape (nproc, ...) = ({size}, ...) for "
-            f"a communicator of {size} ranks, got shape {x.shape}"
+            f"jaxmpi.{op}: {what}{name} input must have shape (nproc, ...) = ({size}, ...) "
+            f"for a communicator of {size} ranks, got shape {x.shape}"
         )
 
 

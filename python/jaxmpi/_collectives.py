@@ -5,22 +5,19 @@ scatter, alltoall, and barrier. Each checks its arguments at trace time (`_args.
 from __future__ import annotations
 
 import jax
-from jax.typing import ArrayLike
 
-from ._args import (
-    array_arg,
-    check_rank,
-    leading_axis_is_size,
-)
+from ._args import check_rank, leading_axis_is_size
 from ._binding import primitives as prim
 from ._comm import CommArg, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
+from ._trees import PyTree, Tree, each_group
 
 
 @refuses_token
 @raise_mpi_errors()
-def bcast(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
+def bcast(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
     """Sends `root`'s `x` to every rank.
 
     MPI_Bcast, collective: every rank calls it with the same shape, dtype and `root`. Away
@@ -28,7 +25,8 @@ def bcast(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
     read (nor computed, if nothing else uses them).
 
     Args:
-        x: At `root`, the array to send; elsewhere, an array of the same shape and dtype.
+        x: At `root`, the array to send; elsewhere, an array of the same shape and dtype. Or
+            a pytree of them, moved as one: one MPI call per dtype.
         root: The sending rank: a static int in `[0, size)`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
@@ -36,21 +34,22 @@ def bcast(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
             ordered automatically.
 
     Returns:
-        `root`'s `x`, on every rank (at the root, `x` itself).
+        `root`'s `x`, on every rank (at the root, `x` itself). For a pytree, the same
+        structure, each leaf's result in its place.
 
     Derivative:
         Linear: the tangent is broadcast too. Reverse mode sums every rank's cotangent at
         the root (a reduce). `vmap`: one MPI call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `root`
-            is not a static int.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `root` is not a static int.
         ValueError: `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL` or an
             intercommunicator; or the op is in a program over several devices outside
             `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -68,22 +67,29 @@ def bcast(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
             0 [0. 1. 2.]
             1 [0. 1. 2.]
     """
-    x = array_arg(x, "bcast")
+    tree = Tree(x, "bcast")
     c = resolve_comm(comm, "bcast")
     root = check_rank(root, c.size, "root", "bcast")
-    outs = prim.bcast.bind(x, comm=c.handle, root=root, at_root=c.rank == root)
-    return outs[0] if outs else x
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
+        outs = apply(
+            prim.bcast, x, comm=c.handle, root=root, at_root=c.rank == root, tree=fingerprint
+        )
+        return outs[0] if outs else None
+
+    return each_group(tree, 0, call)
 
 
 @refuses_token
 @raise_mpi_errors()
-def gather(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
+def gather(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
     """Stacks every rank's `x` at `root`, in rank order.
 
     MPI_Gather, collective: every rank calls it with the same shape, dtype and `root`.
 
     Args:
-        x: This rank's array, any shape and supported dtype.
+        x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         root: The rank that gets the stack: a static int in `[0, size)`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
@@ -91,21 +97,22 @@ def gather(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
             ordered automatically.
 
     Returns:
-        At `root`, shape `(size, *x.shape)`, row r from rank r; elsewhere `x` itself.
+        At `root`, shape `(size, *x.shape)`, row r from rank r; elsewhere `x` itself. For a
+        pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         Linear; reverse mode sends row r of the root's cotangent back to rank r (a scatter).
         `vmap`: one MPI call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `root`
-            is not a static int.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `root` is not a static int.
         ValueError: `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL` or an
             intercommunicator; or the op is in a program over several devices outside
             `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -122,42 +129,51 @@ def gather(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
             0 [0, 10]
             1 10
     """
-    x = array_arg(x, "gather")
+    tree = Tree(x, "gather")
     c = resolve_comm(comm, "gather")
     root = check_rank(root, c.size, "root", "gather")
-    outs = prim.gather.bind(x, comm=c.handle, root=root, size=c.size, at_root=c.rank == root)
-    return outs[0] if outs else x
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
+        at_root = c.rank == root
+        outs = apply(
+            prim.gather, x, comm=c.handle, root=root, size=c.size, at_root=at_root, tree=fingerprint
+        )
+        return outs[0] if outs else None
+
+    return each_group(tree, 0, call)
 
 
 @refuses_token
 @raise_mpi_errors()
-def allgather(x: ArrayLike, *, comm: CommArg = None) -> jax.Array:
+def allgather(x: PyTree, *, comm: CommArg = None) -> PyTree:
     """Stacks every rank's `x` on every rank, in rank order.
 
     MPI_Allgather, collective: every rank calls it with the same shape and dtype.
 
     Args:
-        x: This rank's array, any shape and supported dtype.
+        x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
         token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
             ordered automatically.
 
     Returns:
-        Every rank's `x` stacked along a new leading axis, row r from rank r (shape
-        `(size, *x.shape)`).
+        Every rank's `x` stacked along a new leading axis, row r from rank r (shape `(size,
+        *x.shape)`). For a pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         Linear; its transpose sums the cotangents of row r over the ranks and gives them to
         rank r (a reduce_scatter). `vmap`: one MPI call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator.
         ValueError: `comm` is freed, `COMM_NULL` or an intercommunicator; or the op
             is in a program over several devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -174,22 +190,27 @@ def allgather(x: ArrayLike, *, comm: CommArg = None) -> jax.Array:
             0 [[0, 0], [1, -1]]
             1 [[0, 0], [1, -1]]
     """
-    x = array_arg(x, "allgather")
+    tree = Tree(x, "allgather")
     c = resolve_comm(comm, "allgather")
-    (y,) = prim.allgather.bind(x, comm=c.handle, size=c.size)
-    return y
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array:
+        (y,) = apply(prim.allgather, x, comm=c.handle, size=c.size, tree=fingerprint)
+        return y
+
+    return each_group(tree, 0, call)
 
 
 @refuses_token
 @raise_mpi_errors()
-def scatter(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
+def scatter(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
     """Sends row r of `root`'s `x` to rank r.
 
     MPI_Scatter, collective: every rank calls it with the same dtype and `root`.
 
     Args:
         x: At `root`, shape `(size, ...)`: one row per rank. Elsewhere a template shaped
-            like one row (`x.shape[1:]` of the root's): its values are never read.
+            like one row (`x.shape[1:]` of the root's): its values are never read. Or a
+            pytree of them, moved as one: one MPI call per dtype.
         root: The sending rank: a static int in `[0, size)`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
@@ -197,21 +218,22 @@ def scatter(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
             ordered automatically.
 
     Returns:
-        This rank's row of the root's `x`.
+        This rank's row of the root's `x`. For a pytree, the same structure, each leaf's
+        result in its place.
 
     Derivative:
         Linear; reverse mode gathers the cotangents at the root (a gather). `vmap`: one MPI
         call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `root`
-            is not a static int.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `root` is not a static int.
         ValueError: At the root, `x`'s leading axis is not the size of `comm`; `root` is not
-            a rank of `comm`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the op
-            is in a program over several devices outside `shard_map`.
+            a rank of `comm`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
+            op is in a program over several devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -229,44 +251,55 @@ def scatter(x: ArrayLike, root: int, *, comm: CommArg = None) -> jax.Array:
             0 [0 1]
             1 [2 3]
     """
-    x = array_arg(x, "scatter")
+    tree = Tree(x, "scatter")
     c = resolve_comm(comm, "scatter")
     root = check_rank(root, c.size, "root", "scatter")
-    if c.rank == root:
-        leading_axis_is_size(x, c.size, "scatter", "Scatter")
-    (y,) = prim.scatter.bind(x, comm=c.handle, root=root, at_root=c.rank == root)
-    return y
+    at_root = c.rank == root
+    if at_root:
+        tree.check(
+            lambda leaf, path: leading_axis_is_size(leaf, c.size, "scatter", "Scatter", path)
+        )
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array:
+        (y,) = apply(prim.scatter, x, comm=c.handle, root=root, at_root=at_root, tree=fingerprint)
+        return y
+
+    # The root's leaves have the rank axis in front, the others' are the slice's shape.
+    return each_group(tree, 1 if at_root else 0, call)
 
 
 @refuses_token
 @raise_mpi_errors()
-def alltoall(x: ArrayLike, *, comm: CommArg = None) -> jax.Array:
+def alltoall(x: PyTree, *, comm: CommArg = None) -> PyTree:
     """Every rank sends row r of its `x` to rank r and gets one row from each rank.
 
     MPI_Alltoall, collective: every rank calls it with the same shape and dtype.
 
     Args:
-        x: Shape `(size, ...)`: row r goes to rank r.
+        x: Shape `(size, ...)`: row r goes to rank r. Or a pytree of them, moved as one: one
+            MPI call per dtype.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
         token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are
             ordered automatically.
 
     Returns:
-        Shaped like `x`, row r being what rank r sent to this rank.
+        Shaped like `x`, row r being what rank r sent to this rank. For a pytree, the same
+        structure, each leaf's result in its place.
 
     Derivative:
         Linear; its transpose is an alltoall of the cotangents. `vmap`: one MPI call, the
         batch axis behind the rank axis.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator.
         ValueError: `x`'s leading axis is not the size of `comm`; `comm` is freed,
             `COMM_NULL` or an intercommunicator; or the op is in a program over several
             devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -283,11 +316,15 @@ def alltoall(x: ArrayLike, *, comm: CommArg = None) -> jax.Array:
             0 [ 0 10]
             1 [ 1 11]
     """
-    x = array_arg(x, "alltoall")
+    tree = Tree(x, "alltoall")
     c = resolve_comm(comm, "alltoall")
-    leading_axis_is_size(x, c.size, "alltoall", "Alltoall")
-    (y,) = prim.alltoall.bind(x, comm=c.handle)
-    return y
+    tree.check(lambda leaf, path: leading_axis_is_size(leaf, c.size, "alltoall", "Alltoall", path))
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array:
+        (y,) = apply(prim.alltoall, x, comm=c.handle, tree=fingerprint)
+        return y
+
+    return each_group(tree, 1, call)
 
 
 @refuses_token

@@ -17,11 +17,12 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from . import _native
-from ._args import array_arg
 from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
+from ._trees import PyTree, Tree, pack, unpack
 
 # The public op each exchange is built for, as the handler's errors name it: its `origin`
 # attribute is an index into the handler's own list.
@@ -63,12 +64,20 @@ def _rows(x: jax.Array, rows: int) -> jax.Array:
     return jnp.zeros((rows, *x.shape[1:]), x.dtype)
 
 
-def exchange(x, output, send, recv, c: CommInfo, op: str) -> jax.Array:
-    """`send`, `recv`: (offsets, counts) of each rank's block, in rows, on this rank."""
+def exchange(x, output, send, recv, c: CommInfo, op: str, tree: int = 0) -> jax.Array:
+    """`send`, `recv`: (offsets, counts) of each rank's block, in rows, on this rank;
+    `tree`: the fingerprint of the pytree `x` packs (`_trees.py`)."""
     if x.ndim == 0:
         raise ValueError(f"jaxmpi.{op}: x must have a leading axis of rows, got a scalar")
-    (y,) = prim.ragged_alltoallv.bind(
-        x, output, *send, *recv, comm=c.handle, origin=ORIGINS.index(op)
+    (y,) = apply(
+        prim.ragged_alltoallv,
+        x,
+        output,
+        *send,
+        *recv,
+        comm=c.handle,
+        origin=ORIGINS.index(op),
+        tree=tree,
     )
     return y
 
@@ -77,49 +86,55 @@ def _one_hot(rank: int, value, like: jax.Array) -> jax.Array:
     return jnp.where(jnp.arange(like.shape[0]) == rank, value, jnp.zeros_like(like))
 
 
-def alltoallv(x: jax.Array, send_counts, recv_counts, capacity: int, c: CommInfo) -> jax.Array:
+# The v-ops with counts computed inside jit, on one array (a packed group of a pytree's
+# leaves, whose fingerprint is `tree`).
+
+
+def alltoallv(x, send_counts, recv_counts, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     sc = counts_arg(send_counts, c.size, "send_counts", "alltoallv")
     rc = counts_arg(recv_counts, c.size, "recv_counts", "alltoallv")
-    return exchange(x, _rows(x, capacity), (_starts(sc), sc), (_starts(rc), rc), c, "alltoallv")
+    send, recv = (_starts(sc), sc), (_starts(rc), rc)
+    return exchange(x, _rows(x, capacity), send, recv, c, "alltoallv", tree)
 
 
-def allgatherv(x: jax.Array, counts, capacity: int, c: CommInfo) -> jax.Array:
+def allgatherv(x: jax.Array, counts, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     """Rank r's first counts[r] rows go to every rank (its blocks overlap: all start at 0)."""
     n = counts_arg(counts, c.size, "counts", "allgatherv")
     send = (jnp.zeros_like(n), jnp.full_like(n, n[c.rank]))
-    return exchange(x, _rows(x, capacity), send, (_starts(n), n), c, "allgatherv")
+    return exchange(x, _rows(x, capacity), send, (_starts(n), n), c, "allgatherv", tree)
 
 
-def gatherv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo) -> jax.Array:
+def gatherv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: int):
+    """The root's result; None elsewhere, where the op returns `x`."""
     n = counts_arg(counts, c.size, "counts", "gatherv")
     none = jnp.zeros_like(n)
     send = (none, _one_hot(root, n[c.rank], n))
     at_root = c.rank == root
     recv = (_starts(n), n) if at_root else (none, none)
-    y = exchange(x, _rows(x, capacity if at_root else 0), send, recv, c, "gatherv")
-    return y if at_root else x
+    y = exchange(x, _rows(x, capacity if at_root else 0), send, recv, c, "gatherv", tree)
+    return y if at_root else None
 
 
-def scatterv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo) -> jax.Array:
+def scatterv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     n = counts_arg(counts, c.size, "counts", "scatterv")
     none = jnp.zeros_like(n)
     send = (_starts(n), n) if c.rank == root else (none, none)
     recv = (none, _one_hot(root, n[c.rank], n))
-    return exchange(x, _rows(x, capacity), send, recv, c, "scatterv")
+    return exchange(x, _rows(x, capacity), send, recv, c, "scatterv", tree)
 
 
 @refuses_token
 @raise_mpi_errors()
 def ragged_all_to_all(
-    operand: ArrayLike,
-    output: ArrayLike,
+    operand: PyTree,
+    output: PyTree,
     input_offsets: ArrayLike,
     send_sizes: ArrayLike,
     output_offsets: ArrayLike,
     recv_sizes: ArrayLike,
     *,
     comm: CommArg = None,
-) -> jax.Array:
+) -> PyTree:
     """`jax.lax.ragged_all_to_all` over the ranks of `comm`, also on the CPU.
 
     Each rank sends slices of rows of `operand` to the other ranks (peer index = rank) and
@@ -130,9 +145,10 @@ def ragged_all_to_all(
     rank before data moves), plus one alltoall of the output offsets.
 
     Args:
-        operand: The rows to send, any shape with a leading axis.
+        operand: The rows to send, any shape with a leading axis. Or a pytree of them.
         output: The result before anything arrives: the same dtype and shape after the
-            leading axis as `operand`; its rows nobody writes are kept.
+            leading axis as `operand`; its rows nobody writes are kept. Or a pytree of
+            `operand`'s structure.
         input_offsets: Int array, `k * size` entries: where slice `i` starts in `operand`.
         send_sizes: Int array: rows of slice `i`, sent to rank `i // k`.
         output_offsets: Int array: the row of the receiver's `output` where slice `i` lands.
@@ -143,8 +159,9 @@ def ragged_all_to_all(
             ordered automatically.
 
     Returns:
-        `output` with the received slices written in. Slices of different indices landing
-        on the same rows are written in index order: the last one stays.
+        `output` with the received slices written in. Slices of different indices landing on
+        the same rows are written in index order: the last one stays. For a pytree, the same
+        structure, each leaf's result in its place.
 
     Derivative:
         Linear in `operand` and `output`; the offsets and sizes carry no derivative.
@@ -190,13 +207,19 @@ def ragged_all_to_all(
     """
     op = "ragged_all_to_all"
     c = resolve_comm(comm, op)
-    x, out = array_arg(operand, op), array_arg(output, op)
-    if x.ndim == 0 or out.shape[1:] != x.shape[1:] or out.dtype != x.dtype:
+    operands, outputs = Tree(operand, op, "operand"), Tree(output, op, "output")
+    if not operands.same_structure(outputs):
         raise ValueError(
-            f"jaxmpi.{op}: operand and output must be arrays of the same dtype and the same "
-            f"shape after the leading axis, got {x.dtype}{list(x.shape)} and "
-            f"{out.dtype}{list(out.shape)}"
+            f"jaxmpi.{op}: operand and output must be pytrees of the same structure, got "
+            f"{jax.tree_util.tree_structure(operand)} and {jax.tree_util.tree_structure(output)}"
         )
+    for x, out, leaf in zip(operands.leaves, outputs.leaves, operands.paths):
+        if x.ndim == 0 or out.shape[1:] != x.shape[1:] or out.dtype != x.dtype:
+            raise ValueError(
+                f"jaxmpi.{op}: {leaf + ': ' if leaf else ''}operand and output must be arrays "
+                "of the same dtype and the same shape after the leading axis, got "
+                f"{x.dtype}{list(x.shape)} and {out.dtype}{list(out.shape)}"
+            )
     arrays = (input_offsets, send_sizes, output_offsets, recv_sizes)
     names = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
     length = jnp.shape(input_offsets)[0] if jnp.ndim(input_offsets) == 1 else 0
@@ -211,6 +234,15 @@ def ragged_all_to_all(
     )
     # Where this rank's slices land is what their senders say: one alltoall of the offsets.
     (landing,) = prim.alltoall.bind(oo, comm=c.handle)
-    for j in range(k):
-        out = exchange(x, out, (io[:, j], ss[:, j]), (landing[:, j], rs[:, j]), c, op)
-    return out
+    fingerprint, result = operands.fingerprint(1), list(outputs.leaves)
+    # The groups of the operands and of the outputs are the same: same dtypes and rows.
+    for group in operands.groups(1):
+        x = pack([operands.leaves[i] for i in group], 1)
+        landed = [outputs.leaves[i] for i in group]
+        out = pack(landed, 1)
+        for j in range(k):
+            send, recv = (io[:, j], ss[:, j]), (landing[:, j], rs[:, j])
+            out = exchange(x, out, send, recv, c, op, fingerprint)
+        for i, piece in zip(group, unpack(out, landed, 1)):
+            result[i] = piece
+    return outputs.rebuild(result)

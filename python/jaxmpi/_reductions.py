@@ -7,49 +7,59 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.typing import ArrayLike
 
-from ._args import (
-    array_arg,
-    check_rank,
-    leading_axis_is_size,
-)
+from ._args import check_rank, leading_axis_is_size
 from ._binding import primitives as prim
 from ._comm import CommArg, OpArg, resolve_comm, resolve_op
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
+from ._trees import PyTree, Tree, each_group
 
 
 def _reduction(
     primitive: Any,
     name: str,
-    x: ArrayLike,
+    x: PyTree,
     op: OpArg,
     comm: CommArg,
     root: int | None = None,
+    keep: int = 0,
     **params: Any,
-) -> jax.Array:
-    """The shared front of the elementwise reductions: checks, then one bind."""
-    x = array_arg(x, name)
+) -> PyTree:
+    """The shared body of the reductions: checks, then one bind per group of leaves
+    (`keep`: 1 where the leading axis is the ranks', which every leaf keeps)."""
+    tree = Tree(x, name)
     c = resolve_comm(comm, name)
     if root is not None:
         params["root"] = check_rank(root, c.size, "root", name)
         params["at_root"] = c.rank == params["root"]
-    code, user_op = resolve_op(op, x.dtype, name)
-    outs = primitive.bind(x, comm=c.handle, op=code, user_op=user_op, **params)
-    return outs[0] if outs else x
+    if keep:
+        tree.check(
+            lambda leaf, path: leading_axis_is_size(leaf, c.size, name, "Reduce_scatter", path)
+        )
+
+    def call(packed: jax.Array, fingerprint: int) -> jax.Array | None:
+        code, user_op = resolve_op(op, packed.dtype, name)
+        outs = apply(
+            primitive, packed, comm=c.handle, op=code, user_op=user_op, tree=fingerprint, **params
+        )
+        return outs[0] if outs else None
+
+    return each_group(tree, keep, call)
 
 
 @refuses_token
 @raise_mpi_errors()
-def allreduce(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
+def allreduce(x: PyTree, op: OpArg, *, comm: CommArg = None) -> PyTree:
     """Reduces `x` over all ranks with `op`; every rank gets the result.
 
     MPI_Allreduce, collective: every rank of `comm` calls it with an `x` of the same shape
     and dtype, and the same `op`. Works in place on `x` (no copy).
 
     Args:
-        x: This rank's array, any shape and supported dtype.
+        x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         op: The reduction: `jaxmpi.SUM`, `PROD`, `MIN`, `MAX`, `LAND`, `LOR`, `LXOR`,
             `BAND`, `BOR`, `BXOR`, or an mpi4py `MPI.Op`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
@@ -58,7 +68,8 @@ def allreduce(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
             ordered automatically.
 
     Returns:
-        The elementwise reduction over the ranks, shaped like `x`, on every rank.
+        The elementwise reduction over the ranks, shaped like `x`, on every rank. For a
+        pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         SUM is linear: the tangent is reduced like the value. Its transpose is the identity
@@ -69,13 +80,13 @@ def allreduce(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
         NotImplementedError. `vmap`: one MPI call for the whole batch.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `op`
-            is no reduction, or one not defined on `x`'s dtype.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `op` is no reduction, or one not defined on `x`'s dtype.
         ValueError: `comm` is freed, `COMM_NULL` or an intercommunicator; or the op
             is in a program over several devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -97,14 +108,15 @@ def allreduce(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
 
 @refuses_token
 @raise_mpi_errors()
-def reduce(x: ArrayLike, op: OpArg, root: int, *, comm: CommArg = None) -> jax.Array:
+def reduce(x: PyTree, op: OpArg, root: int, *, comm: CommArg = None) -> PyTree:
     """Reduces `x` over all ranks with `op` to `root`; the other ranks get `x` back.
 
     MPI_Reduce, collective: every rank calls it with the same shape, dtype, `op` and
     `root`. In place at the root; elsewhere `x` itself is returned, without a copy.
 
     Args:
-        x: This rank's array, any shape and supported dtype.
+        x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         op: The reduction, as for `allreduce`.
         root: The rank that gets the result: a static int in `[0, size)`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
@@ -113,7 +125,8 @@ def reduce(x: ArrayLike, op: OpArg, root: int, *, comm: CommArg = None) -> jax.A
             ordered automatically.
 
     Returns:
-        At `root`, the reduction over the ranks, shaped like `x`; elsewhere `x`.
+        At `root`, the reduction over the ranks, shaped like `x`; elsewhere `x`. For a
+        pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         As `allreduce`'s for SUM, MIN, MAX and PROD (a user-defined op raises
@@ -122,14 +135,15 @@ def reduce(x: ArrayLike, op: OpArg, root: int, *, comm: CommArg = None) -> jax.A
         call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `op`
-            is no reduction, or one not defined on `x`'s dtype; `root` is not a static int.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `op` is no reduction, or one not defined on `x`'s dtype; `root` is
+            not a static int.
         ValueError: `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL` or an
             intercommunicator; or the op is in a program over several devices outside
             `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -152,14 +166,15 @@ def reduce(x: ArrayLike, op: OpArg, root: int, *, comm: CommArg = None) -> jax.A
 
 @refuses_token
 @raise_mpi_errors()
-def scan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
+def scan(x: PyTree, op: OpArg, *, comm: CommArg = None) -> PyTree:
     """Inclusive prefix reduction: rank r gets `op` over the `x` of ranks 0 to r.
 
     MPI_Scan, collective: every rank calls it with the same shape, dtype and `op`. In place
     on `x`.
 
     Args:
-        x: This rank's array, any shape and supported dtype.
+        x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         op: The reduction, as for `allreduce`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
@@ -167,7 +182,8 @@ def scan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
             ordered automatically.
 
     Returns:
-        The reduction over ranks 0 to this one, shaped like `x`.
+        The reduction over ranks 0 to this one, shaped like `x`. For a pytree, the same
+        structure, each leaf's result in its place.
 
     Derivative:
         For SUM only (other ops raise NotImplementedError): linear; reverse mode gives rank
@@ -175,13 +191,13 @@ def scan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
         `vmap`: one MPI call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `op`
-            is no reduction, or one not defined on `x`'s dtype.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `op` is no reduction, or one not defined on `x`'s dtype.
         ValueError: `comm` is freed, `COMM_NULL` or an intercommunicator; or the op
             is in a program over several devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -203,14 +219,15 @@ def scan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
 
 @refuses_token
 @raise_mpi_errors()
-def exscan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
+def exscan(x: PyTree, op: OpArg, *, comm: CommArg = None) -> PyTree:
     """Exclusive prefix reduction: rank r gets `op` over the `x` of ranks 0 to r-1.
 
     MPI_Exscan, collective: every rank calls it with the same shape, dtype and `op`. MPI
     leaves rank 0's result undefined; jaxmpi gives it zeros. In place on `x`.
 
     Args:
-        x: This rank's array, any shape and supported dtype.
+        x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
+            one: one MPI call per dtype.
         op: The reduction, as for `allreduce`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
@@ -218,7 +235,8 @@ def exscan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
             ordered automatically.
 
     Returns:
-        The reduction over the ranks before this one, shaped like `x` (zeros on rank 0).
+        The reduction over the ranks before this one, shaped like `x` (zeros on rank 0). For
+        a pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         For SUM only (other ops raise NotImplementedError): linear; reverse mode gives rank
@@ -226,13 +244,13 @@ def exscan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
         `vmap`: one MPI call.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `op`
-            is no reduction, or one not defined on `x`'s dtype.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `op` is no reduction, or one not defined on `x`'s dtype.
         ValueError: `comm` is freed, `COMM_NULL` or an intercommunicator; or the op
             is in a program over several devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -254,14 +272,15 @@ def exscan(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
 
 @refuses_token
 @raise_mpi_errors()
-def reduce_scatter(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Array:
+def reduce_scatter(x: PyTree, op: OpArg, *, comm: CommArg = None) -> PyTree:
     """Reduces slice r of every rank's `x` with `op` and gives it to rank r.
 
     MPI_Reduce_scatter_block, collective: every rank calls it with the same shape, dtype and
     `op`.
 
     Args:
-        x: Shape `(size, ...)`: one slice per rank of `comm`, along the leading axis.
+        x: Shape `(size, ...)`: one slice per rank of `comm`, along the leading axis. Or a
+            pytree of them, moved as one: one MPI call per dtype.
         op: The reduction, as for `allreduce`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
@@ -269,7 +288,8 @@ def reduce_scatter(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Arra
             ordered automatically.
 
     Returns:
-        The reduction over the ranks of slice `rank`, shaped like `x[0]`.
+        The reduction over the ranks of slice `rank`, shaped like `x[0]`. For a pytree, the
+        same structure, each leaf's result in its place.
 
     Derivative:
         For SUM only (other ops raise NotImplementedError): linear; its transpose is an
@@ -277,14 +297,14 @@ def reduce_scatter(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Arra
         axis.
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; `op`
-            is no reduction, or one not defined on `x`'s dtype.
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; `op` is no reduction, or one not defined on `x`'s dtype.
         ValueError: `x`'s leading axis is not the size of `comm`; `comm` is freed,
             `COMM_NULL` or an intercommunicator; or the op is in a program over several
             devices outside `shard_map`.
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls differ.
-            Inside your own jitted function JAX raises its own error instead;
+        MPIError: MPI failed at run time, or, with `JAXMPI_CHECK=1`, the ranks' calls
+            differ. Inside your own jitted function JAX raises its own error instead;
             `raise_mpi_errors` turns it into this one.
 
     Example:
@@ -302,9 +322,4 @@ def reduce_scatter(x: ArrayLike, op: OpArg, *, comm: CommArg = None) -> jax.Arra
             0 [1. 3.]
             1 [5. 7.]
     """
-    x = array_arg(x, "reduce_scatter")
-    c = resolve_comm(comm, "reduce_scatter")
-    leading_axis_is_size(x, c.size, "reduce_scatter", "Reduce_scatter")
-    code, user_op = resolve_op(op, x.dtype, "reduce_scatter")
-    (y,) = prim.reduce_scatter.bind(x, comm=c.handle, op=code, user_op=user_op)
-    return y
+    return _reduction(prim.reduce_scatter, "reduce_scatter", x, op, comm, keep=1)

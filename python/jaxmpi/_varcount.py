@@ -14,14 +14,15 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.typing import ArrayLike
 
 from . import _ragged
-from ._args import array_arg, check_rank
+from ._args import check_rank
 from ._binding import primitives as prim
 from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
+from ._requests import apply
 from ._token import refuses_token
+from ._trees import PyTree, Tree, each_group
 
 #: Per-rank row counts: a tuple, list or numpy array of ints known at trace time.
 Counts = Any
@@ -59,44 +60,51 @@ _UNROOTED: Any = object()
 
 
 def _front(
-    op: str, x: ArrayLike, comm: CommArg, recv_capacity: int | None, root: Any = _UNROOTED
-) -> tuple[jax.Array, CommInfo, Any, int | None]:
-    """What every v-collective checks first, in this order: (the array, the communicator,
-    the root if the op has one, the rows of the result where counts may be computed inside
-    jit, else None)."""
-    x = array_arg(x, op)
+    op: str, x: PyTree, comm: CommArg, recv_capacity: int | None, root: Any = _UNROOTED
+) -> tuple[Tree, CommInfo, Any, int | None]:
+    """What every v-collective checks first, in this order: (the pytree, the
+    communicator, the root if the op has one, the rows of the result where counts may be
+    computed inside jit, else None)."""
+    tree = Tree(x, op)
     c = resolve_comm(comm, op)
     if root is not _UNROOTED:
         root = check_rank(root, c.size, "root", op)
     rows = None if recv_capacity is None else _ragged.capacity_arg(recv_capacity, op)
-    return x, c, root, rows
+    return tree, c, root, rows
 
 
-def _leading_rows(x: jax.Array, rows: int, what: str, op: str) -> None:
-    if x.ndim == 0 or x.shape[0] != rows:
-        raise ValueError(
-            f"jaxmpi.{op}: {what} must have {rows} rows along its leading axis, got shape {x.shape}"
-        )
+def _leading_rows(tree: Tree, rows: int, op: str) -> None:
+    """Every leaf has `rows` rows: its blocks are counted in rows of its leading axis."""
+
+    def check(x: jax.Array, leaf: str) -> None:
+        if x.ndim == 0 or x.shape[0] != rows:
+            raise ValueError(
+                f"jaxmpi.{op}: {leaf or 'x'} must have {rows} rows along its leading axis, "
+                f"got shape {x.shape}"
+            )
+
+    tree.check(check)
 
 
 @refuses_token
 @raise_mpi_errors()
 def gatherv(
-    x: ArrayLike,
+    x: PyTree,
     counts: Counts,
     root: int,
     *,
     recv_capacity: int | None = None,
     comm: CommArg = None,
-) -> jax.Array:
+) -> PyTree:
     """Stacks every rank's rows at `root`, in rank order; rank r gives `counts[r]` rows.
 
     MPI_Gatherv, collective: every rank calls it with the same counts, `root` and dtype,
     and the same shape after the leading axis.
 
     Args:
-        x: This rank's rows: `counts[rank]` along the leading axis (with `recv_capacity`:
-            at least that many, the first are sent).
+        x: This rank's rows: `counts[rank]` along the leading axis (with `recv_capacity`: at
+            least that many, the first are sent). Or a pytree of them, moved as one: one MPI
+            call per dtype.
         counts: Rows from each rank, one int per rank of `comm`: a tuple, list or numpy
             array known at trace time, or (with `recv_capacity`) an int array computed
             inside `jit`.
@@ -111,7 +119,8 @@ def gatherv(
 
     Returns:
         At `root`, the `sum(counts)` rows (or `recv_capacity` rows) of every rank in rank
-        order; elsewhere `x` itself.
+        order; elsewhere `x` itself. For a pytree, the same structure, each leaf's result in
+        its place.
 
     Derivative:
         Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
@@ -120,20 +129,21 @@ def gatherv(
         the batch: one call per entry).
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
-            not integers or, without `recv_capacity`, not known at trace time (for counts computed
-            inside `jit`, pass it); `root` is not a static int; `recv_capacity` is not an int.
-        ValueError: `x` has not `counts[rank]` rows; counts of the wrong length or negative; a
-            negative `recv_capacity`; `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL`
-            or an intercommunicator; or the op is in a program over several devices outside
-            `shard_map`.
-        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
-            by the CPU; use static counts).
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; counts are not integers or, without `recv_capacity`, not known at
+            trace time (for counts computed inside `jit`, pass it); `root` is not a static
+            int; `recv_capacity` is not an int.
+        ValueError: `x` has not `counts[rank]` rows; counts of the wrong length or negative;
+            a negative `recv_capacity`; `root` is not a rank of `comm`; `comm` is freed,
+            `COMM_NULL` or an intercommunicator; or the op is in a program over several
+            devices outside `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit`
+            are read by the CPU; use static counts).
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
-            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
-            differ. Inside your own jitted function JAX raises its own error instead;
-            `raise_mpi_errors` turns it into this one.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the
+            result or disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`,
+            ranks whose calls differ. Inside your own jitted function JAX raises its own
+            error instead; `raise_mpi_errors` turns it into this one.
 
     Example:
         .. mpirun::
@@ -151,28 +161,42 @@ def gatherv(
             0 [0 1 1]
             1 [1 1]
     """
-    x, c, root, rows = _front("gatherv", x, comm, recv_capacity, root)
+    tree, c, root, rows = _front("gatherv", x, comm, recv_capacity, root)
     if rows is not None:
-        return _ragged.gatherv(x, counts, root, rows, c)
+        return each_group(tree, 1, lambda x, t: _ragged.gatherv(x, counts, root, rows, c, t))
     counts = _static_counts(counts, c.size, "counts", "gatherv")
-    _leading_rows(x, counts[c.rank], "x", "gatherv")
-    outs = prim.gatherv.bind(x, comm=c.handle, root=root, counts=counts, at_root=c.rank == root)
-    return outs[0] if outs else x
+    _leading_rows(tree, counts[c.rank], "gatherv")
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
+        at_root = c.rank == root
+        outs = apply(
+            prim.gatherv,
+            x,
+            comm=c.handle,
+            root=root,
+            counts=counts,
+            at_root=at_root,
+            tree=fingerprint,
+        )
+        return outs[0] if outs else None
+
+    return each_group(tree, 1, call)
 
 
 @refuses_token
 @raise_mpi_errors()
 def allgatherv(
-    x: ArrayLike, counts: Counts, *, recv_capacity: int | None = None, comm: CommArg = None
-) -> jax.Array:
+    x: PyTree, counts: Counts, *, recv_capacity: int | None = None, comm: CommArg = None
+) -> PyTree:
     """Stacks every rank's rows on every rank, in rank order; rank r gives `counts[r]` rows.
 
     MPI_Allgatherv, collective: every rank calls it with the same counts and dtype, and the
     same shape after the leading axis.
 
     Args:
-        x: This rank's rows: `counts[rank]` along the leading axis (with `recv_capacity`:
-            at least that many, the first are sent).
+        x: This rank's rows: `counts[rank]` along the leading axis (with `recv_capacity`: at
+            least that many, the first are sent). Or a pytree of them, moved as one: one MPI
+            call per dtype.
         counts: Rows from each rank, one int per rank of `comm`: a tuple, list or numpy
             array known at trace time, or (with `recv_capacity`) an int array computed
             inside `jit`.
@@ -185,7 +209,8 @@ def allgatherv(
             ordered automatically.
 
     Returns:
-        The `sum(counts)` rows (or `recv_capacity` rows) of every rank, in rank order.
+        The `sum(counts)` rows (or `recv_capacity` rows) of every rank, in rank order. For a
+        pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
@@ -194,19 +219,21 @@ def allgatherv(
         the batch: one call per entry).
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
-            not integers or, without `recv_capacity`, not known at trace time (for counts computed
-            inside `jit`, pass it); `recv_capacity` is not an int.
-        ValueError: `x` has not `counts[rank]` rows; counts of the wrong length or negative; a
-            negative `recv_capacity`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
-            op is in a program over several devices outside `shard_map`.
-        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
-            by the CPU; use static counts).
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; counts are not integers or, without `recv_capacity`, not known at
+            trace time (for counts computed inside `jit`, pass it); `recv_capacity` is not
+            an int.
+        ValueError: `x` has not `counts[rank]` rows; counts of the wrong length or negative;
+            a negative `recv_capacity`; `comm` is freed, `COMM_NULL` or an
+            intercommunicator; or the op is in a program over several devices outside
+            `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit`
+            are read by the CPU; use static counts).
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
-            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
-            differ. Inside your own jitted function JAX raises its own error instead;
-            `raise_mpi_errors` turns it into this one.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the
+            result or disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`,
+            ranks whose calls differ. Inside your own jitted function JAX raises its own
+            error instead; `raise_mpi_errors` turns it into this one.
 
     Example:
         .. mpirun::
@@ -229,25 +256,29 @@ def allgatherv(
             1 [0 1 1]
             1 [0 1 1 0]
     """
-    x, c, _, rows = _front("allgatherv", x, comm, recv_capacity)
+    tree, c, _, rows = _front("allgatherv", x, comm, recv_capacity)
     if rows is not None:
-        return _ragged.allgatherv(x, counts, rows, c)
+        return each_group(tree, 1, lambda x, t: _ragged.allgatherv(x, counts, rows, c, t))
     counts = _static_counts(counts, c.size, "counts", "allgatherv")
-    _leading_rows(x, counts[c.rank], "x", "allgatherv")
-    (y,) = prim.allgatherv.bind(x, comm=c.handle, counts=counts)
-    return y
+    _leading_rows(tree, counts[c.rank], "allgatherv")
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array:
+        (y,) = apply(prim.allgatherv, x, comm=c.handle, counts=counts, tree=fingerprint)
+        return y
+
+    return each_group(tree, 1, call)
 
 
 @refuses_token
 @raise_mpi_errors()
 def scatterv(
-    x: ArrayLike,
+    x: PyTree,
     counts: Counts,
     root: int,
     *,
     recv_capacity: int | None = None,
     comm: CommArg = None,
-) -> jax.Array:
+) -> PyTree:
     """Sends block r of `root`'s rows to rank r, `counts[r]` rows each, in rank order.
 
     MPI_Scatterv, collective: every rank calls it with the same counts, `root` and dtype.
@@ -256,7 +287,7 @@ def scatterv(
         x: At `root`, the `sum(counts)` rows (with `recv_capacity`: at least that many).
             Elsewhere a template of this rank's block, `counts[rank]` rows (with
             `recv_capacity`: any rows, the root's shape after the leading axis); its values
-            are never read.
+            are never read. Or a pytree of them, moved as one: one MPI call per dtype.
         counts: Rows for each rank, one int per rank of `comm`: a tuple, list or numpy
             array known at trace time, or (with `recv_capacity`) an int array computed
             inside `jit`.
@@ -270,7 +301,8 @@ def scatterv(
             ordered automatically.
 
     Returns:
-        This rank's `counts[rank]` rows (or `recv_capacity` rows, its block first).
+        This rank's `counts[rank]` rows (or `recv_capacity` rows, its block first). For a
+        pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
@@ -279,20 +311,21 @@ def scatterv(
         call per entry).
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
-            not integers or, without `recv_capacity`, not known at trace time (for counts computed
-            inside `jit`, pass it); `root` is not a static int; `recv_capacity` is not an int.
-        ValueError: `x` has not the rows the counts say; counts of the wrong length or negative; a
-            negative `recv_capacity`; `root` is not a rank of `comm`; `comm` is freed, `COMM_NULL`
-            or an intercommunicator; or the op is in a program over several devices outside
-            `shard_map`.
-        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
-            by the CPU; use static counts).
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; counts are not integers or, without `recv_capacity`, not known at
+            trace time (for counts computed inside `jit`, pass it); `root` is not a static
+            int; `recv_capacity` is not an int.
+        ValueError: `x` has not the rows the counts say; counts of the wrong length or
+            negative; a negative `recv_capacity`; `root` is not a rank of `comm`; `comm` is
+            freed, `COMM_NULL` or an intercommunicator; or the op is in a program over
+            several devices outside `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit`
+            are read by the CPU; use static counts).
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
-            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
-            differ. Inside your own jitted function JAX raises its own error instead;
-            `raise_mpi_errors` turns it into this one.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the
+            result or disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`,
+            ranks whose calls differ. Inside your own jitted function JAX raises its own
+            error instead; `raise_mpi_errors` turns it into this one.
 
     Example:
         .. mpirun::
@@ -310,28 +343,33 @@ def scatterv(
             0 [0]
             1 [1 2]
     """
-    x, c, root, rows = _front("scatterv", x, comm, recv_capacity, root)
+    tree, c, root, rows = _front("scatterv", x, comm, recv_capacity, root)
     if rows is not None:
-        return _ragged.scatterv(x, counts, root, rows, c)
+        return each_group(tree, 1, lambda x, t: _ragged.scatterv(x, counts, root, rows, c, t))
     counts = _static_counts(counts, c.size, "counts", "scatterv")
     at_root = c.rank == root
-    _leading_rows(x, sum(counts) if at_root else counts[c.rank], "x", "scatterv")
-    (y,) = prim.scatterv.bind(
-        x, comm=c.handle, root=root, counts=counts, rank=c.rank, at_root=at_root
-    )
-    return y
+    _leading_rows(tree, sum(counts) if at_root else counts[c.rank], "scatterv")
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array:
+        (y,) = apply(
+            prim.scatterv, x, comm=c.handle, root=root, counts=counts, rank=c.rank,
+            at_root=at_root, tree=fingerprint,
+        )  # fmt: skip
+        return y
+
+    return each_group(tree, 1, call)
 
 
 @refuses_token
 @raise_mpi_errors()
 def alltoallv(
-    x: ArrayLike,
+    x: PyTree,
     send_counts: Counts,
     recv_counts: Counts,
     *,
     recv_capacity: int | None = None,
     comm: CommArg = None,
-) -> jax.Array:
+) -> PyTree:
     """Every rank sends `send_counts[s]` rows to each rank s and receives `recv_counts[s]` from it.
 
     MPI_Alltoallv, collective: every rank calls it with the same dtype and the same shape
@@ -341,6 +379,7 @@ def alltoallv(
 
     Args:
         x: The `sum(send_counts)` rows to send (with `recv_capacity`: at least that many).
+            Or a pytree of them, moved as one: one MPI call per dtype.
         send_counts: Rows to each rank, one int per rank of `comm`: a tuple, list or numpy
             array known at trace time, or (with `recv_capacity`) an int array computed
             inside `jit`.
@@ -354,7 +393,8 @@ def alltoallv(
             ordered automatically.
 
     Returns:
-        The `sum(recv_counts)` rows (or `recv_capacity` rows) received, in rank order.
+        The `sum(recv_counts)` rows (or `recv_capacity` rows) received, in rank order. For a
+        pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         Linear in `x`; the counts carry no derivative. Reverse mode runs the adjoint exchange with
@@ -363,19 +403,21 @@ def alltoallv(
         entry).
 
     Raises:
-        TypeError: `x` is not an array of a supported dtype, or `comm` no communicator; counts are
-            not integers or, without `recv_capacity`, not known at trace time (for counts computed
-            inside `jit`, pass it); `recv_capacity` is not an int.
-        ValueError: `x` has not `sum(send_counts)` rows; counts of the wrong length or negative; a
-            negative `recv_capacity`; `comm` is freed, `COMM_NULL` or an intercommunicator; or the
-            op is in a program over several devices outside `shard_map`.
-        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit` are read
-            by the CPU; use static counts).
+        TypeError: `x` (or a leaf of it) is not an array of a supported dtype, or `comm` no
+            communicator; counts are not integers or, without `recv_capacity`, not known at
+            trace time (for counts computed inside `jit`, pass it); `recv_capacity` is not
+            an int.
+        ValueError: `x` has not `sum(send_counts)` rows; counts of the wrong length or
+            negative; a negative `recv_capacity`; `comm` is freed, `COMM_NULL` or an
+            intercommunicator; or the op is in a program over several devices outside
+            `shard_map`.
+        NotImplementedError: `recv_capacity` with GPU arrays (counts computed inside `jit`
+            are read by the CPU; use static counts).
         RuntimeError: `token` was passed.
-        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the result or
-            disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`, ranks whose calls
-            differ. Inside your own jitted function JAX raises its own error instead;
-            `raise_mpi_errors` turns it into this one.
+        MPIError: MPI failed at run time; with `recv_capacity`, counts that do not fit the
+            result or disagree between ranks (named on every rank); with `JAXMPI_CHECK=1`,
+            ranks whose calls differ. Inside your own jitted function JAX raises its own
+            error instead; `raise_mpi_errors` turns it into this one.
 
     Example:
         .. mpirun::
@@ -393,11 +435,24 @@ def alltoallv(
             0 [ 0 10 11]
             1 [ 1  2 12]
     """
-    x, c, _, rows = _front("alltoallv", x, comm, recv_capacity)
+    tree, c, _, rows = _front("alltoallv", x, comm, recv_capacity)
     if rows is not None:
-        return _ragged.alltoallv(x, send_counts, recv_counts, rows, c)
+        return each_group(
+            tree, 1, lambda x, t: _ragged.alltoallv(x, send_counts, recv_counts, rows, c, t)
+        )
     send_counts = _static_counts(send_counts, c.size, "send_counts", "alltoallv")
     recv_counts = _static_counts(recv_counts, c.size, "recv_counts", "alltoallv")
-    _leading_rows(x, sum(send_counts), "x", "alltoallv")
-    (y,) = prim.alltoallv.bind(x, comm=c.handle, send_counts=send_counts, recv_counts=recv_counts)
-    return y
+    _leading_rows(tree, sum(send_counts), "alltoallv")
+
+    def call(x: jax.Array, fingerprint: int) -> jax.Array:
+        (y,) = apply(
+            prim.alltoallv,
+            x,
+            comm=c.handle,
+            send_counts=send_counts,
+            recv_counts=recv_counts,
+            tree=fingerprint,
+        )
+        return y
+
+    return each_group(tree, 1, call)

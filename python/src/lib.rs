@@ -11,7 +11,7 @@ use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
     checked, handles, in_flight, nonblocking, pending, ragged, Kind, DEVICE_HANDLERS, HANDLERS,
-    OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, TAG_ANY, USER_OP,
+    OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, STARTED_RESULTS, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -393,7 +393,10 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
 
 /// Every op's declaration (core/src/xla/handlers/mod.rs), from which the Python lowerings
 /// derive their attributes: {name: {"operands": [...], "results": [...], "attrs": [(name,
-/// kind), ...]}}. A `reduce_op` attribute is followed by its `user_op` address.
+/// kind), ...], "started": name of its started form or "", "starts": ""}}, and for each
+/// started form its own entry: {..., "results": ["request", ...], "attrs": the op's and
+/// ("results", "int"), "started": "", "starts": the op's name}. A `reduce_op` attribute
+/// is followed by its `user_op` address.
 #[pyfunction]
 fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let all = PyDict::new(py);
@@ -408,8 +411,25 @@ fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         let entry = PyDict::new(py);
         entry.set_item("operands", signature.operands)?;
         entry.set_item("results", signature.results)?;
-        entry.set_item("attrs", attrs)?;
+        entry.set_item("attrs", attrs.clone())?;
+        entry.set_item("started", signature.started)?;
+        entry.set_item("starts", "")?;
         all.set_item(signature.name, entry)?;
+        if signature.started.is_empty() {
+            continue;
+        }
+        let started = PyDict::new(py);
+        let results: Vec<&str> = ["request"]
+            .into_iter()
+            .chain(signature.results.iter().copied())
+            .collect();
+        attrs.push((STARTED_RESULTS, Kind::Int.name()));
+        started.set_item("operands", signature.operands)?;
+        started.set_item("results", results)?;
+        started.set_item("attrs", attrs)?;
+        started.set_item("started", "")?;
+        started.set_item("starts", signature.name)?;
+        all.set_item(signature.started, started)?;
     }
     Ok(all)
 }
@@ -432,10 +452,27 @@ fn ragged_origins() -> Vec<&'static str> {
     ragged::ORIGINS.to_vec()
 }
 
-/// The CPU cores each rank of this node may use: whether a progress thread has one to spare.
+/// Makes later started collectives complete at their start, or start non-blocking, whatever
+/// the progress mode; None: as it says (every rank alike; tests run both ways).
 #[pyfunction]
-fn set_cores_per_rank(cores: f64) {
+#[pyo3(signature = (at_start))]
+fn set_collectives_at_start(at_start: Option<bool>) {
+    in_flight::set_collectives_at_start(at_start);
+}
+
+/// Whether started collectives complete at their start (and `after` places no work):
+/// progress mode "at-start", or as `set_collectives_at_start` set.
+#[pyfunction]
+fn collectives_at_start() -> PyResult<bool> {
+    in_flight::collectives_at_start().map_err(to_py)
+}
+
+/// The CPU cores each rank of this node may use (whether a progress thread has one to
+/// spare), and whether every rank of the job runs on this host.
+#[pyfunction]
+fn set_cores_per_rank(cores: f64, one_host: bool) {
     in_flight::set_cores_per_rank(cores);
+    in_flight::set_one_host(one_host);
 }
 
 /// Waits for a request started outside jit (`value`: the bits of its request value) whose
@@ -493,6 +530,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(wait_request, m)?)?;
     m.add_function(wrap_pyfunction!(set_cores_per_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(set_collectives_at_start, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives_at_start, m)?)?;
     m.add_function(wrap_pyfunction!(keep_failures, m)?)?;
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
     m.add_function(wrap_pyfunction!(checked_mode, m)?)?;

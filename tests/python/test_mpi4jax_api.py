@@ -14,6 +14,7 @@ import pytest
 
 import jaxmpi
 from helpers import RANK, SIZE
+from jaxmpi import _native
 
 # The drop-in API's signatures and conventions, whatever the MPI.
 pytestmark = [pytest.mark.same_on_every_mpi, pytest.mark.same_at_every_size]
@@ -59,7 +60,7 @@ def _valid_calls(request=None) -> dict:
     x, rows = jnp.ones(3, jnp.float32), jnp.ones((SIZE, 3), jnp.float32)
     counts = (1,) * SIZE
     one = jnp.ones((1, 3), jnp.float32)
-    return {
+    calls = {
         "allgather": (x,),
         "allgatherv": (one, counts),
         "allreduce": (x, jaxmpi.SUM),
@@ -84,6 +85,13 @@ def _valid_calls(request=None) -> dict:
         "wait": (request,),
         "waitall": ([],),
     }
+    # Every started op takes its op's arguments (the table says which ops have one).
+    started = {s["started"]: s for s in _native.signatures().values() if s["started"]}
+    for name, signature in _native.signatures().items():
+        if signature["started"] and signature["started"] not in calls:
+            calls[signature["started"]] = calls[name]
+    assert set(started) <= set(calls)
+    return calls
 
 
 OPS = sorted(_valid_calls())
@@ -98,7 +106,7 @@ def test_every_public_op_is_covered():
         and name not in {"raise_mpi_errors", "after", *MPI4JAX_OTHERS}
     )
     assert public == OPS
-    assert len(OPS) == 23
+    assert len(OPS) == 35
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import jaxmpi
 from helpers import allreduce_still_works
 from jaxmpi import _args, _comm, _native
 from jaxmpi._binding import primitives as _primitive
@@ -56,10 +57,12 @@ def test_the_portable_encodings_come_from_the_extension():
 
 def test_same_names_at_every_layer():
     attrs = {name: [a for a, _ in s["attrs"]] for name, s in _native.signatures().items()}
-    assert attrs["sendrecv"] == ["comm", "dest", "sendtag", "source", "recvtag", "status"]
-    assert attrs["gatherv"] == ["comm", "root", "counts"]
-    assert attrs["alltoallv"] == ["comm", "send_counts", "recv_counts"]
-    assert attrs["allreduce"] == ["comm", "op", "user_op"]
+    assert attrs["sendrecv"] == [
+        "comm", "dest", "sendtag", "source", "recvtag", "status", "tree", "recv_tree"
+    ]  # fmt: skip
+    assert attrs["gatherv"] == ["comm", "root", "counts", "tree"]
+    assert attrs["alltoallv"] == ["comm", "send_counts", "recv_counts", "tree"]
+    assert attrs["allreduce"] == ["comm", "op", "user_op", "tree"]
     assert _native.signatures()["sendrecv"]["operands"] == ["sendbuf", "recvbuf"]
 
 
@@ -90,3 +93,20 @@ def test_a_handler_missing_a_declared_attribute_names_op_and_attribute():
             )
         )
     allreduce_still_works()
+
+
+def test_a_single_arrays_call_carries_no_fingerprint_and_a_pytrees_does():
+    # An attribute at its default stays out of the call (one attribute fewer for XLA to
+    # copy into every call); a pytree's fingerprint, which checked mode compares, goes in.
+    def attributes(f, x):
+        text = jax.jit(f).lower(x).as_text()
+        calls = [line for line in text.splitlines() if "jaxmpi_allreduce" in line]
+        assert calls, text
+        return calls
+
+    single = attributes(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM), jnp.zeros(3))
+    assert not any("tree" in line for line in single), single
+    tree = attributes(
+        lambda t: jaxmpi.allreduce(t, jaxmpi.SUM), {"a": jnp.zeros(3), "b": jnp.ones(2)}
+    )
+    assert all("tree = " in line for line in tree), tree

@@ -4,12 +4,13 @@
 
 use std::ffi::{c_int, c_void};
 
-use jaxmpi_core::{Blocks, Broadcast, Result};
+use jaxmpi_core::{Blocks, Broadcast, Dtype, Result};
 
 use super::abi::{Abi, RawStatus};
 use super::counts::{Typed, Width};
 use super::functions::{Aint, Count};
 use super::library::MpiLibrary;
+use super::starting;
 
 /// Which way the equal-block collectives move data (their MPI functions share prototypes).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -63,14 +64,20 @@ impl<A: Abi> MpiLibrary<A> {
             Broadcast::Root(b) => b.ptr().cast_mut().cast(),
             Broadcast::Receiver(b) => b.ptr().cast(),
         };
-        let (f, rc) = match self.width(&[t.count as usize])? {
-            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-            Width::Int => ("MPI_Bcast", unsafe {
-                (self.fns.MPI_Bcast)(p, int(t.count), t.datatype, root, comm)
-            }),
+        let (n, dt) = (t.count, t.datatype);
+        let (f, rc) = match self.width(&[n as usize])? {
+            Width::Int => {
+                let names = ("MPI_Bcast", "MPI_Ibcast");
+                return self.call_or_start(names, None, |request| match request {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => unsafe { (self.fns.MPI_Bcast)(p, int(n), dt, root, comm) },
+                    // SAFETY: as above; `r` is one writable request handle.
+                    Some(r) => unsafe { (self.fns.MPI_Ibcast)(p, int(n), dt, root, comm, r) },
+                });
+            }
             // SAFETY: as the note above the impl says: valid buffers, counts that fit.
             Width::Large(l) => ("MPI_Bcast_c", unsafe {
-                (l.MPI_Bcast_c)(p, t.count, t.datatype, root, comm)
+                (l.MPI_Bcast_c)(p, n, dt, root, comm)
             }),
         };
         self.check(f, rc)
@@ -92,13 +99,20 @@ impl<A: Abi> MpiLibrary<A> {
         let gather = direction == Direction::Gather;
         let (f, rc) = match (self.width(&[n as usize])?, root) {
             (Width::Int, Some(root)) => {
-                let (f, fp) = if gather {
-                    ("MPI_Gather", self.fns.MPI_Gather)
+                let (names, fp, ifp) = if gather {
+                    let names = ("MPI_Gather", "MPI_Igather");
+                    (names, self.fns.MPI_Gather, self.fns.MPI_Igather)
                 } else {
-                    ("MPI_Scatter", self.fns.MPI_Scatter)
+                    let names = ("MPI_Scatter", "MPI_Iscatter");
+                    (names, self.fns.MPI_Scatter, self.fns.MPI_Iscatter)
                 };
-                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-                (f, unsafe { fp(s, int(n), dt, r, int(n), dt, root, comm) })
+                let n = int(n);
+                return self.call_or_start(names, None, |request| match request {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => unsafe { fp(s, n, dt, r, n, dt, root, comm) },
+                    // SAFETY: as above; `q` is one writable request handle.
+                    Some(q) => unsafe { ifp(s, n, dt, r, n, dt, root, comm, q) },
+                });
             }
             (Width::Large(l), Some(root)) => {
                 let (f, fp) = if gather {
@@ -110,13 +124,20 @@ impl<A: Abi> MpiLibrary<A> {
                 (f, unsafe { fp(s, n, dt, r, n, dt, root, comm) })
             }
             (Width::Int, None) => {
-                let (f, fp) = if gather {
-                    ("MPI_Allgather", self.fns.MPI_Allgather)
+                let (names, fp, ifp) = if gather {
+                    let names = ("MPI_Allgather", "MPI_Iallgather");
+                    (names, self.fns.MPI_Allgather, self.fns.MPI_Iallgather)
                 } else {
-                    ("MPI_Alltoall", self.fns.MPI_Alltoall)
+                    let names = ("MPI_Alltoall", "MPI_Ialltoall");
+                    (names, self.fns.MPI_Alltoall, self.fns.MPI_Ialltoall)
                 };
-                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-                (f, unsafe { fp(s, int(n), dt, r, int(n), dt, comm) })
+                let n = int(n);
+                return self.call_or_start(names, None, |request| match request {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => unsafe { fp(s, n, dt, r, n, dt, comm) },
+                    // SAFETY: as above; `q` is one writable request handle.
+                    Some(q) => unsafe { ifp(s, n, dt, r, n, dt, comm, q) },
+                });
             }
             (Width::Large(l), None) => {
                 let (f, fp) = if gather {
@@ -148,18 +169,33 @@ impl<A: Abi> MpiLibrary<A> {
         let (n, st) = (t.count, t.datatype);
         let (f, rc) = match self.width(&[&all[..], &[n as usize]].concat())? {
             Width::Int => {
-                let (c, d) = (ints(blocks.counts), ints(blocks.displs));
-                let (c, d) = (c.as_ptr(), d.as_ptr());
-                match root {
-                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-                    Some(root) => ("MPI_Gatherv", unsafe {
-                        (self.fns.MPI_Gatherv)(s, int(n), st, r, c, d, dt, root, comm)
-                    }),
-                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-                    None => ("MPI_Allgatherv", unsafe {
-                        (self.fns.MPI_Allgatherv)(s, int(n), st, r, c, d, dt, comm)
-                    }),
-                }
+                let (counts, displs) = (ints(blocks.counts), ints(blocks.displs));
+                let (c, d, n) = (counts.as_ptr(), displs.as_ptr(), int(n));
+                let called = match root {
+                    Some(root) => {
+                        let names = ("MPI_Gatherv", "MPI_Igatherv");
+                        let (fp, ifp) = (self.fns.MPI_Gatherv, self.fns.MPI_Igatherv);
+                        self.call_or_start(names, None, |request| match request {
+                            // SAFETY: as the note above the impl says.
+                            None => unsafe { fp(s, n, st, r, c, d, dt, root, comm) },
+                            // SAFETY: as above; `q` is one writable request handle.
+                            Some(q) => unsafe { ifp(s, n, st, r, c, d, dt, root, comm, q) },
+                        })
+                    }
+                    None => {
+                        let names = ("MPI_Allgatherv", "MPI_Iallgatherv");
+                        let (fp, ifp) = (self.fns.MPI_Allgatherv, self.fns.MPI_Iallgatherv);
+                        self.call_or_start(names, None, |request| match request {
+                            // SAFETY: as the note above the impl says.
+                            None => unsafe { fp(s, n, st, r, c, d, dt, comm) },
+                            // SAFETY: as above; `q` is one writable request handle.
+                            Some(q) => unsafe { ifp(s, n, st, r, c, d, dt, comm, q) },
+                        })
+                    }
+                };
+                // A started request reads the counts until it completes.
+                starting::keep((counts, displs));
+                return called;
             }
             Width::Large(l) => {
                 let (c, d) = large(blocks);
@@ -196,12 +232,19 @@ impl<A: Abi> MpiLibrary<A> {
         let (n, rt) = (t.count, t.datatype);
         let (f, rc) = match self.width(&all)? {
             Width::Int => {
-                let (c, d) = (ints(blocks.counts), ints(blocks.displs));
-                let (c, d) = (c.as_ptr(), d.as_ptr());
-                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-                ("MPI_Scatterv", unsafe {
-                    (self.fns.MPI_Scatterv)(s, c, d, dt, r, int(n), rt, root, comm)
-                })
+                let (counts, displs) = (ints(blocks.counts), ints(blocks.displs));
+                let (c, d, n) = (counts.as_ptr(), displs.as_ptr(), int(n));
+                let names = ("MPI_Scatterv", "MPI_Iscatterv");
+                let (fp, ifp) = (self.fns.MPI_Scatterv, self.fns.MPI_Iscatterv);
+                let called = self.call_or_start(names, None, |request| match request {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => unsafe { fp(s, c, d, dt, r, n, rt, root, comm) },
+                    // SAFETY: as above; `q` is one writable request handle.
+                    Some(q) => unsafe { ifp(s, c, d, dt, r, n, rt, root, comm, q) },
+                });
+                // A started request reads the counts until it completes.
+                starting::keep((counts, displs));
+                return called;
             }
             Width::Large(l) => {
                 let (c, d) = large(blocks);
@@ -228,13 +271,19 @@ impl<A: Abi> MpiLibrary<A> {
         let all = [sent.counts, sent.displs, received.counts, received.displs].concat();
         let (f, rc) = match self.width(&all)? {
             Width::Int => {
-                let [sc, sd, rc, rd] =
-                    [sent.counts, sent.displs, received.counts, received.displs].map(ints);
-                let (sc, sd, rc, rd) = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
-                // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-                ("MPI_Alltoallv", unsafe {
-                    (self.fns.MPI_Alltoallv)(s, sc, sd, dt, r, rc, rd, dt, comm)
-                })
+                let arrays = [sent.counts, sent.displs, received.counts, received.displs].map(ints);
+                let [sc, sd, rc, rd] = [0, 1, 2, 3].map(|i| arrays[i].as_ptr());
+                let names = ("MPI_Alltoallv", "MPI_Ialltoallv");
+                let (fp, ifp) = (self.fns.MPI_Alltoallv, self.fns.MPI_Ialltoallv);
+                let called = self.call_or_start(names, None, |request| match request {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => unsafe { fp(s, sc, sd, dt, r, rc, rd, dt, comm) },
+                    // SAFETY: as above; `q` is one writable request handle.
+                    Some(q) => unsafe { ifp(s, sc, sd, dt, r, rc, rd, dt, comm, q) },
+                });
+                // A started request reads the counts until it completes.
+                starting::keep(arrays);
+                return called;
             }
             Width::Large(l) => {
                 let ((sc, sd), (rc, rd)) = (large(sent), large(received));
@@ -257,10 +306,17 @@ impl<A: Abi> MpiLibrary<A> {
         comm: A::Handle,
     ) -> Result<()> {
         let (f, rc) = match self.width(&[t.count as usize])? {
-            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-            Width::Int => ("MPI_Send", unsafe {
-                (self.fns.MPI_Send)(p, int(t.count), t.datatype, dest, tag, comm)
-            }),
+            Width::Int => {
+                let (n, dt) = (int(t.count), t.datatype);
+                return self.call_or_start(("MPI_Send", "MPI_Isend"), None, |request| {
+                    match request {
+                        // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                        None => unsafe { (self.fns.MPI_Send)(p, n, dt, dest, tag, comm) },
+                        // SAFETY: as above; `q` is one writable request handle.
+                        Some(q) => unsafe { (self.fns.MPI_Isend)(p, n, dt, dest, tag, comm, q) },
+                    }
+                });
+            }
             // SAFETY: as the note above the impl says: valid buffers, counts that fit.
             Width::Large(l) => ("MPI_Send_c", unsafe {
                 (l.MPI_Send_c)(p, t.count, t.datatype, dest, tag, comm)
@@ -270,6 +326,9 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// `receives`: the dtype `t` counts elements of, for a started receive's status. A
+    /// started receive leaves `status` as it was: its request's completion fills one.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn mpi_recv(
         &self,
         p: *mut c_void,
@@ -278,13 +337,20 @@ impl<A: Abi> MpiLibrary<A> {
         tag: c_int,
         comm: A::Handle,
         status: &mut RawStatus,
+        receives: Dtype,
     ) -> Result<()> {
         let st = status.as_mut_ptr();
         let (f, rc) = match self.width(&[t.count as usize])? {
-            // SAFETY: as the note above the impl says: valid buffers, counts that fit.
-            Width::Int => ("MPI_Recv", unsafe {
-                (self.fns.MPI_Recv)(p, int(t.count), t.datatype, source, tag, comm, st)
-            }),
+            Width::Int => {
+                let (n, dt) = (int(t.count), t.datatype);
+                let names = ("MPI_Recv", "MPI_Irecv");
+                return self.call_or_start(names, Some(receives), |request| match request {
+                    // SAFETY: as the note above the impl says: valid buffers, counts that fit.
+                    None => unsafe { (self.fns.MPI_Recv)(p, n, dt, source, tag, comm, st) },
+                    // SAFETY: as above; `q` is one writable request handle.
+                    Some(q) => unsafe { (self.fns.MPI_Irecv)(p, n, dt, source, tag, comm, q) },
+                });
+            }
             // SAFETY: as the note above the impl says: valid buffers, counts that fit.
             Width::Large(l) => ("MPI_Recv_c", unsafe {
                 (l.MPI_Recv_c)(p, t.count, t.datatype, source, tag, comm, st)

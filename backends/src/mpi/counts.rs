@@ -17,6 +17,7 @@ use jaxmpi_core::{Dtype, Error, Result};
 use super::abi::Abi;
 use super::functions::{Aint, Count, LargeCountFunctions};
 use super::library::MpiLibrary;
+use super::starting;
 
 /// Largest count a classic (non-`_c`) MPI call takes.
 pub const INT_MAX: usize = c_int::MAX as usize;
@@ -54,6 +55,7 @@ impl<A: Abi> MpiLibrary<A> {
         if counts.iter().all(|&c| c <= INT_MAX) {
             return Ok(Width::Int);
         }
+        self.starts_with_int_counts("large counts")?;
         match &self.large {
             Some(large) => Ok(Width::Large(large)),
             None => Err(Error::unsupported(
@@ -67,10 +69,12 @@ impl<A: Abi> MpiLibrary<A> {
     }
 
     /// `count` elements of `dtype` as MPI arguments: the count itself unless it takes a
-    /// `_c` function the library lacks, then one element of a derived datatype.
+    /// `_c` function the library lacks (or, starting a request, any `_c` function: their
+    /// non-blocking twins are not loaded), then one element of a derived datatype.
     pub(super) fn typed(&self, count: usize, dtype: Dtype) -> Result<Typed<'_, A>> {
         let basic = self.pre.datatype(dtype);
-        let (count, datatype, derived) = if count <= INT_MAX || self.large.is_some() {
+        let large = || self.large.is_some() && !starting::active();
+        let (count, datatype, derived) = if count <= INT_MAX || large() {
             (count, basic, false)
         } else {
             (1, self.big_datatype(count, basic)?, true)
@@ -125,18 +129,19 @@ impl<A: Abi> MpiLibrary<A> {
         Ok(whole)
     }
 
-    /// Splits an elementwise reduction of `count` elements into calls of `function` (its
-    /// name, for errors) of at most `SEGMENT` elements (always at least one call, so every
-    /// rank enters the collective). Exact for any op, user ops included, and needs no
-    /// large-count functions.
+    /// Splits an elementwise reduction of `count` elements into calls of the MPI function
+    /// `names` names (the blocking one and its non-blocking twin, for `call_or_start`) of at
+    /// most `SEGMENT` elements (always at least one call, so every rank enters the
+    /// collective). Exact for any op, user ops included, and needs no large-count
+    /// functions. `call(send, recv, count, request)`: the twin when `request` is given.
     pub(super) fn in_segments(
         &self,
-        function: &'static str,
+        names: starting::Names,
         count: usize,
         dtype: Dtype,
         send: *const c_void,
         recv: *mut c_void,
-        mut call: impl FnMut(*const c_void, *mut c_void, c_int) -> c_int,
+        mut call: impl FnMut(*const c_void, *mut c_void, c_int, Option<&mut A::Handle>) -> c_int,
     ) -> Result<()> {
         let in_place = send as usize == A::IN_PLACE;
         let mut start = 0;
@@ -149,7 +154,9 @@ impl<A: Abi> MpiLibrary<A> {
                 send.cast::<u8>().wrapping_add(offset).cast()
             };
             let recv_at = recv.cast::<u8>().wrapping_add(offset).cast();
-            self.check(function, call(send_at, recv_at, n as c_int))?;
+            self.call_or_start(names, None, |request| {
+                call(send_at, recv_at, n as c_int, request)
+            })?;
             start += n;
             if start >= count {
                 return Ok(());

@@ -137,6 +137,30 @@ function_table! {
             *mut c_void, c_int, H, c_int, c_int, H, StatusPtr,
         );
         MPI_Sendrecv_replace(*mut c_void, c_int, H, c_int, c_int, c_int, c_int, H, StatusPtr);
+        // The non-blocking twins of the calls above (`starting.rs`), MPI 3.0's.
+        MPI_Iallreduce(*const c_void, *mut c_void, c_int, H, H, H, *mut H);
+        MPI_Ireduce(*const c_void, *mut c_void, c_int, H, H, c_int, H, *mut H);
+        MPI_Iscan(*const c_void, *mut c_void, c_int, H, H, H, *mut H);
+        MPI_Iexscan(*const c_void, *mut c_void, c_int, H, H, H, *mut H);
+        MPI_Ireduce_scatter_block(*const c_void, *mut c_void, c_int, H, H, H, *mut H);
+        MPI_Ibcast(*mut c_void, c_int, H, c_int, H, *mut H);
+        MPI_Igather(*const c_void, c_int, H, *mut c_void, c_int, H, c_int, H, *mut H);
+        MPI_Iallgather(*const c_void, c_int, H, *mut c_void, c_int, H, H, *mut H);
+        MPI_Iscatter(*const c_void, c_int, H, *mut c_void, c_int, H, c_int, H, *mut H);
+        MPI_Ialltoall(*const c_void, c_int, H, *mut c_void, c_int, H, H, *mut H);
+        MPI_Igatherv(
+            *const c_void, c_int, H, *mut c_void, *const c_int, *const c_int, H, c_int, H, *mut H,
+        );
+        MPI_Iallgatherv(
+            *const c_void, c_int, H, *mut c_void, *const c_int, *const c_int, H, H, *mut H,
+        );
+        MPI_Iscatterv(
+            *const c_void, *const c_int, *const c_int, H, *mut c_void, c_int, H, c_int, H, *mut H,
+        );
+        MPI_Ialltoallv(
+            *const c_void, *const c_int, *const c_int, H,
+            *mut c_void, *const c_int, *const c_int, H, H, *mut H,
+        );
         MPI_Isend(*const c_void, c_int, H, c_int, c_int, H, *mut H);
         MPI_Irecv(*mut c_void, c_int, H, c_int, c_int, H, *mut H);
         MPI_Test(*mut H, *mut c_int, StatusPtr);

@@ -4,18 +4,19 @@
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Input, Partition, PartitionMut, Peer,
-    Progress, ReduceOp, Request, Result, Status,
+    Progress, ReduceOp, Request, Result, Started, Status,
 };
 
 use super::abi::Abi;
 use super::count_agnostic::Direction;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
-use super::{collectives, p2p, reductions, vector};
+use super::{collectives, p2p, reductions, starting, vector};
 use crate::chunks;
 
 impl<A: Abi> Backend for MpiLibrary<A> {
     fn barrier(&self, comm: Comm) -> Result<()> {
+        self.refuses_to_start("MPI_Barrier")?;
         let comm = self.comm(comm)?;
         // SAFETY: a valid communicator.
         self.check("MPI_Barrier", unsafe { (self.fns.MPI_Barrier)(comm) })
@@ -26,23 +27,35 @@ impl<A: Abi> Backend for MpiLibrary<A> {
             same_dtype(buf, &recv)?;
             expect_len("the receive buffer", recv.count(), buf.count())?;
         }
-        let f = ("MPI_Allreduce", self.fns.MPI_Allreduce);
+        let f = reductions::Pair {
+            names: ("MPI_Allreduce", "MPI_Iallreduce"),
+            blocking: self.fns.MPI_Allreduce,
+            started: self.fns.MPI_Iallreduce,
+        };
         let pieces = chunks::spans(recv.count(), recv.dtype().size(), chunks::CHUNK_BYTES);
         chunks::each_span(pieces, |start, n| {
             let part = recv.part(start, n);
-            reductions::elementwise(self, f, comm, send.part(start, n), part, op)
+            reductions::elementwise(self, &f, comm, send.part(start, n), part, op)
         })
     }
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         reductions::reduce(self, comm, send, recv, op, root)
     }
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        let f = ("MPI_Scan", self.fns.MPI_Scan);
-        reductions::elementwise(self, f, comm, send, recv, op)
+        let f = reductions::Pair {
+            names: ("MPI_Scan", "MPI_Iscan"),
+            blocking: self.fns.MPI_Scan,
+            started: self.fns.MPI_Iscan,
+        };
+        reductions::elementwise(self, &f, comm, send, recv, op)
     }
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        let f = ("MPI_Exscan", self.fns.MPI_Exscan);
-        reductions::elementwise(self, f, comm, send, recv, op)
+        let f = reductions::Pair {
+            names: ("MPI_Exscan", "MPI_Iexscan"),
+            blocking: self.fns.MPI_Exscan,
+            started: self.fns.MPI_Iexscan,
+        };
+        reductions::elementwise(self, &f, comm, send, recv, op)
     }
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         reductions::reduce_scatter(self, comm, send, recv, op)
@@ -93,6 +106,7 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         p2p::recv(self, comm, buf, source, tag)
     }
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
+        self.refuses_to_start("MPI_Sendrecv")?;
         p2p::sendrecv(self, sendbuf, recvbuf, envelope)
     }
     unsafe fn isend(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<Request> {
@@ -108,6 +122,11 @@ impl<A: Abi> Backend for MpiLibrary<A> {
     ) -> Result<Request> {
         // SAFETY: forwarded from the caller.
         unsafe { p2p::irecv(self, comm, buf, source, tag) }
+    }
+    unsafe fn start(&self, ops: &mut dyn FnMut(&dyn Backend) -> Result<()>) -> Result<Started> {
+        let mode = starting::Mode::begin(self);
+        ops(self)?;
+        Ok(mode.finish())
     }
     fn test(&self, request: &mut Request) -> Result<Progress> {
         p2p::test(self, request)

@@ -22,6 +22,7 @@ mod own_reductions;
 mod p2p;
 mod quirks;
 mod reductions;
+mod starting;
 mod vector;
 
 #[cfg(feature = "linked")]

@@ -9,19 +9,32 @@ use super::abi::Abi;
 use super::counts::INT_MAX;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
+use super::starting;
 
 /// A reduction's MPI function, with its root (if any) bound, as called on one segment:
-/// (send, recv, count, datatype, op, comm) -> MPI return code.
-type ReduceFn<'f, H> = &'f dyn Fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
+/// (send, recv, count, datatype, op, comm, request) -> MPI return code; given a request,
+/// its non-blocking twin (`starting.rs`).
+type ReduceFn<'f, H> =
+    &'f dyn Fn(*const c_void, *mut c_void, c_int, H, H, H, Option<&mut H>) -> c_int;
 
 /// MPI_Allreduce, MPI_Scan and MPI_Exscan, which share one prototype.
 pub(super) type Elementwise<H> =
     unsafe extern "C" fn(*const c_void, *mut c_void, c_int, H, H, H) -> c_int;
+/// Their non-blocking twins: the same, then the request.
+pub(super) type StartedElementwise<H> =
+    unsafe extern "C" fn(*const c_void, *mut c_void, c_int, H, H, H, *mut H) -> c_int;
 
-/// Validates an elementwise reduction and runs `function` (named for errors) in segments.
+/// An elementwise reduction's MPI function and its non-blocking twin, with their names.
+pub(super) struct Pair<H> {
+    pub names: starting::Names,
+    pub blocking: Elementwise<H>,
+    pub started: StartedElementwise<H>,
+}
+
+/// Validates an elementwise reduction and runs the function `names` names in segments.
 fn reduction<A: Abi>(
     lib: &MpiLibrary<A>,
-    (function, call): (&'static str, ReduceFn<A::Handle>),
+    (names, call): (starting::Names, ReduceFn<A::Handle>),
     comm: Comm,
     send: Input,
     recv: &BufMut,
@@ -38,7 +51,7 @@ fn reduction<A: Abi>(
         count: recv.count(),
         dtype: recv.dtype(),
     };
-    reduce_raw(lib, (function, call), comm, on, op)
+    reduce_raw(lib, (names, call), comm, on, op)
 }
 
 /// `count` elements of `dtype` reduced from `send` (or MPI_IN_PLACE) into `recv` (null
@@ -52,35 +65,60 @@ struct Operands {
 
 fn reduce_raw<A: Abi>(
     lib: &MpiLibrary<A>,
-    (function, call): (&'static str, ReduceFn<A::Handle>),
+    (names, call): (starting::Names, ReduceFn<A::Handle>),
     comm: A::Handle,
     on: Operands,
     op: ReduceOp,
 ) -> Result<()> {
     let datatype = lib.pre.datatype(on.dtype);
     let op = lib.op(op, on.dtype)?;
-    lib.in_segments(function, on.count, on.dtype, on.send, on.recv, |s, r, n| {
-        call(s, r, n, datatype, op, comm)
+    lib.in_segments(names, on.count, on.dtype, on.send, on.recv, |s, r, n, q| {
+        call(s, r, n, datatype, op, comm, q)
     })
 }
 
 // SAFETY (every reduction below): pointers come from `Buf`/`BufMut`, valid for their
-// counts, offset by `in_segments` within those counts.
+// counts, offset by `in_segments` within those counts; a request handle is one writable
+// handle.
 
-/// allreduce, scan or exscan, which differ only in the MPI function (`function`, by name
-/// and pointer).
+/// allreduce, scan or exscan, which differ only in the MPI functions (`pair`).
 pub(super) fn elementwise<A: Abi>(
     lib: &MpiLibrary<A>,
-    (function, f): (&'static str, Elementwise<A::Handle>),
+    pair: &Pair<A::Handle>,
     comm: Comm,
     send: Input,
     recv: BufMut,
     op: ReduceOp,
 ) -> Result<()> {
-    // SAFETY: as the note above `elementwise` says.
-    let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, c) };
-    reduction(lib, (function, call), comm, send, &recv, op)
+    let (f, started) = (pair.blocking, pair.started);
+    let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c, request| match request {
+        // SAFETY: as the note above `elementwise` says.
+        None => unsafe { f(s, r, n, t, o, c) },
+        // SAFETY: as the note above `elementwise` says.
+        Some(q) => unsafe { started(s, r, n, t, o, c, q) },
+    };
+    reduction(lib, (pair.names, call), comm, send, &recv, op)
 }
+
+/// A segment's call as `ReduceFn` takes it, as a value of its own.
+trait SegmentCall<H>: Fn(*const c_void, *mut c_void, c_int, H, H, H, Option<&mut H>) -> c_int {}
+impl<H, F> SegmentCall<H> for F where
+    F: Fn(*const c_void, *mut c_void, c_int, H, H, H, Option<&mut H>) -> c_int
+{
+}
+
+/// MPI_Reduce (or, given a request, MPI_Ireduce) to `root`, on one segment.
+fn reduce_to<A: Abi>(lib: &MpiLibrary<A>, root: c_int) -> impl SegmentCall<A::Handle> {
+    let (f, started) = (lib.fns.MPI_Reduce, lib.fns.MPI_Ireduce);
+    move |s, r, n, t, o, c, request| match request {
+        // SAFETY: as the note above `elementwise` says.
+        None => unsafe { f(s, r, n, t, o, root, c) },
+        // SAFETY: as the note above `elementwise` says.
+        Some(q) => unsafe { started(s, r, n, t, o, root, c, q) },
+    }
+}
+
+const REDUCE: starting::Names = ("MPI_Reduce", "MPI_Ireduce");
 
 pub(super) fn reduce<A: Abi>(
     lib: &MpiLibrary<A>,
@@ -91,23 +129,26 @@ pub(super) fn reduce<A: Abi>(
     root: i32,
 ) -> Result<()> {
     let rooted = lib.rooted_comm(comm, root)?;
-    let f = lib.fns.MPI_Reduce;
-    // SAFETY: as the note above `elementwise` says.
-    let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
-    let function = ("MPI_Reduce", call);
+    let call = reduce_to(lib, root);
+    let function = (REDUCE, &call as ReduceFn<A::Handle>);
     if rooted.at_root {
-        // A copy of the input stands in for MPI_IN_PLACE where the library crashes on it.
-        let copy: Vec<u8>;
+        // A copy of the input stands in for MPI_IN_PLACE where the library crashes on it
+        // (kept until a started reduction completes).
+        let mut copy: Option<Vec<u8>> = None;
         let send = match send {
             Input::InPlace if root != 0 && lib.quirks.reduce_in_place_off_rank_0_crashes => {
                 // SAFETY: `recv` is valid for reads of its length.
                 let input = unsafe { std::slice::from_raw_parts(recv.ptr(), recv.len_bytes()) };
-                copy = input.to_vec();
-                Input::Data(Buf::from_bytes(&copy, recv.dtype())?)
+                let copy = copy.insert(input.to_vec());
+                Input::Data(Buf::from_bytes(copy, recv.dtype())?)
             }
             other => other,
         };
-        return reduction(lib, function, comm, send, &recv, op);
+        let reduced = reduction(lib, function, comm, send, &recv, op);
+        if let Some(copy) = copy {
+            starting::keep(copy);
+        }
+        return reduced;
     }
     // Away from the root only the input matters; "in place" there means the input is
     // in the receive buffer.
@@ -140,22 +181,21 @@ pub(super) fn reduce_scatter<A: Abi>(
     if block <= INT_MAX {
         let datatype = lib.pre.datatype(recv.dtype());
         let op = lib.op(op, recv.dtype())?;
-        // SAFETY: send holds size*block elements, recv holds block.
-        let rc = unsafe {
-            (lib.fns.MPI_Reduce_scatter_block)(
-                send.ptr().cast(),
-                recv.ptr().cast(),
-                block as c_int,
-                datatype,
-                op,
-                handle,
-            )
-        };
-        return lib.check("MPI_Reduce_scatter_block", rc);
+        let (s, r, n) = (send.ptr().cast(), recv.ptr().cast(), block as c_int);
+        let (f, started) = (
+            lib.fns.MPI_Reduce_scatter_block,
+            lib.fns.MPI_Ireduce_scatter_block,
+        );
+        let names = ("MPI_Reduce_scatter_block", "MPI_Ireduce_scatter_block");
+        return lib.call_or_start(names, None, |request| match request {
+            // SAFETY: send holds size*block elements, recv holds block.
+            None => unsafe { f(s, r, n, datatype, op, handle) },
+            // SAFETY: as above; `q` is one writable request handle.
+            Some(q) => unsafe { started(s, r, n, datatype, op, handle, q) },
+        });
     }
     // Blocks too large for one call: reduce each block to its owner, in segments.
     let rank = lib.comm_rank_raw(handle)? as usize;
-    let f = lib.fns.MPI_Reduce;
     for owner in 0..size {
         let on = Operands {
             send: send
@@ -170,10 +210,8 @@ pub(super) fn reduce_scatter<A: Abi>(
             count: block,
             dtype: recv.dtype(),
         };
-        let root = owner as c_int;
-        // SAFETY: as the note above `elementwise` says.
-        let call: ReduceFn<A::Handle> = &|s, r, n, t, o, c| unsafe { f(s, r, n, t, o, root, c) };
-        reduce_raw(lib, ("MPI_Reduce", call), handle, on, op)?;
+        let call = reduce_to(lib, owner as c_int);
+        reduce_raw(lib, (REDUCE, &call), handle, on, op)?;
     }
     Ok(())
 }
@@ -187,19 +225,15 @@ pub(super) fn reduce_local<A: Abi>(
 ) -> Result<()> {
     same_dtype(&src, &dst)?;
     expect_len("the destination", dst.count(), src.count())?;
+    // Local work, done at once: no request to start.
+    lib.refuses_to_start("MPI_Reduce_local")?;
     let f = lib.fns.MPI_Reduce_local;
     let datatype = lib.pre.datatype(dst.dtype());
     let op = lib.op(op, dst.dtype())?;
     let (send, recv) = (src.ptr().cast(), dst.ptr().cast());
-    lib.in_segments(
-        "MPI_Reduce_local",
-        dst.count(),
-        dst.dtype(),
-        send,
-        recv,
-        |s, r, n| {
-            // SAFETY: `in_segments` hands segments within both buffers' counts.
-            unsafe { f(s, r, n, datatype, op) }
-        },
-    )
+    let names = ("MPI_Reduce_local", "MPI_Reduce_local");
+    lib.in_segments(names, dst.count(), dst.dtype(), send, recv, |s, r, n, _| {
+        // SAFETY: `in_segments` hands segments within both buffers' counts.
+        unsafe { f(s, r, n, datatype, op) }
+    })
 }

@@ -11,6 +11,10 @@ lowerings call with XLA.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
 import numpy as np
 
 from .. import _native
@@ -23,6 +27,9 @@ from .jax_shim import Primitive, ShapedArray
 # a lowering passes are derived from these.
 SIGNATURES: dict = _native.signatures()
 PRIMITIVES: dict[str, Primitive] = {}
+# Each op's started form (`iallreduce` for `allreduce`), by the op's name: declared in the
+# Rust table (`started iname`), derived below from the op's own row.
+STARTED: dict[str, Primitive] = {}
 
 # The handlers, one FFI target per op and platform; CUDA's only where jaxlib has CUDA
 # (asking for them installs the extension's CUDA runtime).
@@ -55,7 +62,13 @@ _ENCODERS = {
     "int": np.int64,
     "any_tag": np.int64,
     "counts": _counts,
+    "tree": np.int64,
 }
+
+# Attributes a bind may leave out, by kind, and the value they then take: a pytree's
+# fingerprint is 0 (a single array) in the calls the rules make on cotangents and batches,
+# which every rank makes alike.
+_DEFAULTS = {"tree": 0}
 
 
 def _checked(name: str, shape_params: frozenset, shapes):
@@ -64,6 +77,7 @@ def _checked(name: str, shape_params: frozenset, shapes):
     parameter, instead of an attribute the handler misses at run time."""
     signature = SIGNATURES[name]
     declared = {attr for attr, _ in signature["attrs"]}
+    optional = {attr for attr, kind in signature["attrs"] if kind in _DEFAULTS}
     operands = signature["operands"]
 
     # An operand declared as `after` stands for any number of them (never read).
@@ -82,7 +96,7 @@ def _checked(name: str, shape_params: frozenset, shapes):
                 f"jaxmpi.{name}: parameter {unknown[0]!r} is neither an attribute the op is "
                 f"declared with ({', '.join(sorted(declared))}) nor a shape parameter"
             )
-        missing = sorted(declared - params.keys())
+        missing = sorted(declared - optional - params.keys())
         if missing:
             raise TypeError(f"jaxmpi.{name}: attribute {missing[0]!r} was not bound")
         return shapes(*avals, **params)
@@ -106,9 +120,21 @@ RUN_TIME_COUNTS = (
     "counts (without recv_capacity=)"
 )
 NON_BLOCKING = (
-    "non-blocking transfers of GPU arrays are not supported yet: use jaxmpi.sendrecv, or "
-    "move the array to the host first"
+    "non-blocking ops on GPU arrays are not supported yet: use the blocking op, or move the "
+    "array to the host first"
 )
+
+
+class Definition(NamedTuple):
+    """An op's row of the table below: what its started form is derived from."""
+
+    shapes: Callable
+    aliases: Callable
+    unread: Callable
+    shape_params: tuple
+
+
+DEFINITIONS: dict[str, Definition] = {}
 
 
 def define(
@@ -126,11 +152,20 @@ def define(
     operands on the CPU, or is not built for device memory); empty: it lowers there too."""
     target = f"jaxmpi_{name}"
     primitive = jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
-    encoders = [(attr, _ENCODERS[kind]) for attr, kind in SIGNATURES[name]["attrs"]]
+    encoders = [
+        (attr, _ENCODERS[kind], _DEFAULTS.get(kind)) for attr, kind in SIGNATURES[name]["attrs"]
+    ]
 
     def lowering(ctx, *operands, **params):
         placement.check_sharded(name, params.get("comm"), *jax_shim.program_devices(ctx))
-        attrs = {attr: encode(params[attr]) for attr, encode in encoders}
+        # An attribute at its default is left out: the handler reads the same default, and
+        # XLA copies one attribute fewer into every call (a single array's call is then
+        # the one it was before pytrees).
+        attrs = {}
+        for attr, encode, default in encoders:
+            value = params.get(attr, default)
+            if default is None or value != default:
+                attrs[attr] = encode(value)
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}
@@ -141,6 +176,7 @@ def define(
     cuda = _host_only(name, host_only) if host_only else lowering
     jax_shim.register_lowering(primitive, cuda, platform="cuda")
     PRIMITIVES[name] = primitive
+    DEFINITIONS[name] = Definition(shapes, aliases, unread, tuple(shape_params))
     return primitive
 
 
@@ -273,35 +309,94 @@ ragged_alltoallv = define(
     host_only=RUN_TIME_COUNTS,
 )
 
-# Non-blocking (see jaxmpi/_nonblocking.py; `requests.py` runs a wait outside jit). A
-# start returns the request value (8 bytes: its key in the core's table) and the buffer of
-# its transfer: a send's operand itself (aliased, no copy), a receive's fresh buffer (its
-# operand is a template). `wait` takes both and returns the buffer again, aliased: what
-# was received, readable only after the wait. The request is float32 so that derivatives
-# can carry the tangent's and cotangent's own requests from one rule to the next (see
-# rules/nonblocking.py); its bits are never computed on.
+# --- Started forms -------------------------------------------------------------------------
+# An op's started form (`jaxmpi/_requests.py` binds them, `requests.py` runs a wait outside
+# jit) takes the op's operands and parameters and one more, `results`: how many results
+# the op has on this rank. Its results: the request value (8 bytes, its key in the core's
+# table), the op's results, which MPI fills until the wait, and the operands MPI reads
+# until then (the op's operands that are neither templates nor aliased to a result),
+# passed through, aliased: no copy, and private to the wait, which XLA then keeps them
+# alive for. The request is float32 so that derivatives can carry the tangent's and the
+# cotangent's own requests from one rule to the next (see rules/nonblocking.py); its bits
+# are never computed on.
 REQUEST = ShapedArray((2,), np.float32)
-isend = define(
-    "isend",
-    lambda x, **_: [REQUEST, _same(x)],
-    lambda **_: {0: 1},
-    host_only=NON_BLOCKING,
-)
-# From PROC_NULL nothing arrives: the template is the buffer (as for recv).
-irecv = define(
-    "irecv",
-    lambda x, **_: [REQUEST, _same(x)],
-    lambda *, source, **_: {} if _receives(source) else {0: 1},
-    unread=_recv_unread,
-    host_only=NON_BLOCKING,
-)
-# `sends`, `peer` and `tag` say what the request does, for the rules: they never reach the
-# handler, which knows its request. Operands after the buffer: arrays the wait must follow.
+
+
+def passed_through(op: str, /, **params) -> list[int]:
+    """The operands of `op`'s started form that its call passes through to the wait."""
+    row = DEFINITIONS[op]
+    skipped, aliased = row.unread(**params), row.aliases(**params)
+    count = len(SIGNATURES[op]["operands"])
+    return [i for i in range(count) if i not in skipped and i not in aliased]
+
+
+def _define_started(op: str) -> Primitive:
+    row = DEFINITIONS[op]
+
+    def shapes(*avals, results, **params):
+        outs = row.shapes(*avals, **params)
+        return [REQUEST, *outs, *(avals[i] for i in passed_through(op, **params))]
+
+    def aliases(*, results, **params):
+        own = {operand: 1 + out for operand, out in row.aliases(**params).items()}
+        through = passed_through(op, **params)
+        return {**own, **{operand: 1 + results + k for k, operand in enumerate(through)}}
+
+    def unread(*, results, **params):
+        return row.unread(**params)
+
+    name = SIGNATURES[op]["started"]
+    return define(name, shapes, aliases, unread, row.shape_params, host_only=NON_BLOCKING)
+
+
+def start(op: str, /, *operands, **params) -> tuple[Any, list, list]:
+    """Starts `op` (binds its started form): (the request value, the op's results, the
+    operands passed through). None of them may be read but by the request's `wait`."""
+    avals = [jax.typeof(x) for x in operands]
+    results = len(DEFINITIONS[op].shapes(*avals, **params))
+    value, *outs = STARTED[op].bind(*operands, results=results, **params)
+    return value, outs[:results], outs[results:]
+
+
+for _op, _signature in SIGNATURES.items():
+    if _signature["started"]:
+        STARTED[_op] = _define_started(_op)
+
+
+def op_params(params: dict) -> dict:
+    """A started op's parameters less its own (`results`): its op's."""
+    return {k: v for k, v in params.items() if k != "results"}
+
+
+def wait_for(op: str, value, results: list, through: list, params: dict, after=()) -> list:
+    """Binds the wait of a started `op` (its request value and outputs, its parameters),
+    to follow `after`: the op's results."""
+    params = op_params(params)
+    return wait.bind(
+        value,
+        *results,
+        *through,
+        *after,
+        results=len(results),
+        buffers=len(results) + len(through),
+        op=op,
+        op_params=tuple(sorted(params.items())),
+        comm=params["comm"],
+    )
+
+
+# The wait of any started op: the request value, then `buffers` arrays (what the start
+# returned after it: the op's `results` first, then what it passed through), then any
+# number it must follow, never read. It returns the op's results, aliased: readable once
+# MPI is done with them. `op` and `op_params` (the start's, as sorted items) are for the
+# rules: the handler knows its request.
 wait = define(
     "wait",
-    lambda request, buffer, *after, **_: _like(buffer),
-    lambda **_: {1: 0},
-    shape_params=("sends", "peer", "tag"),
+    lambda request, *operands, results, **_: [
+        ShapedArray(a.shape, a.dtype) for a in operands[:results]
+    ],
+    lambda *, results, **_: {1 + i: i for i in range(results)},
+    shape_params=("results", "buffers", "op", "op_params"),
     host_only=NON_BLOCKING,
 )
 

@@ -89,11 +89,12 @@ def _check_environment() -> None:
             "calls; the default on CPU) or ordered (JAX's ordered effect)"
         )
     progress = os.environ.get("JAXMPI_PROGRESS", "").strip().lower()
-    if progress not in ("", "thread", "none"):
+    if progress not in ("", "thread", "none", "at-start"):
         raise ValueError(
             f"JAXMPI_PROGRESS={progress!r}: expected thread (a thread of jaxmpi's moves "
-            "non-blocking transfers along while the program computes; the default under "
-            "MPI_THREAD_MULTIPLE) or none (waits block in MPI_Wait)"
+            "started ops along while the program computes), none (only MPI calls do: "
+            "starts, waits, other ops) or at-start (as none, but a started collective "
+            "completes at its start, as its blocking op)"
         )
 
 
@@ -134,7 +135,8 @@ def _initialize() -> tuple[_LibraryInfo, tuple[int, int], gpu_choice.Early]:
     # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).
     node = _native.node_local_rank(_native.world())
-    _native.set_cores_per_rank(_cores_per_rank(node[1]))
+    one_host = node[1] == _native.comm_size(_native.world())
+    _native.set_cores_per_rank(_cores_per_rank(node[1]), one_host)
     mpi = _native.info()  # read again: its progress mode follows the cores per rank
     return mpi, node, early
 

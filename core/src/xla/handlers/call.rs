@@ -16,6 +16,10 @@ pub struct Call<'a> {
     raw: *mut CallFrame,
     /// The op being run (`allreduce`): what its errors are named after.
     name: &'static str,
+    /// A started op's call (`starting`): its data results are the request value, then the
+    /// op's own results (`results` of them), then the operands its transfer reads, passed
+    /// through to the wait. `ret` and the like see the op's own results only.
+    started: Option<usize>,
 }
 
 /// A data buffer of the call: its memory, element type and shape, and the op it belongs to
@@ -155,7 +159,34 @@ impl<'a> Call<'a> {
                 format!("called for execution stage {}, not EXECUTE", frame.stage.0),
             ));
         }
-        Ok(Call { frame, raw, name })
+        Ok(Call {
+            frame,
+            raw,
+            name,
+            started: None,
+        })
+    }
+
+    /// This call as its started op's body sees it (`declare_ops!`'s `started` rows): the
+    /// results its lowering says (`results`) after the request value.
+    pub fn starting(self) -> Result<Self> {
+        let results = self.scalar_i64("results")?;
+        let results = usize::try_from(results)
+            .map_err(|_| self.bad_attr("results", format_args!("= {results} is negative")))?;
+        Ok(Call {
+            started: Some(results),
+            ..self
+        })
+    }
+
+    /// Whether this is a started op's call: its transfer starts, a wait completes it.
+    pub fn is_start(&self) -> bool {
+        self.started.is_some()
+    }
+
+    /// A started op's request value (its first result).
+    pub fn request(&self) -> Result<Operand<'a>> {
+        self.buffer(&self.frame.rets, 0, "result")
     }
 
     pub fn name(&self) -> &'static str {
@@ -219,19 +250,29 @@ impl<'a> Call<'a> {
         Self::data_buffers(&self.frame.args).count()
     }
 
-    /// How many data results the call has (tokens not counted).
+    /// How many data results the op has (tokens not counted; of a started op, its own).
     pub fn rets_len(&self) -> usize {
-        Self::data_buffers(&self.frame.rets).count()
+        self.started
+            .unwrap_or_else(|| Self::data_buffers(&self.frame.rets).count())
+    }
+
+    /// Where the op's `index`-th result is among the call's (None: it has no such result).
+    fn ret_at(&self, index: usize) -> Option<usize> {
+        match self.started {
+            None => Some(index),
+            Some(results) => (index < results).then_some(index + 1),
+        }
     }
 
     pub fn ret(&self, index: usize) -> Result<Operand<'a>> {
-        self.buffer(&self.frame.rets, index, "result")
+        let at = self.ret_at(index).unwrap_or(usize::MAX);
+        self.buffer(&self.frame.rets, at, "result")
     }
 
     /// The `index`-th result where the lowering bound one (rooted ops bind none on the
     /// ranks that receive nothing).
     pub fn optional_ret(&self, index: usize) -> Option<Operand<'a>> {
-        self.find_buffer(&self.frame.rets, index)
+        self.find_buffer(&self.frame.rets, self.ret_at(index)?)
     }
 
     /// The first operand as the send side of a reduction whose result is `ret(0)`:
@@ -282,7 +323,19 @@ impl<'a> Call<'a> {
 
     /// An int64 scalar attribute the op may not have (for describing a call).
     pub fn optional_i64(&self, name: &str) -> Option<i64> {
-        self.scalar_i64(name).ok()
+        // Looked up without making the error a missing attribute is (describing a call
+        // asks for many an op does not have: this runs at every started op).
+        let ptr = self.find_attr(name, AttrType::SCALAR)?;
+        // SAFETY: a SCALAR attribute points to an XLA_FFI_Scalar.
+        let scalar = unsafe { &*(ptr as *const Scalar) };
+        // SAFETY: the value has the checked type.
+        (scalar.dtype == DataType::S64).then(|| unsafe { *(scalar.value as *const i64) })
+    }
+
+    /// The string attribute `name` if the call has it.
+    pub fn optional_text(&self, name: &str) -> Option<&'a str> {
+        self.find_attr(name, AttrType::STRING)?;
+        self.text(name).ok()
     }
 
     /// Bytes of the first data operand: what the call sends; for a receive, which has no

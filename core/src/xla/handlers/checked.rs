@@ -3,10 +3,11 @@
 //! MPI cannot see a type mismatch of equal size (one rank reduces float32, another int32:
 //! both get garbage), and ranks calling different collectives hang. In checked mode every
 //! collective first exchanges a small record of what each rank is calling (op, dtype,
-//! count, root, reduction, counts of the v-ops, communicator size) with one allgather on
+//! count, root, reduction, counts of the v-ops, communicator size, and the pytree a packed
+//! buffer comes from, `signature::Tree`) with one allgather on
 //! the same communicator; every rank then sees the same records, so a mismatch fails the
 //! call on every rank alike, naming what each rank passed. Point to point, the sender
-//! sends a header (dtype and count) right before each message, with the same tag on the
+//! sends a header (dtype, count, pytree) right before each message, with the same tag on the
 //! same communicator: MPI does not let messages of one sender and tag overtake each other,
 //! so the message after a header is the one it describes, whatever the receive matched
 //! (any source, any tag).
@@ -60,20 +61,23 @@ struct Record {
     /// The v-ops' per-rank counts: their total and a hash of all of them.
     counts_total: u64,
     counts_hash: u64,
+    /// The fingerprint of the pytree the buffer packs (0: a single array).
+    tree: u64,
 }
 
-const RECORD_BYTES: usize = 48;
+const RECORD_BYTES: usize = 56;
 
 impl Record {
     fn to_bytes(self) -> [u8; RECORD_BYTES] {
         let mut out = [0u8; RECORD_BYTES];
-        let words: [i64; 6] = [
+        let words: [i64; 7] = [
             i64::from(self.op) << 32 | i64::from(self.dtype as u32),
             self.count as i64,
             i64::from(self.root) << 32 | i64::from(self.reduce_op as u32),
             i64::from(self.comm_size),
             self.counts_total as i64,
             self.counts_hash as i64,
+            self.tree as i64,
         ];
         for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
             chunk.copy_from_slice(&word.to_le_bytes());
@@ -96,6 +100,7 @@ impl Record {
             comm_size: word(3) as i32,
             counts_total: word(4) as u64,
             counts_hash: word(5) as u64,
+            tree: word(6) as u64,
         }
     }
 }
@@ -103,9 +108,15 @@ impl Record {
 /// "allreduce float32[4] SUM", "gatherv float32 rows of 3, counts of 7 rows, root 1".
 impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let op = super::SIGNATURES
-            .get(self.op as usize)
-            .map_or("an unknown op", |s| s.name);
+        // Past the ops, their started forms (`record`).
+        let all = super::SIGNATURES.len();
+        let op = usize::try_from(self.op)
+            .ok()
+            .and_then(|i| match i.checked_sub(all) {
+                None => super::SIGNATURES.get(i).map(|s| s.name),
+                Some(started) => super::SIGNATURES.get(started).map(|s| s.started),
+            });
+        let op = op.unwrap_or("an unknown op");
         let dtype = Dtype::ALL
             .get(self.dtype as usize)
             .map_or("?", |d| d.name());
@@ -134,8 +145,17 @@ impl fmt::Display for Record {
                     .map_or("?", |op| op.name())
             )?,
         }
-        write!(f, " on {} ranks", self.comm_size)
+        write!(f, " on {} ranks", self.comm_size)?;
+        if self.tree != 0 {
+            write!(f, ", {}", tree_name(self.tree))?;
+        }
+        Ok(())
     }
+}
+
+/// How a pytree's fingerprint is shown: its leaves differ between ranks when these do.
+fn tree_name(tree: u64) -> String {
+    format!("pytree {tree:016x}")
 }
 
 fn dtype_index(dtype: Dtype) -> i32 {
@@ -157,11 +177,18 @@ fn hash(values: &[i64]) -> u64 {
 /// rank passes alike: the operand, except where only the root has it (bcast's and
 /// scatter's receivers compare their result); the v-ops compare a row and their counts.
 fn record(call: &Call, comm_size: i32) -> Result<Record> {
-    let name = call.name();
-    let op = super::SIGNATURES
+    // A started op's call is told from its op's (the ranks must not mix them), and
+    // moves what its op's does.
+    let position = super::SIGNATURES.iter().position(|s| s.name == call.name());
+    let started = super::SIGNATURES
         .iter()
-        .position(|s| s.name == name)
-        .map_or(-1, |i| i as i32);
+        .position(|s| s.started == call.name());
+    let op = match (position, started) {
+        (Some(i), _) => i as i32,
+        (None, Some(i)) => (super::SIGNATURES.len() + i) as i32,
+        (None, None) => -1,
+    };
+    let name = started.map_or(call.name(), |i| super::SIGNATURES[i].name);
     let buffer = match name {
         "barrier" => None,
         "scatter" | "scatterv" => call.optional_ret(0),
@@ -200,6 +227,7 @@ fn record(call: &Call, comm_size: i32) -> Result<Record> {
             0
         },
         counts_hash: if is_vector { hash(&counts) } else { 0 },
+        tree: call.optional_i64("tree").unwrap_or(0) as u64,
     })
 }
 
@@ -225,7 +253,8 @@ pub(super) fn collective(call: &Call, library: &dyn Library, comm: Comm) -> Resu
         STEP,
         format!(
             "the ranks do not make the same call: {}. Every rank must call the same \
-             collective with the same dtype, size, root and reduction",
+             collective with the same dtype, size, root and reduction, and pass pytrees of \
+             the same structure (leaf paths, dtypes and shapes)",
             by_rank(&records)
         ),
     ))
@@ -251,40 +280,65 @@ fn by_rank(records: &[Record]) -> String {
     groups.join("; ")
 }
 
-/// A point-to-point message's header: its dtype and element count.
-const HEADER_BYTES: usize = 16;
+/// What a point-to-point message is, as its header announces it: dtype, element count and
+/// the pytree it packs (`Tree`'s fingerprint, 0 for a single array).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Message {
+    pub dtype: Dtype,
+    pub count: usize,
+    pub tree: u64,
+}
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.dtype, self.count)?;
+        if self.tree != 0 {
+            write!(f, " of {}", tree_name(self.tree))?;
+        }
+        Ok(())
+    }
+}
+
+/// A point-to-point message's header.
+const HEADER_BYTES: usize = 24;
 const MAGIC: u32 = 0x4a58_4d43; // "JXMC"
 
-fn header(dtype: Dtype, count: usize) -> [u8; HEADER_BYTES] {
+fn header(message: Message) -> [u8; HEADER_BYTES] {
     let mut out = [0u8; HEADER_BYTES];
     out[..4].copy_from_slice(&MAGIC.to_le_bytes());
-    out[4..8].copy_from_slice(&(dtype_index(dtype) as u32).to_le_bytes());
-    out[8..].copy_from_slice(&(count as u64).to_le_bytes());
+    out[4..8].copy_from_slice(&(dtype_index(message.dtype) as u32).to_le_bytes());
+    out[8..16].copy_from_slice(&(message.count as u64).to_le_bytes());
+    out[16..].copy_from_slice(&message.tree.to_le_bytes());
     out
 }
 
-/// (dtype, count) a header announces, or None if it is no header (a sender that is not in
+/// The message a header announces, or None if it is no header (a sender that is not in
 /// checked mode sent data).
-fn read_header(bytes: &[u8]) -> Option<(Dtype, usize)> {
+fn read_header(bytes: &[u8]) -> Option<Message> {
     let word = |range: std::ops::Range<usize>| bytes.get(range).map(|b| b.to_vec());
     let magic = u32::from_le_bytes(word(0..4)?.try_into().ok()?);
     let dtype = u32::from_le_bytes(word(4..8)?.try_into().ok()?);
     let count = u64::from_le_bytes(word(8..16)?.try_into().ok()?);
-    (magic == MAGIC).then_some((*Dtype::ALL.get(dtype as usize)?, count as usize))
+    let tree = u64::from_le_bytes(word(16..24)?.try_into().ok()?);
+    (magic == MAGIC).then_some(Message {
+        dtype: *Dtype::ALL.get(dtype as usize)?,
+        count: count as usize,
+        tree,
+    })
 }
 
-/// The header that goes before a message of `count` elements of `dtype`.
+/// The header that goes before `message`.
 pub(super) fn send_header(
     library: &dyn Library,
     comm: Comm,
     dest: Peer,
     tag: i32,
-    (dtype, count): (Dtype, usize),
+    message: Message,
 ) -> Result<()> {
     if dest == Peer::Null {
         return Ok(());
     }
-    let bytes = header(dtype, count);
+    let bytes = header(message);
     library
         .backend()
         .send(comm, Buf::from_bytes(&bytes, Dtype::U8)?, dest, tag)
@@ -300,12 +354,12 @@ pub(super) struct Announced {
 }
 
 /// Receives the header of the next message from `source` with `tag` and compares it with
-/// the receive buffer (`expected`: its dtype and element count).
+/// what the receive expects (its buffer's dtype and element count, its pytree).
 pub(super) fn receive_header(
     library: &dyn Library,
     comm: Comm,
     (source, tag): (Peer, Option<i32>),
-    expected: (Dtype, usize),
+    expected: Message,
 ) -> Result<Announced> {
     if source == Peer::Null {
         return Ok(Announced {
@@ -325,18 +379,16 @@ pub(super) fn receive_header(
 }
 
 /// `status` and `bytes`: the header just received (by a receive or a sendrecv).
-pub(super) fn announced(status: &Status, bytes: &[u8], expected: (Dtype, usize)) -> Announced {
+pub(super) fn announced(status: &Status, bytes: &[u8], expected: Message) -> Announced {
     let from = status.source;
     let mismatch = match read_header(&bytes[..status.count.min(bytes.len())]) {
         Some(sent) if sent == expected => None,
-        Some((dtype, count)) => Some(Error::invalid_argument(
+        Some(sent) => Some(Error::invalid_argument(
             STEP,
             format!(
-                "rank {from} sent {dtype}[{count}] (tag {}), but this receive expects \
-                 {}[{}]: sender and receiver must agree on dtype and size",
+                "rank {from} sent {sent} (tag {}), but this receive expects {expected}: \
+                 sender and receiver must agree on dtype and size (and pytree structure)",
                 status.tag.unwrap_or(-1),
-                expected.0,
-                expected.1
             ),
         )),
         None => Some(Error::invalid_argument(
@@ -358,10 +410,10 @@ pub(super) fn announced(status: &Status, bytes: &[u8], expected: (Dtype, usize))
 pub(super) fn exchange_headers(
     library: &dyn Library,
     envelope: crate::Envelope,
-    sent: (Dtype, usize),
-    expected: (Dtype, usize),
+    sent: Message,
+    expected: Message,
 ) -> Result<Announced> {
-    let out = header(sent.0, sent.1);
+    let out = header(sent);
     let mut bytes = [0u8; HEADER_BYTES];
     let status = library.backend().sendrecv(
         crate::Input::Data(Buf::from_bytes(&out, Dtype::U8)?),
@@ -393,6 +445,7 @@ mod tests {
             comm_size: 2,
             counts_total: 0,
             counts_hash: 0,
+            tree: 0,
         };
         let b = Record {
             dtype: dtype_index(Dtype::I32),
@@ -404,12 +457,24 @@ mod tests {
             "ranks 0, 2: allreduce float32[4] SUM on 2 ranks; \
              rank 1: allreduce int32[4] SUM on 2 ranks"
         );
+        let c = Record { tree: 0xab, ..a };
+        assert_eq!(Record::from_bytes(&c.to_bytes()), c);
+        assert_eq!(
+            by_rank(&[a, c]),
+            "rank 0: allreduce float32[4] SUM on 2 ranks; \
+             rank 1: allreduce float32[4] SUM on 2 ranks, pytree 00000000000000ab"
+        );
     }
 
     #[test]
     fn headers_are_read_back_and_anything_else_is_no_header() {
-        assert_eq!(read_header(&header(Dtype::C128, 7)), Some((Dtype::C128, 7)));
-        assert_eq!(read_header(&[0u8; 16]), None);
+        let message = Message {
+            dtype: Dtype::C128,
+            count: 7,
+            tree: 0xfeed_0000_0000_0001,
+        };
+        assert_eq!(read_header(&header(message)), Some(message));
+        assert_eq!(read_header(&[0u8; HEADER_BYTES]), None);
         assert_eq!(read_header(&[1, 2, 3]), None);
     }
 }

@@ -45,12 +45,14 @@ unsafe fn answer_metadata_probe(frame: *mut CallFrame) -> bool {
 }
 
 /// The whole life of one handler call; every exported handler is this with its body.
+/// `started`: the call of an op's started form (`Call::starting`).
 ///
 /// # Safety
 /// `frame` must be a call frame from XLA.
 pub(super) unsafe fn handle<A: Attrs>(
     frame: *mut CallFrame,
     name: &'static str,
+    started: bool,
     body: Body<A>,
 ) -> *mut FfiError {
     // SAFETY: forwarded from the caller.
@@ -61,6 +63,7 @@ pub(super) unsafe fn handle<A: Attrs>(
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: forwarded from the caller.
         let call = unsafe { Call::new(frame, name) }?;
+        let call = if started { call.starting()? } else { call };
         let library = library()?;
         let result = lifecycle::run(&call, library, |attrs| {
             body(&call, library, library.backend(), attrs)

@@ -1,5 +1,5 @@
-//! Requests between their start (`isend`, `irecv`) and their `wait`, and the progress agent
-//! that completes them meanwhile.
+//! Requests between their start (any started op: `nonblocking.rs`) and their `wait`, and
+//! the progress agent that completes them meanwhile.
 //!
 //! MPI moves a message only inside MPI calls (on one node, the copy happens in whichever
 //! call of the receiver notices it): without help, a transfer started before the interior
@@ -13,28 +13,48 @@
 //! results, with transfers advancing only inside MPI calls (or MPI's own progress thread,
 //! e.g. MPICH's `MPIR_CVAR_ASYNC_PROGRESS=1`).
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::any::Any;
+
 use super::deferred::Deferred;
 use super::lifecycle::{self, CallInfo};
 use super::ops;
-use super::signature::Address;
+use super::signature::{Address, Signature};
 use crate::xla::{monitor, watchdog};
-use crate::{Backend, Error, ErrorsReturned, Library, Progress, Request, Result, ThreadLevel};
+use crate::{
+    Backend, BufMut, Dtype, Error, ErrorsReturned, Library, Progress, Request, Result, Status,
+    ThreadLevel,
+};
 
-/// A started request and what its wait needs to know.
+/// The buffer a started receive fills, for the whole-message check at completion.
+pub(super) struct Receive {
+    pub data: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+}
+
+/// A started op's requests (one per MPI call it started) and what its wait needs to know.
 pub(super) struct Flight {
-    pub request: Request,
+    /// The requests not completed yet.
+    pub requests: Vec<Request>,
+    /// What MPI reads until they complete (a v-op's counts), dropped only with the flight.
+    pub _keep: Vec<Box<dyn Any + Send>>,
     /// Which start, and its call (shown by `what`, only when needed).
     pub op: &'static str,
     pub call: CallInfo,
-    /// Where its data lives: the wait must be handed the same buffer.
+    /// Where its data lives: the wait must be handed the same buffer first (0: none).
     pub buffer: usize,
     /// An mpi4py Status to fill when a receive completes (0: none).
     pub status: Address,
+    /// A receive's buffer.
+    pub receive: Option<Receive>,
+    /// How many results the op has on this rank: what its wait returns.
+    pub results: usize,
     pub started: Instant,
     /// Errors of the request's communicator come back as codes until it completes.
     pub _errors: ErrorsReturned<'static>,
@@ -47,9 +67,53 @@ impl Flight {
     }
 }
 
+/// How a flight's requests came out, so far.
+#[derive(Default)]
+struct Outcome {
+    /// What a receive reported.
+    received: Option<Status>,
+    /// The first failure.
+    failed: Option<Error>,
+}
+
+impl Outcome {
+    fn add(&mut self, progress: Result<Progress>) {
+        match progress {
+            Ok(Progress::Received(status)) => self.received = Some(status),
+            Ok(_) => {}
+            Err(err) => {
+                self.failed.get_or_insert(err);
+            }
+        }
+    }
+
+    fn result(self) -> Result<Progress> {
+        match (self.failed, self.received) {
+            (Some(err), _) => Err(err),
+            (None, Some(status)) => Ok(Progress::Received(status)),
+            (None, None) => Ok(Progress::Sent),
+        }
+    }
+}
+
+/// Tests the requests still pending (a completed one, failed or not, leaves the list: it
+/// must not be tested again); true once none is left.
+fn test_requests(requests: &mut Vec<Request>, so_far: &mut Outcome, backend: &dyn Backend) -> bool {
+    requests.retain_mut(|request| match backend.test(request) {
+        Ok(Progress::Pending) => true,
+        progress => {
+            so_far.add(progress);
+            false
+        }
+    });
+    requests.is_empty()
+}
+
 struct Entry {
     flight: Flight,
-    /// Set once the request completed (by a test of the agent's or of the wait's).
+    /// What its completed requests reported.
+    so_far: Outcome,
+    /// Set once every request completed (by a test of the agent's or of the wait's).
     outcome: Option<Result<Progress>>,
     /// The wait's future, once the wait runs while the request is still in flight.
     waiter: Option<(Deferred, Instant)>,
@@ -95,35 +159,87 @@ pub fn set_cores_per_rank(cores: f64) {
     let _ = CORES_PER_RANK.set(cores);
 }
 
-/// Whether waits complete through the agent: "thread" or "none", and why. By default the
-/// agent runs only where each rank has a core to spare for it: where ranks fill the
-/// cores, its tests take time from the computation it should overlap (measured in
-/// benches/RESULTS.md: slower than blocking waits on a 2-core machine at 2 ranks).
+/// Whether every rank of the job runs on this host (set once at start-up by Python, which
+/// knows the ranks sharing the node).
+static ONE_HOST: OnceLock<bool> = OnceLock::new();
+
+pub fn set_one_host(one: bool) {
+    let _ = ONE_HOST.set(one);
+}
+
+/// How started ops progress, and why: "thread" (jaxmpi's agent completes them while the
+/// program computes), "none" (only MPI calls do: starts, waits, other ops), or "at-start"
+/// (as "none", but a started collective completes at its start, as its blocking op).
+///
+/// By default the agent runs only where each rank has a core to spare for it: where ranks
+/// fill the cores, its tests take time from the computation it should overlap (measured in
+/// benches/RESULTS.md: slower than blocking waits on a 2-core machine at 2 ranks). Without
+/// it, where every rank shares this host, nothing moves a collective's data while the
+/// program computes (every core computes, and the copies need one), so a started
+/// collective costs what its blocking op does plus its non-blocking algorithm's extra
+/// steps: "at-start" makes it the blocking op (measured in benches/RESULTS.md, "Gradients
+/// reduced during the backward pass"). Point to point starts non-blocking in every mode: a
+/// blocking send at its start could wait for a receive its peer starts later.
 pub fn progress_mode(library: &dyn Library) -> (&'static str, String) {
     let level = library.thread_level();
     let cores = CORES_PER_RANK.get().copied().unwrap_or(1.0);
+    let one_host = ONE_HOST.get().copied().unwrap_or(false);
+    let without_thread = |why: String| match one_host {
+        true => (
+            "at-start",
+            format!(
+                "{why}; every rank on this host: a started collective completes at its start, \
+                 as its blocking op (JAXMPI_PROGRESS=none starts it non-blocking)"
+            ),
+        ),
+        false => ("none", why),
+    };
     match progress_requested().as_deref() {
         Some("none") => ("none", "JAXMPI_PROGRESS=none".into()),
-        _ if level < ThreadLevel::Multiple => (
-            "none",
-            format!(
-                "MPI runs at {}: only MPI_THREAD_MULTIPLE allows a progress thread",
-                level.name()
-            ),
-        ),
+        Some("at-start") => ("at-start", "JAXMPI_PROGRESS=at-start".into()),
+        _ if level < ThreadLevel::Multiple => without_thread(format!(
+            "MPI runs at {}: only MPI_THREAD_MULTIPLE allows a progress thread",
+            level.name()
+        )),
         Some("thread") => ("thread", "JAXMPI_PROGRESS=thread".into()),
-        _ if cores < 2.0 => (
-            "none",
-            format!(
-                "{cores:.1} CPU cores per rank on this node: a progress thread would take \
-                 time from the rank's own computation (JAXMPI_PROGRESS=thread forces it)"
-            ),
-        ),
+        _ if cores < 2.0 => without_thread(format!(
+            "{cores:.1} CPU cores per rank on this node: a progress thread would take time \
+             from the rank's own computation (JAXMPI_PROGRESS=thread forces it)"
+        )),
         _ => (
             "thread",
             format!("{cores:.1} CPU cores per rank on this node, MPI_THREAD_MULTIPLE"),
         ),
     }
+}
+
+/// Whether started collectives complete at their start: unset (decided by `progress_mode`
+/// at the first start), no, yes.
+static AT_START: AtomicU8 = AtomicU8::new(0);
+
+/// Whether a started collective completes at its start (`progress_mode` "at-start").
+pub(super) fn collectives_complete_at_start(library: &dyn Library) -> bool {
+    match AT_START.load(Ordering::Relaxed) {
+        0 => {
+            let at_start = progress_mode(library).0 == "at-start";
+            AT_START.store(1 + u8::from(at_start), Ordering::Relaxed);
+            at_start
+        }
+        set => set == 2,
+    }
+}
+
+/// Whether started collectives complete at their start now (`progress_mode` "at-start",
+/// or as set), deciding it if nothing did yet.
+pub fn collectives_at_start() -> Result<bool> {
+    Ok(collectives_complete_at_start(crate::library()?))
+}
+
+/// Makes every later started collective complete at its start, or not, whatever the
+/// progress mode says; `None`: as the progress mode says (every rank must do it alike; for
+/// tests of both ways).
+pub fn set_collectives_at_start(at_start: Option<bool>) {
+    AT_START.store(at_start.map_or(0, |on| 1 + u8::from(on)), Ordering::Relaxed);
 }
 
 fn agent_running(library: &'static dyn Library) -> bool {
@@ -150,15 +266,13 @@ pub(super) fn start(library: &'static dyn Library, flight: Flight) -> Result<u64
     let running = agent_running(library);
     let mut table = table();
     if table.closed {
-        return Err(Error::library(
-            "isend/irecv",
-            "started after jaxmpi shut down",
-        ));
+        return Err(Error::library(flight.op, "started after jaxmpi shut down"));
     }
     let key = table.next;
     table.next += 1;
     let entry = Entry {
         flight,
+        so_far: Outcome::default(),
         outcome: None,
         waiter: None,
     };
@@ -190,7 +304,7 @@ pub(super) fn wait(
         ));
     };
     let flight = &table.entries[index].1.flight;
-    if flight.buffer != buffer {
+    if flight.buffer != 0 && flight.buffer != buffer {
         return Err(Error::invalid_argument(
             "request",
             format!(
@@ -208,10 +322,10 @@ pub(super) fn wait(
     // costs less to wait for here than through a future and a wake-up of the agent.
     let spin = Instant::now();
     while entry.outcome.is_none() {
-        let progress = backend.test(&mut entry.flight.request);
-        if !matches!(progress, Ok(Progress::Pending)) {
-            entry.outcome = Some(progress);
-        } else if spin.elapsed() > SPIN {
+        if entry.test(backend) {
+            break;
+        }
+        if spin.elapsed() > SPIN {
             break;
         }
     }
@@ -220,7 +334,7 @@ pub(super) fn wait(
         if table.closed {
             // Exit came during the spin: what shut_down does to the requests it finds.
             drop(table);
-            let _ = backend.abandon(entry.flight.request);
+            let _ = give_up(backend, entry.flight);
             return Err(shut_down_first());
         }
         if let Some(deferred) = defer() {
@@ -232,9 +346,50 @@ pub(super) fn wait(
     }
     let outcome = match entry.outcome.take() {
         Some(outcome) => outcome,
-        None => backend.wait(&mut entry.flight.request),
+        None => entry.wait(backend),
     };
-    finish(&entry.flight, outcome)
+    finish(&entry.flight, outcome, backend)
+}
+
+impl Entry {
+    /// Tests the requests still pending; true once all have completed (`outcome` set).
+    fn test(&mut self, backend: &dyn Backend) -> bool {
+        if test_requests(&mut self.flight.requests, &mut self.so_far, backend) {
+            self.outcome = Some(std::mem::take(&mut self.so_far).result());
+        }
+        self.outcome.is_some()
+    }
+
+    /// Blocks until every request has completed (MPI_Wait on each).
+    fn wait(&mut self, backend: &dyn Backend) -> Result<Progress> {
+        for mut request in self.flight.requests.drain(..) {
+            self.so_far.add(backend.wait(&mut request));
+        }
+        std::mem::take(&mut self.so_far).result()
+    }
+}
+
+/// Gives up a flight nobody will wait for: point to point, its requests are cancelled
+/// (receives) and freed; a collective's cannot be (MPI forbids both), so its requests
+/// are waited for, which every rank that started it as well does at its own exit. Says
+/// what was done, or the first failure.
+fn give_up(backend: &dyn Backend, mut flight: Flight) -> Result<&'static str> {
+    let collective = Signature::named(flight.op).is_some_and(|(s, _)| s.is_collective());
+    let mut first = Ok(if collective {
+        "completed at exit"
+    } else {
+        "cancelled"
+    });
+    for mut request in flight.requests.drain(..) {
+        let given_up = match collective {
+            true => backend.wait(&mut request).map(|_| ()),
+            false => backend.abandon(request),
+        };
+        if let Err(err) = given_up {
+            first = first.and(Err(err));
+        }
+    }
+    first
 }
 
 /// The failure of a wait that exit overtook.
@@ -242,8 +397,20 @@ fn shut_down_first() -> Error {
     Error::library("wait", "jaxmpi shut down first")
 }
 
-/// What a completed request leaves: its receive's status filled in, its debug line.
-fn finish(flight: &Flight, outcome: Result<Progress>) -> Result<()> {
+/// What a completed request leaves: a receive's whole message checked (a short one, with
+/// no status to read its count from, fails) and its status filled in; its debug line.
+fn finish(flight: &Flight, outcome: Result<Progress>, backend: &dyn Backend) -> Result<()> {
+    let outcome = match (outcome, &flight.receive) {
+        (Ok(Progress::Received(status)), Some(receive)) => {
+            // SAFETY: the receive buffer is alive until the wait completes (XLA keeps a
+            // wait's operands until then; eagerly, the Request holds the array).
+            let buffer =
+                unsafe { BufMut::from_raw(receive.data as *mut u8, receive.count, receive.dtype) };
+            ops::whole_message(buffer, &status, flight.status, backend)
+                .map(|()| Progress::Received(status))
+        }
+        (outcome, _) => outcome,
+    };
     if let Ok(Progress::Received(status)) = &outcome {
         ops::fill_status(flight.status, status);
     }
@@ -348,14 +515,8 @@ fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>
         if entry.outcome.is_some() {
             continue;
         }
-        match backend.test(&mut entry.flight.request) {
-            Ok(Progress::Pending) => {}
-            outcome => {
-                entry.outcome = Some(outcome);
-                if entry.waiter.is_some() {
-                    finished.push(*key);
-                }
-            }
+        if entry.test(backend) && entry.waiter.is_some() {
+            finished.push(*key);
         }
     }
     let mut done = Vec::new();
@@ -375,10 +536,10 @@ fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>
 /// (the wait's result is unused), so it is kept for Python as other result-less failures.
 fn complete(library: &dyn Library, mut entry: Entry, deferred: Deferred) {
     let outcome = entry.outcome.take().unwrap_or(Ok(Progress::Pending));
-    let result = finish(&entry.flight, outcome)
+    let result = finish(&entry.flight, outcome, library.backend())
         .map_err(|err| super::entry::with_rank(err.in_op("wait"), library));
-    let is_send = entry.flight.request.receives.is_none();
-    let result = super::pending::keep(result, !is_send);
+    // Only a wait with results has a reader its failure reaches.
+    let result = super::pending::keep(result, entry.flight.results > 0);
     deferred.finish(result);
 }
 
@@ -423,10 +584,10 @@ pub fn shut_down(library: &dyn Library) -> Vec<String> {
             left.push(format!("{what}: completed, never waited for"));
             continue;
         }
-        match library.backend().abandon(entry.flight.request) {
-            Ok(()) => left.push(format!("{what}: never waited for; cancelled")),
+        match give_up(library.backend(), entry.flight) {
+            Ok(done) => left.push(format!("{what}: never waited for; {done}")),
             Err(err) => left.push(format!(
-                "{what}: never waited for; cancelling failed: {err}"
+                "{what}: never waited for; giving it up failed: {err}"
             )),
         }
     }

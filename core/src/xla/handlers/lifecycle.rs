@@ -9,16 +9,12 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use super::handles;
-use super::signature::{Attrs, PEER_ANY, PEER_NULL, TAG_ANY};
+use super::signature::{Attrs, Signature, PEER_ANY, PEER_NULL, TAG_ANY};
 use super::{checked, Call};
 use crate::xla::ffi::CallFrame;
 use crate::xla::monitor::{self, Monitor, Tracked};
 use crate::xla::watchdog;
 use crate::{ErrorsReturned, Library, Result, ThreadLevel};
-
-/// The ops that are no collective: checked mode checks the blocking ones in their bodies
-/// (`ops.rs`).
-const POINT_TO_POINT: [&str; 6] = ["send", "recv", "sendrecv", "isend", "irecv", "wait"];
 
 /// Attributes that say whom a call talks to, in the order they are shown.
 const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
@@ -41,7 +37,7 @@ impl CallInfo {
                 .unwrap_or(0),
             attrs: DESCRIBED.map(|name| call.optional_i64(name)),
             bytes: call.operand_bytes(),
-            origin: call.text("origin").ok().map(str::to_string),
+            origin: call.optional_text("origin").map(str::to_string),
         }
     }
 }
@@ -114,6 +110,11 @@ fn monitor_from_env(library: &'static dyn Library) -> Option<&'static Monitor> {
     Some(monitor)
 }
 
+/// Whether the op called `name` is a collective, as its declaration says.
+fn is_collective(name: &str) -> bool {
+    Signature::named(name).is_some_and(|(s, _)| s.is_collective())
+}
+
 /// Runs `body`, the op of `call`, on its decoded attributes, with everything every call
 /// needs around it.
 pub(super) fn run<A: Attrs>(
@@ -133,7 +134,8 @@ pub(super) fn run<A: Attrs>(
             return body(&attrs);
         };
         let _returned = ErrorsReturned::on(library, comm)?;
-        if checked::enabled() && !POINT_TO_POINT.contains(&call.name()) {
+        // Point to point, checked mode checks the blocking ones in their bodies (`ops.rs`).
+        if checked::enabled() && is_collective(call.name()) {
             checked::collective(call, library, comm)?;
         }
         body(&attrs)

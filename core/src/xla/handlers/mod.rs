@@ -24,54 +24,63 @@ mod tests;
 pub use call::Call;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, OP_USER, PEER_ANY,
-    PEER_NULL, TAG_ANY, USER_OP,
+    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, OP_USER, PEER_ANY,
+    PEER_NULL, STARTED_RESULTS, TAG_ANY, USER_OP,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
 use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
 use entry::handle;
-use signature::{declare_ops, Attr};
+use signature::{declare_ops, started_name, Attr};
 
 // Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
 // lowering `jaxmpi_<name>` passes exactly these (Python checks its parameters against this
 // table at trace time); the handler decodes them into `attrs::TypedAttrs` before
 // `ops::<name>` runs. A result is absent on ranks that receive nothing (see `ops.rs`), an
 // operand that is only a receive template never reaches the handler.
+//
+// Non-blocking is a mode of an op: `started iname` declares `iname`, the op started, whose
+// call runs the op's own body with every MPI call started instead of completed
+// (`nonblocking.rs`) and returns a request value before the op's results, which only the
+// request's `wait` may read: it takes the request value, the start's other results (the
+// op's own, then the operands the transfer reads, passed through), and `after`, any
+// number of arrays it never reads that XLA must compute before it; it returns the op's
+// results, now complete (aliased). So the op's non-blocking form is this one word here.
 declare_ops! {
-    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp },
-    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32 },
-    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp },
-    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp },
-    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp },
-    bcast: Bcast (x) -> (y) { comm: Comm, root: i32 },
-    gather: Gather (x) -> (y) { comm: Comm, root: i32 },
-    allgather: Allgather (x) -> (y) { comm: Comm },
-    scatter: Scatter (x) -> (y) { comm: Comm, root: i32 },
-    alltoall: Alltoall (x) -> (y) { comm: Comm },
-    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
-    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts },
-    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts },
-    alltoallv: Alltoallv (x) -> (y) { comm: Comm, send_counts: Counts, recv_counts: Counts },
-    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32 },
-    recv: Recv (x) -> (y) { comm: Comm, source: Peer, tag: Option<i32>, status: Address },
+    allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree } started iallreduce,
+    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32, tree: Tree } started ireduce,
+    scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
+    exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
+    reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree }
+        started ireduce_scatter,
+    bcast: Bcast (x) -> (y) { comm: Comm, root: i32, tree: Tree } started ibcast,
+    gather: Gather (x) -> (y) { comm: Comm, root: i32, tree: Tree } started igather,
+    allgather: Allgather (x) -> (y) { comm: Comm, tree: Tree } started iallgather,
+    scatter: Scatter (x) -> (y) { comm: Comm, root: i32, tree: Tree } started iscatter,
+    alltoall: Alltoall (x) -> (y) { comm: Comm, tree: Tree } started ialltoall,
+    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts, tree: Tree }
+        started igatherv,
+    allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts, tree: Tree }
+        started iallgatherv,
+    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts, tree: Tree }
+        started iscatterv,
+    alltoallv: Alltoallv (x) -> (y) {
+        comm: Comm, send_counts: Counts, recv_counts: Counts, tree: Tree,
+    } started ialltoallv,
+    send: Send (x) -> () { comm: Comm, dest: Peer, tag: i32, tree: Tree } started isend,
+    recv: Recv (x) -> (y) {
+        comm: Comm, source: Peer, tag: Option<i32>, status: Address, tree: Tree,
+    } started irecv,
     sendrecv: Sendrecv (sendbuf, recvbuf) -> (y) {
         comm: Comm, dest: Peer, sendtag: i32, source: Peer, recvtag: Option<i32>, status: Address,
+        tree: Tree, recv_tree: Tree,
     },
     barrier: Barrier () -> () { comm: Comm },
-    // Non-blocking (`nonblocking.rs`): a start returns a request value and the buffer its
-    // transfer uses (a send's operand, aliased); `wait` takes both, and its result is the
-    // buffer again (aliased): the received data, readable once the wait has completed.
-    // `after`: any number of arrays, never read, which XLA must compute before the wait.
-    isend: Isend (x) -> (request, buffer) { comm: Comm, dest: Peer, tag: i32 },
-    irecv: Irecv (x) -> (request, buffer) {
-        comm: Comm, source: Peer, tag: Option<i32>, status: Address,
-    },
-    wait: Wait (request, buffer, after) -> (y) { comm: Comm },
+    wait: Wait (request, buffers, after) -> (results) { comm: Comm },
     // Counts computed inside jit: operands, read at run time (`ragged.rs`); `output` is
     // the result's initial contents (aliased: rows nobody sends to stay as they are).
     ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)
-        -> (y) { comm: Comm, origin: i32 },
+        -> (y) { comm: Comm, origin: i32, tree: Tree },
     // XLA's collectives, as the HLO pass (`xla/hlo`) rewrites them (`hlo.rs`): on every
     // device of a sharded program, with their devices' groups instead of a communicator,
     // and the JAX operation they came from. `x`/`y`: one or more arrays (all-reduce and

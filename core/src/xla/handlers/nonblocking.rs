@@ -1,52 +1,102 @@
-//! The bodies of the non-blocking ops. A start (`isend`, `irecv`) returns a request value
-//! (its key in `in_flight`, as two float32) and the buffer the transfer uses: for a send the
-//! operand itself (aliased), for a receive the buffer MPI fills. The lowering hands that
-//! buffer to the request's `wait` and to nothing else, so XLA keeps it alive and untouched
-//! until the wait has completed, and every reader of received data runs after it.
+//! Non-blocking ops: every op declared with a started form (`started iname` in the table
+//! in `mod.rs`) starts through `start`, and every request completes through `wait`.
+//!
+//! A start runs the op's own body (`ops.rs`) through `Backend::start`, which makes every
+//! MPI call the body makes non-blocking (MPI_Iallreduce for MPI_Allreduce, ...): the same
+//! checks, chunks and segments as the blocking op, then the requests in flight
+//! (`in_flight.rs`) under one key, which the start writes into its request value. Its other
+//! results are the op's own (what MPI fills) and the operands the transfer reads, passed
+//! through: the lowering hands them to the request's `wait` and to nothing else, so XLA keeps
+//! them alive and untouched until the wait has completed, and every reader of the op's
+//! results runs after it. A receive's status and whole-message check come at completion.
 
 use std::time::Instant;
 
-use super::in_flight::{self, Flight};
+use super::call::Operand;
+use super::entry::Body;
+use super::in_flight::{self, Flight, Receive};
 use super::lifecycle::CallInfo;
-use super::signature::Address;
-use super::{attrs, Call};
-use crate::{library, Backend, Comm, ErrorsReturned, Library, Request, Result};
+use super::signature::{Address, Attrs, Signature};
+use super::Call;
+use crate::{library, Backend, ErrorsReturned, Library, Result};
 
-/// Results of a start: the request value, then the buffer of the transfer.
-const REQUEST: usize = 0;
-const TRANSFER: usize = 1;
-
-fn register(
+/// Starts the op `body` is the body of, on `call`'s buffers (see the module's doc).
+pub(super) fn start<A: Attrs>(
     call: &Call,
-    comm: Comm,
-    request: Request,
-    buffer: usize,
-    status: Address,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    attrs: &A,
+    body: Body<A>,
 ) -> Result<()> {
-    let library = library()?;
+    let comm = attrs
+        .comm()
+        .ok_or_else(|| call.bad_attr("comm", "is missing: a started op runs on a communicator"))?;
+    let collective = Signature::named(call.name()).is_some_and(|(s, _)| s.is_collective());
+    if collective && in_flight::collectives_complete_at_start(library) {
+        // Nothing could move its data before the wait (`progress_mode`): the blocking op,
+        // now; its wait has nothing left to do.
+        body(call, library, backend, attrs)?;
+        return write_request(call, COMPLETED);
+    }
+    // SAFETY: the lowering hands every buffer of this call (the op's results, and the
+    // operands MPI reads, passed through) to the request's wait and to nothing that writes
+    // them: XLA keeps them alive and unchanged until the wait has completed, which only
+    // happens once MPI is done with them.
+    let started = unsafe { backend.start(&mut |starting| body(call, library, starting, attrs)) }?;
+    let library = crate::library()?;
+    // The buffer the wait is handed first: the op's first result, else the first operand.
+    let first = call.optional_ret(0).or_else(|| call.optional_arg(0));
+    let receive = match started.requests.iter().any(|r| r.receives.is_some()) {
+        true => call.optional_ret(0).map(|y| receive_of(&y)).transpose()?,
+        false => None,
+    };
     let flight = Flight {
-        request,
+        requests: started.requests,
+        _keep: started.keep,
         op: call.name(),
         call: CallInfo::of(call),
-        buffer,
-        status,
+        buffer: first.map_or(0, |b| b.data() as usize),
+        status: attrs.status().unwrap_or(Address(0)),
+        receive,
+        results: call.rets_len(),
         started: Instant::now(),
         _errors: ErrorsReturned::on(library, comm)?,
     };
     let key = in_flight::start(library, flight)?;
-    let value = call.ret(REQUEST)?;
-    // SAFETY: the request result is two float32 (checked by the Python shape rule).
+    write_request(call, key)
+}
+
+/// The key of a request that completed at its start: no entry in flight (keys start at 1).
+const COMPLETED: u64 = 0;
+
+fn write_request(call: &Call, key: u64) -> Result<()> {
+    let value = call.request()?;
+    if value.len_bytes() != 8 {
+        return Err(call.bad_attr("request", "result is not the 8-byte request value"));
+    }
+    // SAFETY: checked above: the request result is 8 bytes, two float32.
     unsafe { std::ptr::write_unaligned(value.data().cast::<[u32; 2]>(), encode(key)) };
     Ok(())
 }
 
+fn receive_of(y: &Operand) -> Result<Receive> {
+    Ok(Receive {
+        data: y.data() as usize,
+        count: y.count(),
+        dtype: y.dtype()?,
+    })
+}
+
 /// The wait of a request started outside any program (eagerly), given its request value's
-/// bits and its buffer's address: blocks until the request completes.
+/// bits and its first buffer's address: blocks until the request completes.
 pub fn wait_eager(value: [u32; 2], buffer: usize) -> Result<()> {
     let library = library()?;
     let key = decode(value).ok_or_else(|| {
-        crate::Error::invalid_argument("request", "is not a request value made by isend/irecv")
+        crate::Error::invalid_argument("request", "is not a request value made by a started op")
     })?;
+    if key == COMPLETED {
+        return Ok(());
+    }
     in_flight::wait(library, key, buffer, || None)
         .map_err(|err| super::entry::with_rank(err.in_op("wait"), library))
 }
@@ -70,35 +120,20 @@ fn decode(value: [u32; 2]) -> Option<u64> {
     Some(part(lo)? | part(hi)? << 23)
 }
 
-pub fn isend(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Isend) -> Result<()> {
-    let buffer = call.ret(TRANSFER)?;
-    // SAFETY: the transfer buffer (the operand, aliased) is an operand of the request's wait
-    // and of nothing that writes it: XLA keeps it alive and unchanged until the wait has
-    // completed, which only happens once MPI is done with it.
-    let request = unsafe { backend.isend(a.comm, buffer.buf()?, a.dest, a.tag) }?;
-    register(call, a.comm, request, buffer.data() as usize, Address(0))
-}
-
-pub fn irecv(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Irecv) -> Result<()> {
-    let buffer = call.ret(TRANSFER)?;
-    // SAFETY: the buffer is a result only the request's wait reads (and aliases to its own
-    // result): alive until the wait has completed, written by nobody but MPI.
-    let request = unsafe { backend.irecv(a.comm, buffer.buf_mut()?, a.source, a.tag) }?;
-    register(call, a.comm, request, buffer.data() as usize, a.status)
-}
-
-pub fn wait(call: &Call, _: &dyn Library, _: &dyn Backend, _: &attrs::Wait) -> Result<()> {
+pub fn wait(call: &Call, _: &dyn Library, _: &dyn Backend, _: &super::attrs::Wait) -> Result<()> {
     let value = call.arg(0)?;
-    let not_a_request = || call.bad_attr("request", "is not a request value made by isend/irecv");
-    if value.count() * value.dtype()?.size() != 8 {
+    let not_a_request = || call.bad_attr("request", "is not a request value made by a started op");
+    if value.len_bytes() != 8 {
         return Err(not_a_request());
     }
     // SAFETY: checked above: 8 bytes, the request value its start wrote.
     let bits = unsafe { std::ptr::read_unaligned(value.data().cast::<[u32; 2]>()) };
     let key = decode(bits).ok_or_else(not_a_request)?;
-    in_flight::wait(library()?, key, call.arg(1)?.data() as usize, || {
-        call.defer()
-    })
+    if key == COMPLETED {
+        return Ok(());
+    }
+    let first = call.optional_arg(1).map_or(0, |b| b.data() as usize);
+    in_flight::wait(library()?, key, first, || call.defer())
 }
 
 #[cfg(test)]

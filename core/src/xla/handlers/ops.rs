@@ -8,7 +8,7 @@ pub use super::hlo::{
     hlo_all_gather, hlo_all_reduce, hlo_all_to_all, hlo_collective_permute, hlo_ragged_all_to_all,
     hlo_reduce_scatter,
 };
-pub use super::nonblocking::{irecv, isend, wait};
+pub use super::nonblocking::wait;
 pub use super::ragged::ragged_alltoallv;
 
 use super::attrs;
@@ -241,8 +241,15 @@ pub fn send(
     a: &attrs::Send,
 ) -> Result<()> {
     let x = call.arg(0)?.buf()?;
-    if checked::enabled() {
-        checked::send_header(library, a.comm, a.dest, a.tag, (x.dtype(), x.count()))?;
+    // Started (isend), no header: a receive of its own waiting for it would block the
+    // start of the receiving rank's other transfers.
+    if checked::enabled() && !call.is_start() {
+        let message = checked::Message {
+            dtype: x.dtype(),
+            count: x.count(),
+            tree: a.tree.of(call),
+        };
+        checked::send_header(library, a.comm, a.dest, a.tag, message)?;
     }
     backend.send(a.comm, x, a.dest, a.tag)
 }
@@ -255,14 +262,22 @@ pub fn recv(
 ) -> Result<()> {
     let y = call.ret(0)?;
     let (mut source, mut tag, mut mismatch) = (a.source, a.tag, None);
-    if checked::enabled() {
-        let expected = (y.dtype()?, y.count());
+    if checked::enabled() && !call.is_start() {
+        let expected = checked::Message {
+            dtype: y.dtype()?,
+            count: y.count(),
+            tree: a.tree.of(call),
+        };
         let announced = checked::receive_header(library, a.comm, (source, tag), expected)?;
         (source, tag, mismatch) = (announced.source, announced.tag, announced.mismatch);
     }
     let received = backend.recv(a.comm, y.buf_mut()?, source, tag);
+    if call.is_start() {
+        // Nothing received yet (irecv): its completion checks and reports the message.
+        return received.map(|_| ());
+    }
     let status = mismatch.map_or(received, Err)?;
-    whole_message(&y, &status, a.status, backend)?;
+    whole_message(y.buf_mut()?, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
 }
@@ -285,7 +300,16 @@ pub fn sendrecv(
     };
     let mut mismatch = None;
     if checked::enabled() {
-        let (sent, expected) = ((x.dtype()?, x.count()), (y.dtype()?, y.count()));
+        let sent = checked::Message {
+            dtype: x.dtype()?,
+            count: x.count(),
+            tree: a.tree.of(call),
+        };
+        let expected = checked::Message {
+            dtype: y.dtype()?,
+            count: y.count(),
+            tree: a.recv_tree.of(call),
+        };
         let announced = checked::exchange_headers(library, envelope, sent, expected)?;
         (envelope.source, envelope.recvtag) = (announced.source, announced.tag);
         mismatch = announced.mismatch;
@@ -298,7 +322,7 @@ pub fn sendrecv(
     let received = backend.sendrecv(sendbuf, y.buf_mut()?, envelope);
     // A mismatch the headers showed is the error to report, whatever the transfer did.
     let status = mismatch.map_or(received, Err)?;
-    whole_message(&y, &status, a.status, backend)?;
+    whole_message(y.buf_mut()?, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
 }
@@ -306,8 +330,8 @@ pub fn sendrecv(
 /// MPI allows a message shorter than the receive buffer, and leaves the rest of it
 /// unwritten: never handed on as data. With a `status` the caller reads the count there
 /// and the rest of the result is zeros; without one the short message is an error.
-fn whole_message(
-    y: &Operand,
+pub(super) fn whole_message(
+    y: BufMut,
     status: &Status,
     address: Address,
     backend: &dyn Backend,
@@ -317,7 +341,7 @@ fn whole_message(
         return Ok(());
     }
     if address.0 != 0 {
-        return backend.fill_zeros(y.buf_mut()?.tail(status.count));
+        return backend.fill_zeros(y.tail(status.count));
     }
     let tag = status.tag.map_or("none".to_string(), |t| t.to_string());
     Err(Error::invalid_argument(
@@ -328,7 +352,7 @@ fn whole_message(
              status= to accept shorter messages (the count is then in the status and the \
              rest of the result is zeros)",
             status.count,
-            y.dtype()?,
+            y.dtype(),
             status.source,
         ),
     ))

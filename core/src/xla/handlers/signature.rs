@@ -43,6 +43,8 @@ pub enum Kind {
     Sizes,
     /// Words for people ([`Shown`]).
     Text,
+    /// The layout of the pytree a call belongs to ([`Tree`]).
+    Tree,
 }
 
 impl Kind {
@@ -59,6 +61,7 @@ impl Kind {
             Kind::Devices => "devices",
             Kind::Sizes => "sizes",
             Kind::Text => "text",
+            Kind::Tree => "tree",
         }
     }
 }
@@ -78,7 +81,32 @@ pub struct Signature {
     pub operands: &'static [&'static str],
     pub results: &'static [&'static str],
     pub attrs: &'static [AttrDecl],
+    /// The name of the op's started form (`iallreduce`), "" where it has none. Its call
+    /// takes the op's operands and attributes, and one more attribute,
+    /// [`STARTED_RESULTS`]; its results are the request value, the op's results, and the
+    /// operands the transfer reads, passed through to the wait (`Call::starting`).
+    pub started: &'static str,
 }
+
+impl Signature {
+    /// Whether the op moves data between ranks of a communicator without naming a peer:
+    /// a collective, which every rank calls (the wait, which completes a request, is none).
+    pub fn is_collective(&self) -> bool {
+        let has = |kind| self.attrs.iter().any(|a| a.kind == kind);
+        has(Kind::Comm) && !has(Kind::Peer) && self.operands.first() != Some(&"request")
+    }
+
+    /// The op called `name`, or started by that name (true).
+    pub fn named(name: &str) -> Option<(&'static Signature, bool)> {
+        super::SIGNATURES
+            .iter()
+            .find_map(|s| (s.name == name || s.started == name).then_some((s, s.started == name)))
+    }
+}
+
+/// The attribute of a started op's call that says how many of the op's results it has (a
+/// rooted op's differ between ranks).
+pub const STARTED_RESULTS: &str = "results";
 
 /// A handle or address that is not a communicator (an mpi4py Status's MPI_Status).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,12 +167,32 @@ pub struct Sizes(pub Vec<usize>);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shown;
 
+/// The pytree a call moves part of: a fingerprint of its leaves' paths, dtypes and shapes
+/// (the same on every rank that passes the same structure), or 0 for a single array. A
+/// pytree travels as one call per group of leaves (`python/jaxmpi/_trees.py`), each
+/// carrying the whole tree's fingerprint: checked mode compares it, which the packed
+/// buffers alone could not show (two trees may pack to the same dtype and size). Only
+/// checked mode reads it (`Tree::of`), so decoding reads nothing: no cost per call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tree(pub &'static str);
+
+impl Tree {
+    /// The fingerprint the call carries (0 where it carries none).
+    pub fn of(&self, call: &Call) -> u64 {
+        call.optional_i64(self.0).unwrap_or(0) as u64
+    }
+}
+
 /// A Rust type an attribute decodes into; its kind is what Python is told.
 pub trait Attr: Sized {
     const KIND: Kind;
     fn decode(call: &Call, name: &'static str) -> Result<Self>;
     /// The communicator this attribute names, if it names one.
     fn as_comm(&self) -> Option<Comm> {
+        None
+    }
+    /// The mpi4py Status this attribute names, if it names one.
+    fn as_status(&self) -> Option<Address> {
         None
     }
 }
@@ -155,6 +203,8 @@ pub trait Attrs: Sized {
     /// The communicator the op runs on, where the program names one; XLA's collectives
     /// (`hlo.rs`) find theirs from their devices when they run.
     fn comm(&self) -> Option<Comm>;
+    /// The mpi4py Status a receive fills, where the op has one.
+    fn status(&self) -> Option<Address>;
 }
 
 fn int(call: &Call, name: &'static str) -> Result<i32> {
@@ -195,6 +245,9 @@ impl Attr for Address {
     const KIND: Kind = Kind::Address;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
         Ok(Address(address(call, name)?))
+    }
+    fn as_status(&self) -> Option<Address> {
+        Some(*self)
     }
 }
 
@@ -280,6 +333,13 @@ impl Attr for Sizes {
     }
 }
 
+impl Attr for Tree {
+    const KIND: Kind = Kind::Tree;
+    fn decode(_: &Call, name: &'static str) -> Result<Self> {
+        Ok(Tree(name))
+    }
+}
+
 impl Attr for Shown {
     const KIND: Kind = Kind::Text;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
@@ -290,10 +350,11 @@ impl Attr for Shown {
 /// Declares every op once: its signature (for Python), its typed attributes (for its
 /// body) and its exported handlers (for XLA).
 macro_rules! declare_ops {
-    ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*) { $($field:ident: $ty:ty),* $(,)? }),* $(,)?) => {
+    ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*)
+        { $($field:ident: $ty:ty),* $(,)? } $(started $started:ident)?),* $(,)?) => {
         /// Each op's attributes, typed.
         pub mod attrs {
-            use super::signature::{Address, Attr, Attrs, Counts, Devices, Shown, Sizes};
+            use super::signature::{Address, Attr, Attrs, Counts, Devices, Shown, Sizes, Tree};
             use super::Call;
             use crate::{Comm, Peer, ReduceOp, Result};
             $(
@@ -305,16 +366,20 @@ macro_rules! declare_ops {
                     fn comm(&self) -> Option<Comm> {
                         None $(.or(Attr::as_comm(&self.$field)))*
                     }
+                    fn status(&self) -> Option<Address> {
+                        None $(.or(Attr::as_status(&self.$field)))*
+                    }
                 }
             )*
         }
 
-        /// Every op's signature, in declaration order.
+        /// Every op's signature, in declaration order (each started form is its op's).
         pub const SIGNATURES: &[Signature] = &[$(Signature {
             name: stringify!($op),
             operands: &[$(stringify!($arg)),*],
             results: &[$(stringify!($ret)),*],
             attrs: &[$(AttrDecl { name: stringify!($field), kind: <$ty as Attr>::KIND }),*],
+            started: started_name!($($started)?),
         }),*];
 
         /// `jaxmpi_<op>` for every op: the FFI target names the Python lowerings call.
@@ -325,8 +390,24 @@ macro_rules! declare_ops {
                 /// Called by XLA with a valid call frame.
                 pub unsafe extern "C" fn $op(frame: *mut CallFrame) -> *mut FfiError {
                     // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($op), ops::$op) }
+                    unsafe { handle(frame, stringify!($op), false, ops::$op) }
                 }
+                $(
+                    /// # Safety
+                    /// Called by XLA with a valid call frame.
+                    pub unsafe extern "C" fn $started(frame: *mut CallFrame) -> *mut FfiError {
+                        fn body(
+                            call: &Call,
+                            library: &dyn Library,
+                            backend: &dyn Backend,
+                            attrs: &attrs::$attrs,
+                        ) -> Result<()> {
+                            nonblocking::start(call, library, backend, attrs, ops::$op)
+                        }
+                        // SAFETY: XLA passes a valid frame.
+                        unsafe { handle(frame, stringify!($started), true, body) }
+                    }
+                )?
             )*
         }
 
@@ -349,17 +430,50 @@ macro_rules! declare_ops {
                         })
                     }
                     // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($op), body) }
+                    unsafe { handle(frame, stringify!($op), false, body) }
                 }
+                $(
+                    /// # Safety
+                    /// Called by XLA with a valid call frame.
+                    pub unsafe extern "C" fn $started(frame: *mut CallFrame) -> *mut FfiError {
+                        fn body(
+                            call: &Call,
+                            library: &dyn Library,
+                            _host: &dyn Backend,
+                            attrs: &attrs::$attrs,
+                        ) -> Result<()> {
+                            device::on_device(call, library, &mut |backend| {
+                                nonblocking::start(call, library, backend, attrs, ops::$op)
+                            })
+                        }
+                        // SAFETY: XLA passes a valid frame.
+                        unsafe { handle(frame, stringify!($started), true, body) }
+                    }
+                )?
             )*
         }
 
         /// (FFI target name, handler) for every op.
-        pub const HANDLERS: &[(&str, Handler)] =
-            &[$((concat!("jaxmpi_", stringify!($op)), exported::$op as Handler)),*];
+        pub const HANDLERS: &[(&str, Handler)] = &[$(
+            (concat!("jaxmpi_", stringify!($op)), exported::$op as Handler),
+            $((concat!("jaxmpi_", stringify!($started)), exported::$started as Handler),)?
+        )*];
         /// (FFI target name, handler) for every op on GPU buffers (same names).
-        pub const DEVICE_HANDLERS: &[(&str, Handler)] =
-            &[$((concat!("jaxmpi_", stringify!($op)), exported_device::$op as Handler)),*];
+        pub const DEVICE_HANDLERS: &[(&str, Handler)] = &[$(
+            (concat!("jaxmpi_", stringify!($op)), exported_device::$op as Handler),
+            $((concat!("jaxmpi_", stringify!($started)), exported_device::$started as Handler),)?
+        )*];
     };
 }
 pub(super) use declare_ops;
+
+/// An op's `started` name in its signature: "" where it has none.
+macro_rules! started_name {
+    () => {
+        ""
+    };
+    ($started:ident) => {
+        stringify!($started)
+    };
+}
+pub(super) use started_name;

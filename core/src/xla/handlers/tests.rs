@@ -247,6 +247,7 @@ fn attributes_decode_into_their_declared_types() {
             ("source", -1),
             ("tag", -1),
             ("status", status),
+            ("tree", -3),
         ],
         &[],
     );
@@ -261,12 +262,21 @@ fn attributes_decode_into_their_declared_types() {
         "addresses keep all 64 bits"
     );
     assert_eq!(
-        (recv.source, recv.tag, recv.status.0),
-        (Peer::Any, None, 64)
+        (recv.source, recv.tag, recv.status.0, recv.tree.of(&call)),
+        (Peer::Any, None, 64, -3i64 as u64),
+        "a pytree's fingerprint keeps all 64 bits"
     );
 
     let (comm, user_op) = ids(0x4400_0000, 77);
-    let mut attrs = FrameAttrs::new(&[("comm", comm), ("op", -1), ("user_op", user_op)], &[]);
+    let mut attrs = FrameAttrs::new(
+        &[
+            ("comm", comm),
+            ("op", -1),
+            ("user_op", user_op),
+            ("tree", 0),
+        ],
+        &[],
+    );
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "allreduce") }.unwrap();
@@ -275,7 +285,10 @@ fn attributes_decode_into_their_declared_types() {
         ReduceOp::User(77)
     );
 
-    let mut attrs = FrameAttrs::new(&[("comm", comm), ("root", 0)], &[("counts", vec![2, 0, 3])]);
+    let mut attrs = FrameAttrs::new(
+        &[("comm", comm), ("root", 0), ("tree", 0)],
+        &[("counts", vec![2, 0, 3])],
+    );
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();

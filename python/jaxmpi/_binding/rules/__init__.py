@@ -30,7 +30,15 @@ from .collectives import (
     scatter_transpose,
 )
 from .common import batcher, behind_rank_axis, front, linear_jvp, root_axis, sum_only_jvp
-from .nonblocking import start_batching, start_transpose, wait_batching, wait_jvp, wait_transpose
+from .nonblocking import (
+    RECV_REVERSE,
+    SEND_REVERSE,
+    Reverse,
+    rules_of_started,
+    wait_batching,
+    wait_jvp,
+    wait_transpose,
+)
 from .p2p import named_source_jvp, recv_transpose, send_transpose, sendrecv_transpose
 from .reductions import (
     allreduce_transpose,
@@ -56,11 +64,13 @@ class Rules(NamedTuple):
     """How JAX differentiates and batches one primitive: `jvp(primitive, name)` makes its
     JVP rule (None: no derivative, no operands), `transpose` is its transpose rule (None:
     not linear), `batch` is (operand axis, result axis) for `batcher`, each a function of
-    the op's parameters, or a whole batching rule."""
+    the op's parameters, or a whole batching rule. `reverse`: the op's adjoint as a started
+    op, which makes its started form's reverse mode overlapped (`nonblocking.py`)."""
 
     jvp: Callable | None
     transpose: Callable | None
     batch: tuple[Callable, Callable] | Callable
+    reverse: Reverse | None = None
 
 
 RULES: dict[str, Rules] = {
@@ -78,16 +88,27 @@ RULES: dict[str, Rules] = {
     "allgatherv": Rules(linear_jvp, allgatherv_transpose, (behind_rank_axis, behind_rank_axis)),
     "scatterv": Rules(linear_jvp, scatterv_transpose, (behind_rank_axis, behind_rank_axis)),
     "alltoallv": Rules(linear_jvp, alltoallv_transpose, (behind_rank_axis, behind_rank_axis)),
-    "send": Rules(linear_jvp, send_transpose, (front, front)),
-    "recv": Rules(named_source_jvp, recv_transpose, (front, front)),
+    "send": Rules(linear_jvp, send_transpose, (front, front), SEND_REVERSE),
+    "recv": Rules(named_source_jvp, recv_transpose, (front, front), RECV_REVERSE),
     "sendrecv": Rules(named_source_jvp, sendrecv_transpose, (front, front)),
     "barrier": Rules(None, None, barrier_batching),
     "ragged_alltoallv": Rules(ragged_jvp, ragged_alltoallv_transpose, ragged_alltoallv_batching),
-    "isend": Rules(linear_jvp, start_transpose(prim.isend), start_batching(prim.isend)),
-    "irecv": Rules(named_source_jvp, start_transpose(prim.irecv), start_batching(prim.irecv)),
-    "wait": Rules(wait_jvp, wait_transpose, wait_batching),
     "allreduce_transposed": Rules(linear_jvp, allreduce_transposed_transpose, (front, front)),
 }  # fmt: skip
+
+# The rows of the started forms and of their wait, derived from their ops' rows: none of
+# them is written here, so declaring an op's started form in the Rust table is all it takes.
+RULES["wait"] = Rules(
+    wait_jvp,
+    wait_transpose({op: r.reverse for op, r in RULES.items() if r.reverse is not None}),
+    wait_batching,
+)
+for _op in prim.STARTED:
+    _row = RULES[_op]
+    _jvp, _transpose, _batching = rules_of_started(_op, _row.transpose, _row.batch, _row.reverse)
+    RULES[prim.SIGNATURES[_op]["started"]] = Rules(
+        lambda *_, rule=_jvp: rule, _transpose, _batching
+    )
 
 for _name, _rules in RULES.items():
     _primitive = prim.PRIMITIVES[_name]

@@ -28,13 +28,13 @@ def named_source_jvp(primitive, name: str):
     return jvp
 
 
-def send_transpose(cts, x, *, comm, dest, tag):
+def send_transpose(cts, x, *, comm, dest, tag, **_):
     """What was sent comes back: the cotangent from the destination."""
     back = bind_one(prim.recv, zeros_like_arg(x), comm=comm, source=dest, tag=TAG_ANY, status=0)
     return [cotangent_for(x, back)]
 
 
-def recv_transpose(cts, x, *, comm, source, tag, status):
+def recv_transpose(cts, x, *, comm, source, tag, status, **_):
     prim.send.bind(*cts, comm=comm, dest=source, tag=0 if tag == TAG_ANY else tag)
     return [cotangent_for(x, zeros_like_arg(x))]
 
@@ -44,6 +44,8 @@ def sendrecv_transpose(cts, sendbuf, recvbuf, *, source, dest, sendtag, **params
     rank sent comes back from its destination (matched by source, any tag)."""
     # The cotangents are two arrays even where the primal sent and received one.
     params = dict(params, recvtag=TAG_ANY, status=0, replace=False)
+    # What goes back is shaped like what came, and the reverse: so are their pytrees.
+    params["tree"], params["recv_tree"] = params.get("recv_tree", 0), params.get("tree", 0)
     back = bind_one(
         prim.sendrecv,
         *cts,

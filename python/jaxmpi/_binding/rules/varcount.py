@@ -18,7 +18,7 @@ from .common import (
 )
 
 
-def gatherv_transpose(cts, x, *, comm, root, counts, at_root):
+def gatherv_transpose(cts, x, *, comm, root, counts, at_root, **_):
     ct = cotangent_or_zeros(cts, x)  # away from the root: a template
     rank = _native.comm_rank(comm)
     mine = bind_one(
@@ -27,7 +27,7 @@ def gatherv_transpose(cts, x, *, comm, root, counts, at_root):
     return [cotangent_for(x, mine)]
 
 
-def allgatherv_transpose(cts, x, *, comm, counts):
+def allgatherv_transpose(cts, x, *, comm, counts, **_):
     """Rank r's rows were copied to every rank: its cotangent is the sum over ranks of
     their cotangents of block r, collected with one alltoallv."""
     (ct,) = cts
@@ -37,12 +37,12 @@ def allgatherv_transpose(cts, x, *, comm, counts):
     return [cotangent_for(x, blocks.reshape((size, mine) + blocks.shape[1:]).sum(axis=0))]
 
 
-def scatterv_transpose(cts, x, *, comm, root, counts, rank, at_root):
+def scatterv_transpose(cts, x, *, comm, root, counts, rank, at_root, **_):
     outs = prim.gatherv.bind(*cts, comm=comm, root=root, counts=counts, at_root=at_root)
     return [cotangent_for(x, value_or(outs, zeros_like_arg(x)))]
 
 
-def alltoallv_transpose(cts, x, *, comm, send_counts, recv_counts):
+def alltoallv_transpose(cts, x, *, comm, send_counts, recv_counts, **_):
     back = bind_one(
         prim.alltoallv, *cts, comm=comm, send_counts=recv_counts, recv_counts=send_counts
     )
