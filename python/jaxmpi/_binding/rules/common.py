@@ -85,9 +85,11 @@ def value_or(outs, fallback):
     return outs[0] if outs else fallback
 
 
-def batcher(primitive, arg_axis, out_axis):
+def batcher(primitive, arg_axis, out_axis, out_dims=None):
     """Moves every argument's batch axis to `arg_axis(**params)` (broadcasting unbatched
-    ones), binds once, and reports the outputs' batch axis as `out_axis(**params)`."""
+    ones), binds once, and reports the outputs' batch axis as `out_axis(**params)`, or
+    each output's as `out_dims(axis, **params)` lists them (a started op's request has
+    none)."""
 
     def rule(args, dims, **params):
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
@@ -101,6 +103,8 @@ def batcher(primitive, arg_axis, out_axis):
             for a, d in zip(args, dims)
         ]
         outs = primitive.bind(*moved, **params)
+        if out_dims is not None:
+            return outs, out_dims(axis, **params)
         return outs, [out_axis(**params)] * len(outs)
 
     return rule

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from ..._runtime.encodings import PEER_ANY, TAG_ANY
 from .. import jax_shim
 from .. import primitives as prim
-from .common import SUM, cotangent_for, differentiable, op_name, zeros_like_arg
+from .common import SUM, batcher, cotangent_for, differentiable, op_name, zeros_like_arg
 
 
 class Reverse(NamedTuple):
@@ -91,25 +91,13 @@ def _through(name: str, params: dict) -> list[int]:
 
 def started_batching(name: str, batch):
     """The op's own batch axes (one message for the batch); the request is one."""
-    primitive = prim.STARTED[name]
     arg_axis, out_axis = batch
 
-    def rule(args, dims, **params):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        axis = arg_axis(**params)
-        moved = [
-            jnp.moveaxis(
-                jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0),
-                0,
-                axis,
-            )
-            for a, d in zip(args, dims)
-        ]
-        outs = primitive.bind(*moved, **params)
+    def out_dims(axis, **params):
         through = len(_through(name, prim.op_params(params)))
-        return outs, [None] + [out_axis(**params)] * params["results"] + [axis] * through
+        return [None] + [out_axis(**params)] * params["results"] + [axis] * through
 
-    return rule
+    return batcher(prim.STARTED[name], arg_axis, out_axis, out_dims)
 
 
 def wait_jvp(primitive, name: str):
