@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -334,3 +335,34 @@ def check_raises(exc_type, phrases, fn, *args, **kwargs):
     message = str(info.value).lower()
     missing = [p for p in phrases if p.lower() not in message]
     assert not missing, f"message {str(info.value)!r} lacks {missing}"
+
+
+# ---------------------------------------------------------------------------------------
+# Compiled programs
+# ---------------------------------------------------------------------------------------
+
+
+def entry_lines(compiled_text: str) -> list[str]:
+    """The lines of a compiled program's entry computation (`.compile().as_text()`)."""
+    return compiled_text[compiled_text.index("ENTRY") :].splitlines()
+
+
+def reads_call(entry: list[str], line: str, target: str) -> bool:
+    """Whether the instruction `line` of `entry` reads a custom call to `target`, directly
+    or through other instructions: what orders it after that call, however XLA names the
+    call's results (JAX 0.6's XLA get-tuple-element.N, newer ones after the op)."""
+    defined = {}
+    for other in entry:
+        if " = " in other:
+            defined[other.split(" = ")[0].replace("ROOT", "").strip().lstrip("%")] = other
+    pending, seen = [line], set()
+    while pending:
+        current = pending.pop()
+        if f'custom_call_target="{target}"' in current:
+            return True
+        operands = re.search(r" [a-z][\w-]*\(([^)]*)\)", current.split(" = ", 1)[-1])
+        for name in re.findall(r"%([\w.-]+)", operands.group(1) if operands else ""):
+            if name not in seen and name in defined:
+                seen.add(name)
+                pending.append(defined[name])
+    return False

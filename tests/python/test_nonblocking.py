@@ -19,10 +19,12 @@ from helpers import (
     assert_array,
     call,
     check_raises,
+    entry_lines,
     needs_mpi4py,
     needs_ranks,
     partner_or_skip,
     rank_data,
+    reads_call,
 )
 from jaxmpi import _native
 
@@ -244,7 +246,7 @@ def test_the_interior_is_scheduled_between_start_and_wait():
         header = block.strip().splitlines()[0] if block.strip() else ""
         if header.startswith(("%", "ENTRY %")):
             bodies[header.removeprefix("ENTRY ").split()[0].lstrip("%")] = block
-    entry = text[text.index("ENTRY") :].splitlines()
+    entry = entry_lines(text)
 
     def name_of(line):
         return line.split("=")[0].replace("ROOT", "").strip().lstrip("%")
@@ -260,16 +262,8 @@ def test_the_interior_is_scheduled_between_start_and_wait():
     }
     assert len(starts) == 2 and len(waits) == 2 and len(kernels) == 1, entry
     ((name, (i, line)),) = kernels.items()
-    defined = {name_of(other): other for other in entry if "=" in other}
-
-    def from_start(operand):  # a start's custom call, or one of its results
-        source = defined.get(operand, "")
-        if "get-tuple-element(" in source:
-            source = defined.get(source.split("get-tuple-element(%")[1].split(")")[0], "")
-        return "jaxmpi_isend" in source or "jaxmpi_irecv" in source
-
-    operands = [o.strip().lstrip("%") for o in line.split("fusion(")[1].split(")")[0].split(",")]
-    assert any(map(from_start, operands)), f"the interior does not read a start: {line}"
+    started = reads_call(entry, line, "jaxmpi_isend") or reads_call(entry, line, "jaxmpi_irecv")
+    assert started, f"the interior does not read a start: {line}"
     assert max(starts) < i < min(waits), entry
     for w in waits:
         assert f"%{name}" in entry[w], f"a wait does not read the interior: {entry[w]}"
