@@ -67,7 +67,7 @@ expect "JAXMPI_DEBUG shows requests start and complete; unwaited ones are report
     "rank 0: isend (comm |dest 1, tag 7, 16 bytes)|rank 1: irecv (comm |source 0, tag 7, 16 bytes) completed after|at exit, irecv (comm |source 1, tag 99, 8 bytes): never waited for; cancelled|DONE" \
     $run mpich 2 nonblocking_lines_and_exit JAXMPI_DEBUG=1 JAXMPI_PROGRESS=thread
 expect "below MPI_THREAD_MULTIPLE, waits block with the same values" \
-    "PROGRESS none: MPI runs at MPI_THREAD_SERIALIZED|VALUES right" \
+    "PROGRESS at-start: MPI runs at MPI_THREAD_SERIALIZED: only MPI_THREAD_MULTIPLE allows a progress thread|VALUES right" \
     $run mpich 2 serialized_nonblocking
 py="$root/.venvs/mpich/bin/python"
 expect "a bad JAXMPI_TIMEOUT is refused at import" "ValueError: JAXMPI_TIMEOUT='soon'" \
