@@ -8,10 +8,9 @@ here: `python -m jaxmpi info`).
     mpiexec -bind-to core -n 2 python benches/bench_trees.py --sweep   # where packing pays
 
 Bind each rank to a core of its own (MPICH's `-bind-to core`; Open MPI's mpirun binds by
-default): where ranks fill the cores unbound, XLA hands a loop body's many small kernels
-(a pytree's slices) to threads of its pool, which then wait for a core while the other
-rank spins in MPI: the packed allreduce of the MLP's gradients measured 3.8 ms a step
-unbound, 0.15-0.36 ms bound (RESULTS.md, "Pytrees").
+default): unbound, XLA's pool threads (running a pytree's many small slices) wait for a
+core while the other rank spins in MPI: 256 small leaves packed took 267 µs a step
+unbound against 112 µs bound (RESULTS.md, "Pytrees").
 
 The trees: the 8 leaves of a 4-layer MLP (64-256-256-256-10, its 256 x 256 weights
 alone: `ALONE` bytes or more), the 64 of a small ResNet-like model (conv kernels 3x3 of
