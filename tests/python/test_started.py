@@ -159,6 +159,9 @@ def test_a_request_started_eagerly_is_waited_for_later(how):
     assert int(got["b"]) == SIZE * (SIZE - 1) // 2 and float(between) == SIZE
 
 
+# Rules of JAX (derivatives, batching, tracing), not of an MPI or a number of ranks.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 def test_the_interior_runs_between_start_and_wait(how):
     """`after` and `wait(after=)` place the interior: in the compiled program the kernel
     computing it reads the start's request and comes before the wait. Where started
@@ -190,6 +193,9 @@ def test_the_interior_runs_between_start_and_wait(how):
         assert not untouched and tied and start[0] < min(tied) and max(tied) < wait[0], entry
 
 
+# Rules of JAX (derivatives, batching, tracing), not of an MPI or a number of ranks.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 @pytest.mark.parametrize("mode", MODES)
 def test_derivatives_and_vmap_are_the_blocking_ops(mode, how):
     x = jnp.asarray(rank_data(RANK, "float32", (4,)))
@@ -253,6 +259,9 @@ def test_started_collectives_inside_control_flow(construct, how):
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-6)
 
 
+# Rules of JAX (derivatives, batching, tracing), not of an MPI or a number of ranks.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 def test_misuse_of_started_collectives_is_refused_at_trace_time():
     x = jnp.ones(3)
 

@@ -219,6 +219,9 @@ def test_every_rank_groups_a_v_op_tree_alike_whatever_its_rows():
     assert_array(got["a"], np.ones((sum(COUNTS), row)), "allgatherv")
 
 
+# Rules of JAX (derivatives, batching, tracing), not of an MPI or a number of ranks.
+@pytest.mark.same_on_every_mpi
+@pytest.mark.same_at_every_size
 @pytest.mark.parametrize("mode", MODES)
 def test_derivatives_and_vmap_of_a_pytree_are_those_of_its_leaves(mode):
     tree = flat_tree(RANK, reducible=True)
