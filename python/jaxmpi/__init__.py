@@ -20,6 +20,7 @@ from ._binding import rules as _rules  # noqa: F401  (differentiation and batchi
 from ._collectives import allgather, alltoall, barrier, bcast, gather, scatter
 from ._comm import Comm, Op
 from ._errors import raise_mpi_errors
+from ._mesh_comm import MeshComm
 from ._native import __version__ as __version__  # the crate's version: the wheel's
 from ._nonblocking import (
     after,
@@ -159,6 +160,7 @@ __all__ = [
     "SUM",
     "Comm",
     "MPIError",
+    "MeshComm",
     "Op",
     "Request",
     "after",

@@ -89,6 +89,24 @@ def encode_dest(dest: Any, size: int, op: str) -> int:
     return check_rank(dest, size, "dest", op)
 
 
+def per_rank(value: Any, rank: int | None, size: int, encode: Any) -> Any:
+    """A peer (`encode`d) that may be given per rank: a function of the rank, or a list
+    with one entry per rank. On an MPI communicator (`rank` known) it is this rank's; on
+    a MeshComm (`rank` None: one trace serves every device) a tuple of every rank's, of
+    which each device's call reads its own."""
+    if callable(value):
+        if rank is not None:
+            return encode(value(rank))
+        return tuple(encode(value(r)) for r in range(size))
+    if isinstance(value, (list, tuple)):
+        if len(value) != size:
+            raise ValueError(
+                f"a peer given per rank needs one entry per rank ({size}), got {len(value)}"
+            )
+        return encode(value[rank]) if rank is not None else tuple(encode(v) for v in value)
+    return encode(value)
+
+
 def encode_tag(tag: Any, op: str, allow_any: bool) -> int:
     """Tags are C ints; MPI refuses those above MPI_TAG_UB (at least 32767) at run time."""
     if isinstance(tag, jax.Array):  # a jnp scalar works if concrete; a tracer says why not

@@ -8,7 +8,7 @@ import jax
 
 from ._args import check_rank, leading_axis_is_size
 from ._binding import primitives as prim
-from ._comm import CommArg, resolve_comm
+from ._comm import CommArg, at_root, resolve_comm
 from ._errors import raise_mpi_errors
 from ._requests import apply
 from ._token import refuses_token
@@ -73,7 +73,7 @@ def bcast(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
         outs = apply(
-            prim.bcast, x, comm=c.handle, root=root, at_root=c.rank == root, tree=fingerprint
+            prim.bcast, x, comm=c.handle, root=root, at_root=at_root(c, root), tree=fingerprint
         )
         return outs[0] if outs else None
 
@@ -134,9 +134,14 @@ def gather(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
     root = check_rank(root, c.size, "root", "gather")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
-        at_root = c.rank == root
         outs = apply(
-            prim.gather, x, comm=c.handle, root=root, size=c.size, at_root=at_root, tree=fingerprint
+            prim.gather,
+            x,
+            comm=c.handle,
+            root=root,
+            size=c.size,
+            at_root=at_root(c, root),
+            tree=fingerprint,
         )
         return outs[0] if outs else None
 
@@ -254,18 +259,18 @@ def scatter(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
     tree = Tree(x, "scatter")
     c = resolve_comm(comm, "scatter")
     root = check_rank(root, c.size, "root", "scatter")
-    at_root = c.rank == root
-    if at_root:
+    root_here = at_root(c, root)
+    if root_here is not False:
         tree.check(
             lambda leaf, path: leading_axis_is_size(leaf, c.size, "scatter", "Scatter", path)
         )
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
-        (y,) = apply(prim.scatter, x, comm=c.handle, root=root, at_root=at_root, tree=fingerprint)
+        (y,) = apply(prim.scatter, x, comm=c.handle, root=root, at_root=root_here, tree=fingerprint)
         return y
 
     # The root's leaves have the rank axis in front, the others' are the slice's shape.
-    return each_group(tree, 1 if at_root else 0, call)
+    return each_group(tree, 0 if root_here is False else 1, call)
 
 
 @refuses_token

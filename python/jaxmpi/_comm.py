@@ -8,6 +8,7 @@ from typing import Any, TypeAlias
 
 from . import _native
 from ._errors import raise_mpi_errors
+from ._mesh_comm import MeshComm
 from ._runtime.encodings import OP_USER, PREDEFINED_OPS
 from ._runtime.library import info, loaded_mpi4py
 
@@ -310,16 +311,36 @@ def default_comm() -> CommArg:
 
 @dataclass(frozen=True)
 class CommInfo:
-    """A communicator as an op sees it at trace time."""
+    """A communicator as an op sees it at trace time; `rank` is None on a MeshComm, where
+    one trace serves every device (each its own rank)."""
 
     handle: int
-    rank: int
+    rank: int | None
     size: int
+
+
+def at_root(c: CommInfo, root: int) -> bool | None:
+    """Whether this rank is `root`; None on a MeshComm (the rooted ops' shape rules then
+    bind the root's result on every device)."""
+    return None if c.rank is None else c.rank == root
+
+
+def trace_rank(c: CommInfo, op: str) -> int:
+    """This rank, for ops whose shapes depend on it at trace time."""
+    if c.rank is None:
+        raise ValueError(
+            f"jaxmpi.{op}: its shapes depend on the rank, which on a MeshComm differs per "
+            "device of one trace: not built on a MeshComm yet (alltoallv with counts as "
+            "arrays, allgather, gather and scatter are)"
+        )
+    return c.rank
 
 
 def resolve_comm(comm: CommArg, op: str) -> CommInfo:
     if comm is None:
         comm = default_comm()
+    if isinstance(comm, MeshComm):
+        return CommInfo(comm.handle, None, comm.size)
     mpi = loaded_mpi4py()
     if isinstance(comm, Comm):
         try:

@@ -13,6 +13,7 @@ from ._args import (
     encode_dest,
     encode_source,
     encode_tag,
+    per_rank,
     status_address,
 )
 from ._binding import primitives as prim
@@ -28,7 +29,8 @@ def send_args(x: PyTree, dest: int, tag: int, comm: CommArg, op: str) -> tuple:
     """A send's arguments checked and encoded: (tree, communicator, dest, tag)."""
     tree = Tree(x, op)
     c = resolve_comm(comm, op)
-    return tree, c, encode_dest(dest, c.size, op), encode_tag(tag, op, allow_any=False)
+    dest = per_rank(dest, c.rank, c.size, lambda d: encode_dest(d, c.size, op))
+    return tree, c, dest, encode_tag(tag, op, allow_any=False)
 
 
 def _one_message(tree: Tree, source: int, status: Any, op: str, what: str = "x") -> None:
@@ -54,7 +56,12 @@ def recv_args(
     tag, status address); no source or tag means any."""
     tree = Tree(x, op)
     c = resolve_comm(comm, op)
-    source = encode_source(ANY_SOURCE if source is None else source, c.size, op)
+    source = per_rank(
+        ANY_SOURCE if source is None else source,
+        c.rank,
+        c.size,
+        lambda s: encode_source(s, c.size, op),
+    )
     tag = encode_tag(ANY_TAG if tag is None else tag, op, allow_any=True)
     address = status_address(status, op)
     _one_message(tree, source, status, op)
@@ -288,8 +295,8 @@ def sendrecv(
     c = resolve_comm(comm, "sendrecv")
     params = {
         "comm": c.handle,
-        "source": encode_source(source, c.size, "sendrecv"),
-        "dest": encode_dest(dest, c.size, "sendrecv"),
+        "source": per_rank(source, c.rank, c.size, lambda s: encode_source(s, c.size, "sendrecv")),
+        "dest": per_rank(dest, c.rank, c.size, lambda d: encode_dest(d, c.size, "sendrecv")),
         "sendtag": encode_tag(sendtag, "sendrecv", allow_any=False),
         "recvtag": encode_tag(ANY_TAG if recvtag is None else recvtag, "sendrecv", allow_any=True),
         "status": status_address(status, "sendrecv"),

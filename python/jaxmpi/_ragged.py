@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 
 from . import _native
 from ._binding import primitives as prim
-from ._comm import CommArg, CommInfo, resolve_comm
+from ._comm import CommArg, CommInfo, resolve_comm, trace_rank
 from ._errors import raise_mpi_errors
 from ._requests import apply
 from ._token import refuses_token
@@ -100,7 +100,7 @@ def alltoallv(x, send_counts, recv_counts, capacity: int, c: CommInfo, tree: int
 def allgatherv(x: jax.Array, counts, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     """Rank r's first counts[r] rows go to every rank (its blocks overlap: all start at 0)."""
     n = counts_arg(counts, c.size, "counts", "allgatherv")
-    send = (jnp.zeros_like(n), jnp.full_like(n, n[c.rank]))
+    send = (jnp.zeros_like(n), jnp.full_like(n, n[trace_rank(c, "allgatherv")]))
     return exchange(x, _rows(x, capacity), send, (_starts(n), n), c, "allgatherv", tree)
 
 
@@ -108,7 +108,7 @@ def gatherv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: i
     """The root's result; None elsewhere, where the op returns `x`."""
     n = counts_arg(counts, c.size, "counts", "gatherv")
     none = jnp.zeros_like(n)
-    send = (none, _one_hot(root, n[c.rank], n))
+    send = (none, _one_hot(root, n[trace_rank(c, "gatherv")], n))
     at_root = c.rank == root
     recv = (_starts(n), n) if at_root else (none, none)
     y = exchange(x, _rows(x, capacity if at_root else 0), send, recv, c, "gatherv", tree)
@@ -118,7 +118,7 @@ def gatherv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: i
 def scatterv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     n = counts_arg(counts, c.size, "counts", "scatterv")
     none = jnp.zeros_like(n)
-    send = (_starts(n), n) if c.rank == root else (none, none)
+    send = (_starts(n), n) if trace_rank(c, "scatterv") == root else (none, none)
     recv = (none, _one_hot(root, n[c.rank], n))
     return exchange(x, _rows(x, capacity), send, recv, c, "scatterv", tree)
 

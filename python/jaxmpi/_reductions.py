@@ -10,7 +10,7 @@ import jax
 
 from ._args import check_rank, leading_axis_is_size
 from ._binding import primitives as prim
-from ._comm import CommArg, OpArg, resolve_comm, resolve_op
+from ._comm import CommArg, OpArg, at_root, resolve_comm, resolve_op
 from ._errors import raise_mpi_errors
 from ._requests import apply
 from ._token import refuses_token
@@ -33,7 +33,7 @@ def _reduction(
     c = resolve_comm(comm, name)
     if root is not None:
         params["root"] = check_rank(root, c.size, "root", name)
-        params["at_root"] = c.rank == params["root"]
+        params["at_root"] = at_root(c, params["root"])
     if keep:
         tree.check(
             lambda leaf, path: leading_axis_is_size(leaf, c.size, name, "Reduce_scatter", path)

@@ -18,7 +18,7 @@ import numpy as np
 from . import _ragged
 from ._args import check_rank
 from ._binding import primitives as prim
-from ._comm import CommArg, CommInfo, resolve_comm
+from ._comm import CommArg, CommInfo, resolve_comm, trace_rank
 from ._errors import raise_mpi_errors
 from ._requests import apply
 from ._token import refuses_token
@@ -165,7 +165,7 @@ def gatherv(
     if rows is not None:
         return each_group(tree, 1, lambda x, t: _ragged.gatherv(x, counts, root, rows, c, t))
     counts = _static_counts(counts, c.size, "counts", "gatherv")
-    _leading_rows(tree, counts[c.rank], "gatherv")
+    _leading_rows(tree, counts[trace_rank(c, "gatherv")], "gatherv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array | None:
         at_root = c.rank == root
@@ -260,7 +260,7 @@ def allgatherv(
     if rows is not None:
         return each_group(tree, 1, lambda x, t: _ragged.allgatherv(x, counts, rows, c, t))
     counts = _static_counts(counts, c.size, "counts", "allgatherv")
-    _leading_rows(tree, counts[c.rank], "allgatherv")
+    _leading_rows(tree, counts[trace_rank(c, "allgatherv")], "allgatherv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:
         (y,) = apply(prim.allgatherv, x, comm=c.handle, counts=counts, tree=fingerprint)
@@ -347,7 +347,7 @@ def scatterv(
     if rows is not None:
         return each_group(tree, 1, lambda x, t: _ragged.scatterv(x, counts, root, rows, c, t))
     counts = _static_counts(counts, c.size, "counts", "scatterv")
-    at_root = c.rank == root
+    at_root = trace_rank(c, "scatterv") == root
     _leading_rows(tree, sum(counts) if at_root else counts[c.rank], "scatterv")
 
     def call(x: jax.Array, fingerprint: int) -> jax.Array:

@@ -144,12 +144,20 @@ def _refusal(closed_jaxpr) -> ValueError:
     return ValueError(f"jaxmpi.{name} in a program over several devices: {why}.")
 
 
+def _only_mesh_comms(closed_jaxpr) -> bool:
+    """Whether every MPI op of the program runs on a MeshComm (a negative comm id), whose
+    ranks are devices: each device keeps its own calls in order, program after program,
+    so the program lowers as in fast dispatch whatever the devices per process."""
+    ops = list(jax_shim.mpi_ops(closed_jaxpr.jaxpr))
+    return bool(ops) and all(params.get("comm", 0) < 0 for _, params in ops)
+
+
 def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
     if not jax_shim.has_mpi_effect(closed_jaxpr.effects):
         return lower(closed_jaxpr, *args, **kwargs)
     for check in policy.program_checks:
         check(closed_jaxpr.jaxpr)
-    if policy.mode()[0] != "fast":
+    if policy.mode()[0] != "fast" and not _only_mesh_comms(closed_jaxpr):
         try:
             return lower(closed_jaxpr, *args, **kwargs)
         except ValueError as err:

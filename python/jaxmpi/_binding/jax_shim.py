@@ -411,14 +411,19 @@ def refuses_ordered_effect_over_devices(err: ValueError) -> bool:
     return "ordered effects are not supported for more than 1 device" in str(err)
 
 
+def mpi_ops(jaxpr):
+    """The MPI ops' equations in `jaxpr` and every jaxpr nested in it, in order: (the
+    primitive's name, its parameters)."""
+    for eqn in jaxpr.eqns:
+        if effect in eqn.effects:
+            inner = list(_core.jaxprs_in_params(eqn.params))
+            for nested in inner:
+                yield from mpi_ops(nested)
+            if not inner:
+                yield str(eqn.primitive.name), eqn.params
+
+
 def first_mpi_op(jaxpr) -> str | None:
     """The name of the first primitive carrying the MPI effect in `jaxpr` or any jaxpr
     nested in it (for an error message), or None."""
-    for eqn in jaxpr.eqns:
-        if effect in eqn.effects:
-            for inner in _core.jaxprs_in_params(eqn.params):
-                found = first_mpi_op(inner)
-                if found:
-                    return found
-            return str(eqn.primitive.name)
-    return None
+    return next((name for name, _ in mpi_ops(jaxpr)), None)

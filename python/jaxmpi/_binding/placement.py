@@ -12,8 +12,8 @@ from .. import _native
 from .._runtime.library import loaded_mpi4py
 
 ONE_PROCESS_PER_DEVICE = (
-    "Run one process per device (on the CPU, leave out "
-    "--xla_force_host_platform_device_count; on GPUs, launch one rank per GPU)"
+    "Pass comm=jaxmpi.MeshComm(mesh), a communicator whose ranks are the mesh's devices, or "
+    "run one process per device"
 )
 
 
@@ -25,6 +25,9 @@ def check_sharded(
     (`shared_by` == 1), one local device per process, one process per MPI rank; and an op
     on `comm` in a program that some of the communicator's ranks run and others never do
     (`processes`: the JAX processes that own the program's devices, if known)."""
+    if comm is not None and comm < 0:  # a MeshComm: its ranks are the devices
+        _check_one_block_per_device(op, devices, shared_by)
+        return
     if devices > 1:
         _check_one_block_per_process(op, devices, shared_by)
     if processes is None or comm is None or processes == {jax.process_index()}:
@@ -32,7 +35,7 @@ def check_sharded(
     _check_program_runs_on_every_rank(op, comm, processes)
 
 
-def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
+def _check_one_block_per_device(op: str, devices: int, shared_by: int) -> None:
     if shared_by > 1:
         raise ValueError(
             f"jaxmpi.{op}: its operand is a global array spread over {shared_by} of the "
@@ -41,6 +44,10 @@ def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
             "local block. Call it inside jax.shard_map, manual over every mesh axis "
             "(the default), so that it sees each process's block."
         )
+
+
+def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
+    _check_one_block_per_device(op, devices, shared_by)
     local = jax.local_device_count()
     if local != 1:
         raise ValueError(

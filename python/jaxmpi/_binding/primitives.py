@@ -40,8 +40,14 @@ for _platform in ("cpu", "CUDA") if cuda["plugin"] else ("cpu",):
 
 def _comm_id(handle: int) -> np.int64:
     """A program carries a communicator as a small id, the same in every run (its handle
-    differs between runs and ranks: see core/src/xla/handlers/handles.rs)."""
-    return np.int64(_native.handle_id("comm", handle))
+    differs between runs and ranks: see core/src/xla/handlers/handles.rs); a MeshComm's
+    handle is its id already (negative: core/src/xla/handlers/device_ranks.rs)."""
+    return np.int64(handle if handle < 0 else _native.handle_id("comm", handle))
+
+
+def _peer(value) -> np.int64 | np.ndarray:
+    """A peer, or on a MeshComm one per rank (each device's call reads its own)."""
+    return np.asarray(value, np.int64) if isinstance(value, tuple) else np.int64(value)
 
 
 def _address_id(value: int) -> np.int64:
@@ -58,7 +64,7 @@ _ENCODERS = {
     "comm": _comm_id,
     "address": _address_id,
     "reduce_op": np.int64,
-    "peer": np.int64,
+    "peer": _peer,
     "int": np.int64,
     "any_tag": np.int64,
     "counts": _counts,
@@ -183,6 +189,8 @@ def define(
 # --- Shape and aliasing rules the table shares ------------------------------------------
 
 # Whether this rank is the root: what the rooted ops' shape rules and aliasing depend on.
+# None on a MeshComm, where one trace serves every device: each binds the root's result
+# (and reads its operand), the body deciding at run time (core: device_ranks.rs).
 _AT_ROOT = ("at_root",)
 
 
@@ -206,19 +214,28 @@ def _at_root_only(shape):
     """Reduce and gather bind no result away from the root (bcast: at the root), where the
     Python function returns the input itself. Aliasing a result to the input instead would
     make XLA copy the input whenever the program still uses it afterwards."""
-    return lambda x, *, at_root, **params: [shape(x, **params)] if at_root else []
+    return lambda x, *, at_root, **params: [] if at_root is False else [shape(x, **params)]
 
 
 def _in_place_at_root(*, at_root, **_):
-    return {0: 0} if at_root else {}
+    return {} if at_root is False else {0: 0}
 
 
 def _template_away_from_root(*, at_root, **_):
-    return {} if at_root else {0}
+    return {0} if at_root is False else {}
+
+
+def _in_place_everywhere(*, at_root, **_):
+    """bcast on a MeshComm: every device's result starts as its operand, the root's
+    message."""
+    return {0: 0} if at_root is None else {}
 
 
 def _receives(source) -> bool:
-    """A receive from PROC_NULL writes nothing: its template is the result, in place."""
+    """A receive from PROC_NULL writes nothing: its template is the result, in place (on
+    a MeshComm, where any rank's source is PROC_NULL)."""
+    if isinstance(source, tuple):
+        return PEER_NULL not in source
     return source != PEER_NULL
 
 
@@ -252,6 +269,7 @@ reduce_scatter = define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:
 bcast = define(
     "bcast",
     lambda x, *, at_root, **_: [] if at_root else _like(x),
+    _in_place_everywhere,
     unread=_template_away_from_root,
     shape_params=_AT_ROOT,
 )
@@ -269,7 +287,7 @@ allgather = define(
 # passed to XLA at all.
 scatter = define(
     "scatter",
-    lambda x, *, at_root, **_: [ShapedArray(x.shape[1:] if at_root else x.shape, x.dtype)],
+    lambda x, *, at_root, **_: [ShapedArray(x.shape if at_root is False else x.shape[1:], x.dtype)],
     unread=_template_away_from_root,
     shape_params=_AT_ROOT,
 )

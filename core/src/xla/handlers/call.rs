@@ -20,6 +20,9 @@ pub struct Call<'a> {
     /// op's own results (`results` of them), then the operands its transfer reads, passed
     /// through to the wait. `ret` and the like see the op's own results only.
     started: Option<usize>,
+    /// The call's rank on its device communicator (`device_ranks.rs`), where it runs on
+    /// one: a peer given per rank is read at this rank's entry.
+    rank_on_devices: Option<usize>,
 }
 
 /// A data buffer of the call: its memory, element type and shape, and the op it belongs to
@@ -164,6 +167,36 @@ impl<'a> Call<'a> {
             raw,
             name,
             started: None,
+            rank_on_devices: None,
+        })
+    }
+
+    /// The same call, as rank `rank` of a device communicator.
+    pub fn on_device_rank(self, rank: usize) -> Self {
+        Call {
+            rank_on_devices: Some(rank),
+            ..self
+        }
+    }
+
+    /// The int64 attribute `name`, or, where it is one per rank (an array: a peer on a
+    /// device communicator), this call's rank's.
+    pub fn per_rank_i64(&self, name: &str) -> Result<i64> {
+        if self.find_attr(name, AttrType::ARRAY).is_none() {
+            return self.scalar_i64(name);
+        }
+        let values = self.array_i64(name)?;
+        let rank = self.rank_on_devices.ok_or_else(|| {
+            self.bad_attr(
+                name,
+                "is given per rank, but the op runs on no device communicator",
+            )
+        })?;
+        values.get(rank).copied().ok_or_else(|| {
+            self.bad_attr(
+                name,
+                format_args!("has {} entries; rank {rank} has none", values.len()),
+            )
         })
     }
 

@@ -42,6 +42,13 @@ pub fn on_device(
     library: &dyn Library,
     body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
 ) -> Result<()> {
+    if call.optional_i64("comm").is_some_and(|id| id < 0) {
+        return Err(Error::unsupported(
+            call.name(),
+            "device communicators (MeshComm) take CPU devices only so far: on GPUs, run one \
+             process per GPU with an MPI communicator",
+        ));
+    }
     let stream = stream_of(call)?;
     device_runtime()?.run(stream, library, body)
 }

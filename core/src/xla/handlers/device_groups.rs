@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
+use super::device_messages::Part;
 use super::signature::Devices;
 use super::Call;
 use crate::xla::devices;
@@ -66,7 +67,13 @@ pub struct Group {
     /// The positions this process holds, in order.
     pub local: Vec<usize>,
     comm: Mutex<Option<Comm>>,
-    room: Room,
+    /// A second communicator among the same processes, for the messages of jaxmpi's
+    /// point-to-point ops on a device communicator (`device_ranks.rs`): a user's pending
+    /// send there can never match a collective's message on `comm`.
+    p2p: Mutex<Option<Comm>>,
+    room: Room<Seat>,
+    /// The meetings of jaxmpi's own ops on a device communicator (`device_messages.rs`).
+    pub(super) parts: Room<Part>,
 }
 
 impl Group {
@@ -85,10 +92,12 @@ impl Group {
         Ok(Group {
             devices: devices.to_vec(),
             room: Room::new(local.len()),
+            parts: Room::new(local.len()),
             owners,
             processes,
             local,
             comm: Mutex::new(None),
+            p2p: Mutex::new(None),
         })
     }
 
@@ -122,13 +131,22 @@ impl Group {
 
     /// The communicator among the group's processes, made at the first call.
     pub fn comm(&self, library: &dyn Library) -> Result<Comm> {
-        let mut made = self.comm.lock().unwrap_or_else(|p| p.into_inner());
+        self.made(&self.comm, library, 0)
+    }
+
+    /// The communicator for point-to-point messages among the group's processes.
+    pub fn p2p_comm(&self, library: &dyn Library) -> Result<Comm> {
+        self.made(&self.p2p, library, 16_000)
+    }
+
+    fn made(&self, slot: &Mutex<Option<Comm>>, library: &dyn Library, salt: u64) -> Result<Comm> {
+        let mut made = slot.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(comm) = *made {
             return Ok(comm);
         }
         // Distinct tags for groups whose communicators different threads of this process
         // may be making at once; the group's devices are the same on every rank.
-        let tag = (fnv(&self.devices) % 32_000) as i32;
+        let tag = (fnv(&self.devices).wrapping_add(salt) % 32_000) as i32;
         let comm = library.comm_create_group(&self.processes, tag)?;
         *made = Some(comm);
         Ok(comm)
@@ -274,29 +292,28 @@ pub fn placed(
     Ok(place)
 }
 
-/// Where the devices of one process meet, call after call.
-struct Room {
+/// Where the devices of one process meet, call after call, each bringing an `S`.
+pub(super) struct Room<S> {
     members: usize,
-    state: Mutex<RoomState>,
+    state: Mutex<RoomState<S>>,
     changed: Condvar,
 }
 
-#[derive(Default)]
-struct RoomState {
+struct RoomState<S> {
     /// Each member's next call number: the n-th call of every member is the same call.
     next: Vec<u64>,
-    rounds: HashMap<u64, Round>,
+    rounds: HashMap<u64, Round<S>>,
 }
 
-struct Round {
-    seats: Vec<Option<Seat>>,
+struct Round<S> {
+    seats: Vec<Option<S>>,
     arrived: usize,
     outcome: Option<Result<()>>,
     collected: usize,
 }
 
-impl Room {
-    fn new(members: usize) -> Room {
+impl<S: Clone + Default> Room<S> {
+    fn new(members: usize) -> Room<S> {
         Room {
             members,
             state: Mutex::new(RoomState {
@@ -307,11 +324,16 @@ impl Room {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, RoomState> {
+    fn lock(&self) -> MutexGuard<'_, RoomState<S>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn meet(&self, slot: usize, seat: Seat, run: impl FnOnce(&[Seat]) -> Result<()>) -> Result<()> {
+    pub(super) fn meet(
+        &self,
+        slot: usize,
+        seat: S,
+        run: impl FnOnce(&[S]) -> Result<()>,
+    ) -> Result<()> {
         let members = self.members;
         let mut state = self.lock();
         let number = state.next[slot];
@@ -325,7 +347,7 @@ impl Room {
         round.seats[slot] = Some(seat);
         round.arrived += 1;
         if round.arrived == members {
-            let seats: Vec<Seat> = round
+            let seats: Vec<S> = round
                 .seats
                 .iter_mut()
                 .map(|s| s.take().unwrap_or_default())

@@ -5,6 +5,7 @@
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use super::device_ranks::OnDevices;
 use super::lifecycle::{self, CallInfo};
 use super::signature::Attrs;
 use super::{pending, Call};
@@ -65,10 +66,19 @@ pub(super) unsafe fn handle<A: Attrs>(
         let call = unsafe { Call::new(frame, name) }?;
         let call = if started { call.starting()? } else { call };
         let library = library()?;
-        let result = lifecycle::run(&call, library, |attrs| {
-            body(&call, library, library.backend(), attrs)
-        })
-        .map_err(|err| with_rank(err.in_op(name), library).with_call(CallInfo::of(&call)));
+        // On a device communicator, the body's library and backend are the call's device
+        // as a rank (`device_ranks.rs`).
+        let on_devices = OnDevices::of(&call, library).map_err(|err| err.in_op(name))?;
+        let call = match &on_devices {
+            Some(on) => call.on_device_rank(on.rank()),
+            None => call,
+        };
+        let (ranks, backend): (&dyn Library, &dyn Backend) = match &on_devices {
+            Some(on) => (on, on),
+            None => (library, library.backend()),
+        };
+        let result = lifecycle::run(&call, library, |attrs| body(&call, ranks, backend, attrs))
+            .map_err(|err| with_rank(err.in_op(name), library).with_call(CallInfo::of(&call)));
         pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {

@@ -8,6 +8,8 @@ pub mod checked;
 mod deferred;
 mod device;
 mod device_groups;
+mod device_messages;
+mod device_ranks;
 mod entry;
 pub mod handles;
 mod hlo;
@@ -22,6 +24,7 @@ mod signature;
 mod tests;
 
 pub use call::Call;
+pub use device_ranks::register as register_device_comm;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
     Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, OP_USER, PEER_ANY,

@@ -3,6 +3,7 @@
 //! decoded into the typed value an op body reads. The ops' signatures themselves are
 //! declared once, in the table in `mod.rs`; Python reads them through `_native`.
 
+use super::device_ranks::ON_DEVICES;
 use super::handles::{resolve, Table};
 use super::Call;
 use crate::{Comm, Peer, ReduceOp, Result};
@@ -234,10 +235,15 @@ fn address(call: &Call, name: &'static str) -> Result<usize> {
 impl Attr for Comm {
     const KIND: Kind = Kind::Comm;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
+        if call.scalar_i64(name)? < 0 {
+            return Ok(ON_DEVICES);
+        }
         Ok(Comm(handle(call, name, Table::Comm)?))
     }
+    /// None on a device communicator: no MPI handle, and its communicators among
+    /// processes return errors from the start.
     fn as_comm(&self) -> Option<Comm> {
-        Some(*self)
+        (*self != ON_DEVICES).then_some(*self)
     }
 }
 
@@ -268,7 +274,10 @@ impl Attr for ReduceOp {
 impl Attr for Peer {
     const KIND: Kind = Kind::Peer;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        Ok(match int(call, name)? {
+        let value = call.per_rank_i64(name)?;
+        let peer = i32::try_from(value)
+            .map_err(|_| call.bad_attr(name, format_args!("= {value} does not fit a C int")))?;
+        Ok(match peer {
             PEER_ANY => Peer::Any,
             PEER_NULL => Peer::Null,
             rank if rank >= 0 => Peer::Rank(rank),

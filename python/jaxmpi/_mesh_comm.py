@@ -1,0 +1,92 @@
+"""Communicators whose ranks are devices: `MeshComm`, for jaxmpi's ops inside a
+`shard_map` whose processes drive several devices each (the handlers' side is
+core/src/xla/handlers/device_ranks.rs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from . import _native
+from ._binding import placement
+
+
+class MeshComm:
+    """A communicator whose ranks are the devices of a mesh, for jaxmpi's ops inside
+    `jax.shard_map` over that mesh, whatever the number of devices per process.
+
+    Rank r is the mesh's r-th device in mesh order (row-major over `mesh.devices`). With
+    `axis_names`, the communicator is one per slice of the other axes, as `Split` would
+    give: its ranks are the slice's devices, ordered along `axis_names` (so
+    `MeshComm(mesh, "x")` is the ranks along axis `x`, `jax.lax.axis_index("x")`).
+
+    Between two devices of one process a message is a copy; between processes, MPI. A
+    reduction combines the ranks' operands in rank order on every layout, so its result
+    is the same, bit for bit, on 4 processes of 1 device, 2 of 2 or 1 of 4.
+
+    One trace serves every device of a process, so nothing rank-dependent may be decided
+    at trace time: `Get_rank()` is the rank as a traced value (inside `shard_map`), peers
+    are given per rank (`dest=lambda r: (r + 1) % n`, or a list with one entry per rank),
+    and the rooted ops (`bcast`, `reduce`, `gather`, `scatter`) return a result on every
+    device: the root's is the op's; elsewhere `reduce` returns the operand, `bcast` the
+    root's data, `gather` zeros, `scatter` needs the root's shape on every device.
+
+    Args:
+        mesh: A `jax.sharding.Mesh` over devices of this job (all of them for MPI's
+            processes to agree: each process builds the same mesh).
+        axis_names: The mesh axes the ranks run along (one name or several); None
+            (default): every axis.
+    """
+
+    def __init__(self, mesh: jax.sharding.Mesh, axis_names: str | Sequence[str] | None = None):
+        names = tuple(mesh.axis_names)
+        if axis_names is None:
+            chosen = names
+        elif isinstance(axis_names, str):
+            chosen = (axis_names,)
+        else:
+            chosen = tuple(axis_names)
+        unknown = [a for a in chosen if a not in names]
+        if unknown or not chosen:
+            raise ValueError(
+                f"jaxmpi.MeshComm: axis_names {axis_names!r} must name axes of the mesh {names}"
+            )
+        _give_device_owners()
+        ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(np.asarray(mesh.devices))
+        others = [names.index(a) for a in names if a not in chosen]
+        order = others + [names.index(a) for a in chosen]
+        size = int(np.prod([mesh.shape[a] for a in chosen]))
+        groups = np.transpose(ids, order).reshape(-1, size)
+        self.axis_names = chosen
+        self.size = size
+        self.handle = _native.device_comm(groups.tolist())
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def Get_rank(self) -> jax.Array:
+        """This device's rank, as a traced value: call it inside `shard_map` over the
+        communicator's mesh."""
+        try:
+            return jax.lax.axis_index(self.axis_names)
+        except NameError:
+            raise ValueError(
+                "jaxmpi.MeshComm.Get_rank: the rank differs per device, so it is known only "
+                "inside jax.shard_map over the communicator's mesh (a traced value there)"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"MeshComm(axes={self.axis_names}, size={self.size}, id={self.handle})"
+
+
+def _give_device_owners() -> None:
+    """The handlers name a device's process by its MPI world rank: JAX's process index,
+    where jaxmpi.distributed.initialize started JAX (or a single process runs)."""
+    if jax.process_count() > 1 and not placement.process_index_is_world_rank:
+        raise ValueError(
+            "jaxmpi.MeshComm: JAX's processes must be MPI's ranks: start JAX with "
+            "jaxmpi.distributed.initialize()"
+        )
+    _native.set_device_owners([(d.id, d.process_index) for d in jax.devices()])

@@ -1,0 +1,208 @@
+"""jaxmpi's own ops on a MeshComm, a communicator whose ranks are devices, inside
+`shard_map`, in every layout of devices per process (the layouts' cells: 2x1, 2x2, 1x4,
+4x1). Each op's result is compared, bit for bit, with what the op defines, computed in
+numpy from the global input: the same value every layout must give, so 2x2 and 1x4 agree
+with 4x1 (reductions fold in rank order, x0 op (x1 op (... op xn)), in every layout).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import shard_map
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from layouts import DEVICES, LOCAL, MESH, N
+
+import jaxmpi
+from helpers import assert_array
+
+COMM = jaxmpi.MeshComm(MESH)
+BLOCKS = P("i")
+RING_RIGHT, RING_LEFT = (lambda r: (r + 1) % N), (lambda r: (r - 1) % N)
+
+
+def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def smap(body, mesh: Mesh = MESH, in_specs=BLOCKS, out_specs=BLOCKS):
+    return jax.jit(
+        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    )
+
+
+def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
+    """Every block this process holds equals that block of `expected`, bit for bit."""
+    for shard in got.addressable_shards:
+        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
+
+
+def rows(dtype=np.float32, cols: int = 5) -> np.ndarray:
+    """(N, cols): row r is rank r's; floats that round when summed, so the order shows."""
+    values = np.random.default_rng(7).standard_normal((N, cols)) * 1e3
+    return values.astype(dtype)
+
+
+def folded(blocks, op=np.add) -> np.ndarray:
+    """x0 op (x1 op (... op xn)): the rank order every layout reduces in."""
+    result = blocks[-1]
+    for block in blocks[-2::-1]:
+        result = op(block, result)
+    return result
+
+
+def test_the_ranks_are_the_mesh_devices_in_mesh_order():
+    got = smap(lambda x: jnp.full((1,), COMM.Get_rank()))(put(np.zeros(N, np.int32)))
+    check(got, np.arange(N, dtype=np.int32), "Get_rank")
+    assert COMM.Get_size() == N
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_allreduce_folds_in_rank_order_bit_for_bit(dtype):
+    x = rows(dtype)
+    got = smap(lambda b: jaxmpi.allreduce(b, jaxmpi.SUM, comm=COMM))(put(x))
+    check(got, np.broadcast_to(folded(x), x.shape), "allreduce")
+
+
+def test_scan_exscan_and_reduce_scatter():
+    x = rows()
+    scanned = np.stack([folded(x[: r + 1]) for r in range(N)])
+    exscanned = np.stack([np.zeros_like(x[0])] + [folded(x[:r]) for r in range(1, N)])
+    check(smap(lambda b: jaxmpi.scan(b, jaxmpi.SUM, comm=COMM))(put(x)), scanned, "scan")
+    check(smap(lambda b: jaxmpi.exscan(b, jaxmpi.SUM, comm=COMM))(put(x)), exscanned, "exscan")
+    table = np.random.default_rng(3).standard_normal((N, N, 4)).astype(np.float32)
+    got = smap(lambda b: jaxmpi.reduce_scatter(b[0], jaxmpi.SUM, comm=COMM)[None])(put(table))
+    check(got, np.stack([folded(table[:, r]) for r in range(N)]), "reduce_scatter")
+    got = smap(lambda b: jaxmpi.allreduce(b, jaxmpi.MAX, comm=COMM))(put(x))
+    check(got, np.broadcast_to(x.max(0), x.shape), "allreduce MAX")
+
+
+def test_allgather_and_alltoall():
+    x = rows()
+    got = smap(lambda b: jaxmpi.allgather(b[0], comm=COMM)[None])(put(x))
+    check(got, np.broadcast_to(x, (N, *x.shape)), "allgather")
+    table = np.arange(N * N * 2, dtype=np.int32).reshape(N, N, 2)
+    got = smap(lambda b: jaxmpi.alltoall(b[0], comm=COMM)[None])(put(table))
+    check(got, table.transpose(1, 0, 2), "alltoall")
+
+
+def test_rooted_ops_give_every_device_a_result():
+    x, root = rows(), N - 1
+    got = smap(lambda b: jaxmpi.bcast(b, root, comm=COMM))(put(x))
+    check(got, np.broadcast_to(x[root], x.shape), "bcast")
+    got = smap(lambda b: jaxmpi.reduce(b, jaxmpi.SUM, root, comm=COMM))(put(x))
+    expected = x.copy()
+    expected[root] = folded(x)
+    check(got, expected, "reduce: the root's the sum, the others' their operand")
+    got = smap(lambda b: jaxmpi.gather(b[0], 0, comm=COMM)[None])(put(x))
+    expected = np.zeros((N, *x.shape), x.dtype)
+    expected[0] = x
+    check(got, expected, "gather: the root's every row, the others' zeros")
+    table = np.arange(N * N * 3, dtype=np.float32).reshape(N, N, 3)
+    got = smap(lambda b: jaxmpi.scatter(b[0], root, comm=COMM)[None])(put(table))
+    check(got, table[root], "scatter")
+
+
+def test_a_periodic_halo_exchange_with_sendrecv():
+    x = rows()
+
+    def halo(b):
+        left = jaxmpi.sendrecv(b[:, -1:], b[:, :1], RING_LEFT, RING_RIGHT, comm=COMM)
+        right = jaxmpi.sendrecv(b[:, :1], b[:, -1:], RING_RIGHT, RING_LEFT, comm=COMM)
+        return jnp.concatenate([left, b, right], axis=1)
+
+    got = smap(halo)(put(x))
+    expected = np.concatenate([np.roll(x[:, -1:], 1, 0), x, np.roll(x[:, :1], -1, 0)], axis=1)
+    check(got, expected, "halo")
+
+
+def test_open_ends_receive_nothing_and_keep_their_template():
+    x = rows()
+    left = [r - 1 if r > 0 else jaxmpi.PROC_NULL for r in range(N)]
+    right = [r + 1 if r < N - 1 else jaxmpi.PROC_NULL for r in range(N)]
+    got = smap(lambda b: jaxmpi.sendrecv(b, -b, left, right, comm=COMM))(put(x))
+    expected = np.concatenate([-x[:1], x[:-1]])
+    check(got, expected, "sendrecv with PROC_NULL at the ends")
+
+
+def test_send_then_recv_in_separate_calls_around_a_ring():
+    x = rows()
+
+    def ring(b):
+        jaxmpi.send(b, RING_RIGHT, tag=4, comm=COMM)
+        return jaxmpi.recv(jnp.zeros_like(b), RING_LEFT, tag=4, comm=COMM)
+
+    check(smap(ring)(put(x)), np.roll(x, 1, 0), "send, then recv")
+
+
+def test_ragged_alltoallv_moves_particles():
+    """Rank r sends (r + q) % 3 rows to rank q, counts computed inside jit."""
+    cols, capacity = 2, 3 * N
+    rank = np.arange(N)
+    counts = (rank[:, None] + rank[None, :]) % 3  # counts[r, q]: r sends to q
+    x = np.arange(N * capacity * cols, dtype=np.float32).reshape(N, capacity, cols)
+
+    def migrate(b):
+        r = COMM.Get_rank()
+        send = (r + jnp.arange(N)) % 3
+        recv = (jnp.arange(N) + r) % 3
+        return jaxmpi.alltoallv(b[0], send, recv, comm=COMM, recv_capacity=capacity)[None]
+
+    got = smap(migrate)(put(x))
+    expected = np.zeros_like(x)
+    for q in range(N):
+        parts = [x[r, counts[r, :q].sum() : counts[r, : q + 1].sum()] for r in range(N)]
+        moved = np.concatenate(parts)
+        expected[q, : len(moved)] = moved
+    for shard in got.addressable_shards:
+        q = shard.index[0].start
+        n = counts[:, q].sum()
+        assert_array(np.asarray(shard.data)[0, :n], expected[q, :n], f"alltoallv at rank {q}")
+
+
+def test_sub_communicators_along_one_mesh_axis():
+    grid = Mesh(np.array(DEVICES).reshape(2, N // 2), ("a", "b"))
+    along_b = jaxmpi.MeshComm(grid, "b")
+    x = rows().reshape(2, N // 2, -1)
+    spec = P("a", "b")
+
+    def body(block):
+        return jaxmpi.allreduce(block, jaxmpi.SUM, comm=along_b) + 0 * along_b.Get_rank()
+
+    got = smap(body, mesh=grid, in_specs=spec, out_specs=spec)(put(x, spec, grid))
+    sums = np.stack([folded(x[a]) for a in range(2)])
+    check(got, np.broadcast_to(sums[:, None], x.shape), "allreduce along b")
+
+
+def test_gradient_of_an_allreduce_on_the_mesh_comm():
+    """As on an MPI communicator (mpi4jax's rule: a rank's cotangent of the sum passes
+    through to its operand), on every device."""
+    x = rows()
+
+    def loss(b):
+        total = smap(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=COMM))(b)
+        return jnp.sum(total**2)
+
+    got = jax.jit(jax.grad(loss))(put(x))
+    expected = np.broadcast_to(2 * folded(x), x.shape)
+    for shard in got.addressable_shards:
+        np.testing.assert_allclose(np.asarray(shard.data), expected[shard.index], rtol=1e-5)
+
+
+@pytest.mark.skipif(LOCAL == 1, reason="one device per process: an MPI communicator works")
+def test_an_mpi_communicator_in_a_multi_device_program_points_to_mesh_comm():
+    with pytest.raises(ValueError, match="MeshComm"):
+        smap(lambda b: jaxmpi.allreduce(b, jaxmpi.SUM))(put(rows()))
+
+
+def test_what_is_not_built_on_a_mesh_comm_says_so():
+    with pytest.raises(ValueError, match="MeshComm"):
+        smap(lambda b: jaxmpi.gatherv(b, [1] * N, 0, comm=COMM))(put(rows()))
+    with pytest.raises(ValueError, match=r"inside jax\.shard_map"):
+        COMM.Get_rank()
+    with pytest.raises(ValueError, match="axis_names"):
+        jaxmpi.MeshComm(MESH, "nope")
