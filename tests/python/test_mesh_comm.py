@@ -18,6 +18,7 @@ from layouts import DEVICES, LOCAL, MESH, N
 
 import jaxmpi
 from helpers import assert_array
+from jaxmpi import _native
 
 COMM = jaxmpi.MeshComm(MESH)
 BLOCKS = P("i")
@@ -139,6 +140,36 @@ def test_send_then_recv_in_separate_calls_around_a_ring():
     check(smap(ring)(put(x)), np.roll(x, 1, 0), "send, then recv")
 
 
+@pytest.mark.parametrize("receive_first", [True, False], ids=["irecv-first", "isend-first"])
+def test_a_non_blocking_ring(receive_first):
+    """A receive started before its send (from a device of the same process too) completes
+    at its wait; the interior computes meanwhile."""
+    x = rows()
+
+    def ring(b):
+        if receive_first:
+            got = jaxmpi.irecv(jnp.zeros_like(b), RING_LEFT, tag=2, comm=COMM)
+            sent = jaxmpi.isend(b, RING_RIGHT, tag=2, comm=COMM)
+        else:
+            sent = jaxmpi.isend(b, RING_RIGHT, tag=2, comm=COMM)
+            got = jaxmpi.irecv(jnp.zeros_like(b), RING_LEFT, tag=2, comm=COMM)
+        interior = 2 * b
+        jaxmpi.wait(sent)
+        return jaxmpi.wait(got, after=interior) + interior
+
+    check(smap(ring)(put(x)), np.roll(x, 1, 0) + 2 * x, "non-blocking ring")
+
+
+def test_started_collectives():
+    x = rows()
+
+    def body(b):
+        request = jaxmpi.iallreduce(b, jaxmpi.SUM, comm=COMM)
+        return jaxmpi.wait(request) + jaxmpi.wait(jaxmpi.ibcast(b, 0, comm=COMM))
+
+    check(smap(body)(put(x)), np.broadcast_to(folded(x) + x[0], x.shape), "iallreduce, ibcast")
+
+
 def test_ragged_alltoallv_moves_particles():
     """Rank r sends (r + q) % 3 rows to rank q, counts computed inside jit."""
     cols, capacity = 2, 3 * N
@@ -191,6 +222,66 @@ def test_gradient_of_an_allreduce_on_the_mesh_comm():
     expected = np.broadcast_to(2 * folded(x), x.shape)
     for shard in got.addressable_shards:
         np.testing.assert_allclose(np.asarray(shard.data), expected[shard.index], rtol=1e-5)
+
+
+def test_devices_delayed_differently_keep_every_op_in_order():
+    """Each device computes a different while before each op, so the devices of a process
+    reach the ops at different times and in a different order each step."""
+    x, table = rows(), np.arange(N * N * 2, dtype=np.float32).reshape(N, N, 2)
+
+    def busy(v, turns):
+        spin = jax.lax.fori_loop(0, turns * 3000, lambda i, a: jnp.sin(a) + 1.0, v)
+        return v + 0.0 * spin
+
+    def body(b, t):
+        r = COMM.Get_rank()
+        for step in range(3):
+            b = jaxmpi.allreduce(busy(b, (r + step) % N), jaxmpi.SUM, comm=COMM)
+            t = jaxmpi.alltoall(busy(t[0], (N - r + step) % N), comm=COMM)[None]
+            b = jaxmpi.sendrecv(busy(b, (r * step) % N), b, RING_LEFT, RING_RIGHT, comm=COMM)
+        return b, t
+
+    got_b, got_t = smap(body, in_specs=(BLOCKS, BLOCKS), out_specs=(BLOCKS, BLOCKS))(
+        put(x), put(table)
+    )
+    b = x
+    for _ in range(3):
+        b = np.broadcast_to(folded(b), x.shape)
+        table = table.transpose(1, 0, 2)
+    check(got_b, b, "allreduce and sendrecv, three steps")
+    check(got_t, table, "alltoall, three steps")
+
+
+def test_vmap_over_a_batch_on_every_device():
+    x = rows().reshape(N, 1, 5).repeat(3, axis=1) * np.arange(1, 4, dtype=np.float32)[:, None]
+    body = jax.vmap(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=COMM), in_axes=1, out_axes=1)
+    got = smap(body)(put(x))
+    check(got, np.broadcast_to(folded(x), x.shape), "vmapped allreduce")
+
+
+@pytest.fixture
+def checked():
+    _native.set_checked_mode(True)
+    try:
+        yield
+    finally:
+        _native.set_checked_mode(False)
+
+
+def test_checked_mode_compares_the_calls_of_every_device(checked):
+    x = rows()
+    got = smap(lambda b: jaxmpi.allreduce(b, jaxmpi.SUM, comm=COMM))(put(x))
+    check(got, np.broadcast_to(folded(x), x.shape), "allreduce, checked")
+
+    def mismatched(b):
+        sum_or_max = [
+            lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=COMM),
+            lambda v: jaxmpi.allreduce(v, jaxmpi.MAX, comm=COMM),
+        ]
+        return jax.lax.switch(jnp.minimum(COMM.Get_rank(), 1), sum_or_max, b)
+
+    with pytest.raises(Exception, match=r"do not make the same call: rank 0: .* SUM .* MAX"):
+        jax.block_until_ready(smap(mismatched)(put(x)))
 
 
 @pytest.mark.skipif(LOCAL == 1, reason="one device per process: an MPI communicator works")

@@ -179,6 +179,11 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// The call's rank on its device communicator, where it runs on one.
+    pub fn device_rank(&self) -> Option<usize> {
+        self.rank_on_devices
+    }
+
     /// The int64 attribute `name`, or, where it is one per rank (an array: a peer on a
     /// device communicator), this call's rank's.
     pub fn per_rank_i64(&self, name: &str) -> Result<i64> {

@@ -14,8 +14,7 @@
 //! meetings (a send, then the receive): between devices of this process, the message
 //! waits in this process's mailbox, copied there at the send (what MPI calls buffering).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use super::device_groups::Group;
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
@@ -31,11 +30,13 @@ pub struct Half {
     pub tag: Option<i32>,
 }
 
-/// What one device brings to a meeting.
+/// What one device brings to a meeting; when the op is started, not completed, the
+/// requests its messages left in flight come back in `started`, for its own wait.
 #[derive(Clone, Debug, Default)]
 pub struct Part {
     pub sends: Vec<Half>,
     pub receives: Vec<Half>,
+    pub started: Option<Arc<Mutex<Vec<Request>>>>,
 }
 
 /// Which communicator the messages of an op travel on, and whether they may cross
@@ -45,11 +46,12 @@ pub enum Traffic {
     /// A collective: every message's two halves are in one meeting (or on two processes).
     Collective,
     /// Sends and receives: a message between this process's devices may wait for its
-    /// receive in the mailbox.
+    /// receive in the mailbox, or a started receive for its send.
     PointToPoint,
 }
 
-/// Moves the messages of every part of this meeting (this process's devices of `group`).
+/// Moves the messages of every part of this meeting (this process's devices of `group`,
+/// in slot order). Parts that were started leave their messages in flight.
 pub fn move_parts(
     group: &Group,
     library: &dyn Library,
@@ -58,14 +60,16 @@ pub fn move_parts(
     traffic: Traffic,
 ) -> Result<()> {
     let local = |p: usize| group.is_local(p);
+    let owner = |position: usize| &parts[group.slot(position)];
     let mut sends: Vec<Half> = parts.iter().flat_map(|p| p.sends.iter().copied()).collect();
     let mut receives: Vec<Half> = parts
         .iter()
         .flat_map(|p| p.receives.iter().copied())
         .collect();
-    let mailbox = Mailbox(group as *const Group as usize);
+    let key = group as *const Group as usize;
 
-    // Between this process's devices: a copy, from this meeting's send or the mailbox.
+    // Between this process's devices: a copy, from this meeting's send, the mailbox, or
+    // into a started receive's buffer.
     let mut sent_here = vec![false; sends.len()];
     for receive in receives.iter().filter(|r| local(r.from)) {
         let matching = (0..sends.len()).find(|&i| {
@@ -76,19 +80,28 @@ pub fn move_parts(
         match (matching, traffic) {
             (Some(i), _) => {
                 sent_here[i] = true;
-                let send = sends[i];
-                fits(send.bytes, receive)?;
-                // SAFETY: both are live buffers of this meeting's calls, as long as said.
-                unsafe { std::ptr::copy(send.at as *const u8, receive.at as *mut u8, send.bytes) };
+                deliver(&sends[i], receive)?;
             }
-            (None, Traffic::PointToPoint) => mailbox.take(receive)?,
             (None, Traffic::Collective) => return Err(unmatched(receive)),
+            (None, Traffic::PointToPoint) => {
+                if mailbox::take(key, receive)? {
+                    continue;
+                }
+                let Some(started) = &owner(receive.to).started else {
+                    return Err(mailbox::nothing_sent(receive));
+                };
+                let request = mailbox::await_send(key, receive, library, backend)?;
+                started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(request);
+            }
         }
     }
     for (i, send) in sends.iter().enumerate() {
         if local(send.to) && !sent_here[i] {
             match traffic {
-                Traffic::PointToPoint => mailbox.put(send),
+                Traffic::PointToPoint => mailbox::put(key, send, library, backend)?,
                 Traffic::Collective => return Err(unmatched(send)),
             }
         }
@@ -106,29 +119,45 @@ pub fn move_parts(
     };
     sends.sort_by_key(|h| (h.from, h.to));
     receives.sort_by_key(|h| (h.from, h.to));
-    let mut requests = Vec::new();
+    let mut waited = Vec::new();
     let mut outcome = Ok(());
-    for (half, receive) in receives
+    let halves = receives
         .iter()
         .map(|r| (r, true))
-        .chain(sends.iter().map(|s| (s, false)))
-    {
+        .chain(sends.iter().map(|s| (s, false)));
+    for (half, receive) in halves {
+        let device = owner(if receive { half.to } else { half.from });
         match start(group, backend, comm, half, receive) {
-            Ok(request) => requests.push(request),
+            Ok(request) => match &device.started {
+                Some(started) => started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(request),
+                None => waited.push(request),
+            },
             Err(err) => {
                 outcome = Err(err);
                 break;
             }
         }
     }
-    // Started transfers complete before their buffers are handed back, even after an error.
-    for mut request in requests {
-        let waited = backend.wait(&mut request);
+    // Transfers complete before their buffers are handed back, even after an error (a
+    // started op's, at its wait).
+    for mut request in waited {
+        let done = backend.wait(&mut request);
         if outcome.is_ok() {
-            outcome = waited.map(|_| ());
+            outcome = done.map(|_| ());
         }
     }
     outcome
+}
+
+/// A copy from a send of this process to its receive.
+fn deliver(send: &Half, receive: &Half) -> Result<()> {
+    fits(send.bytes, receive)?;
+    // SAFETY: both are live buffers of this process's calls, as long as they say.
+    unsafe { std::ptr::copy(send.at as *const u8, receive.at as *mut u8, send.bytes) };
+    Ok(())
 }
 
 fn start(
@@ -178,59 +207,144 @@ fn unmatched(half: &Half) -> Error {
     )
 }
 
-/// Messages between this process's devices of one group that wait for their receive, by
-/// (from, to, tag), in the order they were sent.
-struct Mailbox(usize);
+/// Messages between devices of this process that cross meetings: a send whose receive
+/// comes later waits here, copied (what MPI calls buffering); a started receive whose
+/// send comes later waits here for it, and the send copies straight into its buffer and
+/// then completes the receive's request: a message of no bytes from this process to
+/// itself on a communicator of its own, so the request is one MPI's waits can complete
+/// like any other.
+mod mailbox {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Mutex, MutexGuard, OnceLock};
 
-type Letters = HashMap<(usize, usize, usize, i32), VecDeque<Vec<u8>>>;
+    use super::{deliver, fits, Half};
+    use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
 
-fn letters() -> MutexGuard<'static, Letters> {
-    static LETTERS: OnceLock<Mutex<Letters>> = OnceLock::new();
-    LETTERS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
+    /// (group, from, to, tag).
+    type Key = (usize, usize, usize, i32);
 
-impl Mailbox {
-    fn put(&self, send: &Half) {
-        // SAFETY: a live operand of a call of this meeting, `bytes` long.
-        let data = unsafe { std::slice::from_raw_parts(send.at as *const u8, send.bytes) };
-        let key = (self.0, send.from, send.to, send.tag.unwrap_or(0));
-        letters().entry(key).or_default().push_back(data.to_vec());
+    #[derive(Default)]
+    struct Boxes {
+        letters: HashMap<Key, VecDeque<Vec<u8>>>,
+        /// Started receives waiting for their send: (group, the receive, its signal tag).
+        awaiting: Vec<(usize, Half, i32)>,
+        signals: i32,
     }
 
-    fn take(&self, receive: &Half) -> Result<()> {
-        let mut letters = letters();
-        let key = letters
+    fn boxes() -> MutexGuard<'static, Boxes> {
+        static BOXES: OnceLock<Mutex<Boxes>> = OnceLock::new();
+        BOXES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A communicator of this process alone, for the signals.
+    fn alone(library: &dyn Library) -> Result<Comm> {
+        static ALONE: OnceLock<Comm> = OnceLock::new();
+        if let Some(&comm) = ALONE.get() {
+            return Ok(comm);
+        }
+        let me = library.comm_rank(library.world())?;
+        let comm = library.comm_create_group(&[me], 31_999)?;
+        Ok(*ALONE.get_or_init(|| comm))
+    }
+
+    fn matches(receive: &Half, group: usize, key: &Key) -> bool {
+        key.0 == group
+            && (key.1, key.2) == (receive.from, receive.to)
+            && receive.tag.is_none_or(|tag| tag == key.3)
+    }
+
+    /// A send whose receive is not in its meeting: into a started receive waiting for it,
+    /// else into the mailbox.
+    pub fn put(
+        group: usize,
+        send: &Half,
+        library: &dyn Library,
+        backend: &dyn Backend,
+    ) -> Result<()> {
+        let key = (group, send.from, send.to, send.tag.unwrap_or(0));
+        let mut boxes = boxes();
+        if let Some(i) = boxes
+            .awaiting
             .iter()
-            .filter(|(k, queue)| {
-                k.0 == self.0
-                    && (k.1, k.2) == (receive.from, receive.to)
-                    && receive.tag.is_none_or(|tag| tag == k.3)
-                    && !queue.is_empty()
-            })
+            .position(|(_, r, _)| matches(r, group, &key))
+        {
+            let (_, receive, signal) = boxes.awaiting.remove(i);
+            drop(boxes);
+            deliver(send, &receive)?;
+            // SAFETY: no bytes are read.
+            let nothing = unsafe { Buf::from_raw(std::ptr::null(), 0, Dtype::U8) };
+            return backend.send(alone(library)?, nothing, Peer::Rank(0), signal);
+        }
+        // SAFETY: a live operand of a call of this meeting, `bytes` long.
+        let data = unsafe { std::slice::from_raw_parts(send.at as *const u8, send.bytes) };
+        boxes
+            .letters
+            .entry(key)
+            .or_default()
+            .push_back(data.to_vec());
+        Ok(())
+    }
+
+    /// A receive from a send that came before, if one did.
+    pub fn take(group: usize, receive: &Half) -> Result<bool> {
+        let mut boxes = boxes();
+        let key = boxes
+            .letters
+            .iter()
+            .filter(|(k, queue)| matches(receive, group, k) && !queue.is_empty())
             .map(|(k, _)| *k)
             .min_by_key(|k| k.3);
-        let Some(data) = key.and_then(|k| letters.get_mut(&k)?.pop_front()) else {
-            return Err(Error::invalid_argument(
-                "recv",
-                format!(
-                    "rank {} receives from rank {} of the same process{}, which sent it \
-                     nothing before: on a device communicator, a receive from a device of \
-                     the same process comes after the send in program order",
-                    receive.to,
-                    receive.from,
-                    receive
-                        .tag
-                        .map(|t| format!(" (tag {t})"))
-                        .unwrap_or_default(),
-                ),
-            ));
+        let Some(data) = key.and_then(|k| boxes.letters.get_mut(&k)?.pop_front()) else {
+            return Ok(false);
         };
+        drop(boxes);
         fits(data.len(), receive)?;
         // SAFETY: a live result of a call of this meeting, at least `data.len()` long.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), receive.at as *mut u8, data.len()) };
-        Ok(())
+        Ok(true)
+    }
+
+    /// A started receive whose send comes later: the request its wait completes.
+    pub fn await_send(
+        group: usize,
+        receive: &Half,
+        library: &dyn Library,
+        backend: &dyn Backend,
+    ) -> Result<Request> {
+        let comm = alone(library)?;
+        let signal = {
+            let mut boxes = boxes();
+            boxes.signals = (boxes.signals + 1) % 30_000;
+            let signal = boxes.signals;
+            boxes.awaiting.push((group, *receive, signal));
+            signal
+        };
+        // SAFETY: a message of no bytes: nothing is ever written.
+        let nothing =
+            unsafe { BufMut::from_raw(std::ptr::NonNull::<u8>::dangling().as_ptr(), 0, Dtype::U8) };
+        // SAFETY: as above.
+        let mut request = unsafe { backend.irecv(comm, nothing, Peer::Rank(0), Some(signal)) }?;
+        request.receives = None; // its status is no message of the op's
+        Ok(request)
+    }
+
+    pub fn nothing_sent(receive: &Half) -> Error {
+        Error::invalid_argument(
+            "recv",
+            format!(
+                "rank {} receives from rank {} of the same process{}, which sent it nothing \
+                 before: on a device communicator, a blocking receive from a device of the \
+                 same process comes after the send in program order (or start it: irecv)",
+                receive.to,
+                receive.from,
+                receive
+                    .tag
+                    .map(|t| format!(" (tag {t})"))
+                    .unwrap_or_default(),
+            ),
+        )
     }
 }

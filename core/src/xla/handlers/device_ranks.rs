@@ -82,6 +82,9 @@ pub struct OnDevices {
     library: &'static dyn Library,
     group: Arc<Group>,
     rank: usize,
+    /// Inside `Backend::start`: where the requests of the messages its point-to-point
+    /// ops leave in flight go (collectives complete at their start).
+    starting: Option<Arc<Mutex<Vec<Request>>>>,
 }
 
 /// (communicator id, device), and that device's group and rank there.
@@ -119,6 +122,7 @@ impl OnDevices {
             library,
             group,
             rank,
+            starting: None,
         }))
     }
 
@@ -168,7 +172,10 @@ impl OnDevices {
     }
 
     /// Moves this device's part of the op, with the process's other devices of the group.
-    fn run(&self, part: Part, traffic: Traffic) -> Result<()> {
+    fn run(&self, mut part: Part, traffic: Traffic) -> Result<()> {
+        if traffic == Traffic::PointToPoint {
+            part.started = self.starting.clone();
+        }
         let (group, library) = (&*self.group, self.library);
         let host = library.backend();
         if group.local.len() == 1 {
@@ -380,6 +387,7 @@ impl Backend for OnDevices {
     fn barrier(&self, _: Comm) -> Result<()> {
         let n = self.size();
         let part = Part {
+            started: None,
             sends: (0..n).map(|q| self.to(q, nowhere(), 0)).collect(),
             receives: (0..n).map(|p| self.from(p, nowhere(), 0)).collect(),
         };
@@ -390,6 +398,7 @@ impl Backend for OnDevices {
         let (n, b, x) = (self.size(), recv.len_bytes(), input_at(&send, &recv));
         let mut scratch = Scratch::new(n * b);
         let part = Part {
+            started: None,
             sends: (0..n).map(|q| self.to(q, x, b)).collect(),
             receives: (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
@@ -415,6 +424,7 @@ impl Backend for OnDevices {
             Vec::new()
         };
         let part = Part {
+            started: None,
             sends: vec![self.to(root, x, b)],
             receives,
         };
@@ -433,6 +443,7 @@ impl Backend for OnDevices {
         );
         let mut scratch = Scratch::new(n * b);
         let part = Part {
+            started: None,
             sends: (me..n).map(|q| self.to(q, x, b)).collect(),
             receives: (0..=me)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
@@ -450,6 +461,7 @@ impl Backend for OnDevices {
         );
         let mut scratch = Scratch::new(n * b);
         let part = Part {
+            started: None,
             sends: (me + 1..n).map(|q| self.to(q, x, b)).collect(),
             receives: (0..me)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
@@ -462,6 +474,7 @@ impl Backend for OnDevices {
         let (n, b, x) = (self.size(), recv.len_bytes(), send.ptr() as usize);
         let mut scratch = Scratch::new(n * b);
         let part = Part {
+            started: None,
             sends: (0..n).map(|q| self.to(q, x + q * b, b)).collect(),
             receives: (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
@@ -481,6 +494,7 @@ impl Backend for OnDevices {
         };
         let part = if self.rank == root {
             Part {
+                started: None,
                 sends: (0..self.size())
                     .filter(|&q| q != root)
                     .map(|q| self.to(q, at, b))
@@ -489,6 +503,7 @@ impl Backend for OnDevices {
             }
         } else {
             Part {
+                started: None,
                 sends: Vec::new(),
                 receives: vec![self.from(root, at, b)],
             }
@@ -502,6 +517,7 @@ impl Backend for OnDevices {
         let b = send.len_bytes();
         let at_root = self.rank == root;
         let part = Part {
+            started: None,
             sends: vec![self.to(root, send.ptr() as usize, b)],
             receives: if at_root {
                 (0..self.size())
@@ -520,6 +536,7 @@ impl Backend for OnDevices {
     fn allgather(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let (n, b) = (self.size(), send.len_bytes());
         let part = Part {
+            started: None,
             sends: (0..n).map(|q| self.to(q, send.ptr() as usize, b)).collect(),
             receives: (0..n)
                 .map(|p| self.from(p, recv.ptr() as usize + p * b, b))
@@ -539,6 +556,7 @@ impl Backend for OnDevices {
             Vec::new()
         };
         let part = Part {
+            started: None,
             sends,
             receives: vec![self.from(root, recv.ptr() as usize, b)],
         };
@@ -549,6 +567,7 @@ impl Backend for OnDevices {
         let n = self.size();
         let b = recv.len_bytes() / n;
         let part = Part {
+            started: None,
             sends: (0..n)
                 .map(|q| self.to(q, send.ptr() as usize + q * b, b))
                 .collect(),
@@ -567,6 +586,7 @@ impl Backend for OnDevices {
             Vec::new()
         };
         let part = Part {
+            started: None,
             sends: vec![self.to(root, send.ptr() as usize, send.len_bytes())],
             receives,
         };
@@ -575,6 +595,7 @@ impl Backend for OnDevices {
 
     fn allgatherv(&self, _: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
         let part = Part {
+            started: None,
             sends: (0..self.size())
                 .map(|q| self.to(q, send.ptr() as usize, send.len_bytes()))
                 .collect(),
@@ -591,6 +612,7 @@ impl Backend for OnDevices {
             Vec::new()
         };
         let part = Part {
+            started: None,
             sends,
             receives: vec![self.from(root, recv.ptr() as usize, recv.len_bytes())],
         };
@@ -599,6 +621,7 @@ impl Backend for OnDevices {
 
     fn alltoallv(&self, _: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
         let part = Part {
+            started: None,
             sends: self.blocks_out(&send),
             receives: self.blocks_in(&recv),
         };
@@ -610,6 +633,7 @@ impl Backend for OnDevices {
             return Ok(());
         };
         let part = Part {
+            started: None,
             sends: vec![Half {
                 tag: Some(tag),
                 ..self.to(to, buf.ptr() as usize, buf.len_bytes())
@@ -624,6 +648,7 @@ impl Backend for OnDevices {
             return Ok(received(None, None, 0));
         };
         let part = Part {
+            started: None,
             sends: Vec::new(),
             receives: vec![Half {
                 tag,
@@ -631,6 +656,9 @@ impl Backend for OnDevices {
             }],
         };
         self.run(part, Traffic::PointToPoint)?;
+        if self.starting.is_some() {
+            return Ok(Status::not_yet());
+        }
         Ok(received(Some(from), tag, buf.count()))
     }
 
@@ -650,6 +678,7 @@ impl Backend for OnDevices {
             }
         };
         let part = Part {
+            started: None,
             sends: to
                 .map(|to| Half {
                     tag: Some(envelope.sendtag),
@@ -675,8 +704,28 @@ impl Backend for OnDevices {
     unsafe fn irecv(&self, _: Comm, _: BufMut, _: Peer, _: Option<i32>) -> Result<Request> {
         Err(not_built("irecv"))
     }
-    unsafe fn start(&self, _: &mut dyn FnMut(&dyn Backend) -> Result<()>) -> Result<Started> {
-        Err(not_built("non-blocking"))
+    /// Point to point, the messages between processes stay in flight until the wait, and
+    /// a receive from a device of this process whose send comes later waits for it there;
+    /// a collective completes at its start (as in progress mode `at-start`).
+    unsafe fn start(&self, ops: &mut dyn FnMut(&dyn Backend) -> Result<()>) -> Result<Started> {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let starting = OnDevices {
+            starting: Some(requests.clone()),
+            group: self.group.clone(),
+            ..*self
+        };
+        let outcome = ops(&starting);
+        let requests = std::mem::take(&mut *requests.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Err(err) = outcome {
+            for mut request in requests {
+                let _ = self.library.backend().wait(&mut request);
+            }
+            return Err(err);
+        }
+        Ok(Started {
+            requests,
+            keep: Vec::new(),
+        })
     }
     fn test(&self, _: &mut Request) -> Result<Progress> {
         Err(not_built("test"))

@@ -77,8 +77,10 @@ pub(super) unsafe fn handle<A: Attrs>(
             Some(on) => (on, on),
             None => (library, library.backend()),
         };
-        let result = lifecycle::run(&call, library, |attrs| body(&call, ranks, backend, attrs))
-            .map_err(|err| with_rank(err.in_op(name), library).with_call(CallInfo::of(&call)));
+        let result = lifecycle::run(&call, library, on_devices.as_ref(), |attrs| {
+            body(&call, ranks, backend, attrs)
+        })
+        .map_err(|err| with_rank(err.in_op(name), library).with_call(CallInfo::of(&call)));
         pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {

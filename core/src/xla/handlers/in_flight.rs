@@ -57,7 +57,7 @@ pub(super) struct Flight {
     pub results: usize,
     pub started: Instant,
     /// Errors of the request's communicator come back as codes until it completes.
-    pub _errors: ErrorsReturned<'static>,
+    pub _errors: Option<ErrorsReturned<'static>>,
 }
 
 impl Flight {

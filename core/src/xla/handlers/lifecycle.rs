@@ -8,6 +8,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
+use super::device_ranks::{OnDevices, ON_DEVICES};
 use super::handles;
 use super::signature::{Attrs, Signature, PEER_ANY, PEER_NULL, TAG_ANY};
 use super::{checked, Call};
@@ -22,6 +23,8 @@ const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvt
 /// One call as a user would name it: its communicator, peers or root, tags and size.
 pub struct CallInfo {
     comm: usize,
+    /// On a device communicator: its id, and the call's device and rank there.
+    on_devices: Option<(i64, i64, Option<usize>)>,
     attrs: [Option<i64>; DESCRIBED.len()],
     bytes: usize,
     /// The JAX operation an XLA collective came from.
@@ -30,11 +33,15 @@ pub struct CallInfo {
 
 impl CallInfo {
     pub fn of(call: &Call) -> Self {
+        let id = call.optional_i64("comm");
         CallInfo {
-            comm: call
-                .optional_i64("comm")
+            comm: id
                 .and_then(|id| handles::resolve(handles::Table::Comm, id))
                 .unwrap_or(0),
+            on_devices: id.filter(|&id| id < 0).map(|id| {
+                let device = call.device().unwrap_or(-1);
+                (-id - 1, device, call.device_rank())
+            }),
             attrs: DESCRIBED.map(|name| call.optional_i64(name)),
             bytes: call.operand_bytes(),
             origin: call.optional_text("origin").map(str::to_string),
@@ -47,7 +54,13 @@ impl fmt::Display for CallInfo {
         if let Some(origin) = &self.origin {
             return write!(f, "from {origin}, {} bytes", self.bytes);
         }
-        write!(f, "comm {:#x}", self.comm)?;
+        match self.on_devices {
+            Some((comm, device, Some(rank))) => {
+                write!(f, "MeshComm {comm}, rank {rank} (device {device})")?
+            }
+            Some((comm, device, None)) => write!(f, "MeshComm {comm}, device {device}")?,
+            None => write!(f, "comm {:#x}", self.comm)?,
+        }
         for (name, value) in DESCRIBED.iter().zip(self.attrs) {
             let Some(value) = value else { continue };
             let is_tag = name.ends_with("tag");
@@ -116,10 +129,12 @@ fn is_collective(name: &str) -> bool {
 }
 
 /// Runs `body`, the op of `call`, on its decoded attributes, with everything every call
-/// needs around it.
+/// needs around it. `on_devices`: the call's device as a rank of its device communicator,
+/// where it runs on one (checked mode compares the calls of its ranks, devices).
 pub(super) fn run<A: Attrs>(
     call: &Call,
     library: &'static dyn Library,
+    on_devices: Option<&OnDevices>,
     body: impl FnOnce(&A) -> Result<()>,
 ) -> Result<()> {
     let attrs = A::decode(call)?;
@@ -130,6 +145,12 @@ pub(super) fn run<A: Attrs>(
     let with_errors_returned = || {
         // XLA's collectives (`hlo.rs`) run on communicators of jaxmpi's own, made to
         // return errors when they are made.
+        if let Some(on) = on_devices {
+            if checked::enabled() && is_collective(call.name()) {
+                checked::collective(call, on, ON_DEVICES)?;
+            }
+            return body(&attrs);
+        }
         let Some(comm) = attrs.comm() else {
             return body(&attrs);
         };
@@ -164,6 +185,7 @@ mod tests {
         attrs[3] = Some(i64::from(TAG_ANY)); // tag
         let info = CallInfo {
             comm: 0x4400_0000,
+            on_devices: None,
             attrs,
             bytes: 16,
             origin: None,
@@ -184,6 +206,14 @@ mod tests {
         assert_eq!(
             info.to_string(),
             "comm 0x44000000, root 0, dest PROC_NULL, tag 3, 16 bytes"
+        );
+        let info = CallInfo {
+            on_devices: Some((0, 6, Some(3))),
+            ..info
+        };
+        assert_eq!(
+            info.to_string(),
+            "MeshComm 0, rank 3 (device 6), root 0, dest PROC_NULL, tag 3, 16 bytes"
         );
     }
 }

@@ -28,9 +28,9 @@ pub(super) fn start<A: Attrs>(
     attrs: &A,
     body: Body<A>,
 ) -> Result<()> {
-    let comm = attrs
-        .comm()
-        .ok_or_else(|| call.bad_attr("comm", "is missing: a started op runs on a communicator"))?;
+    // None on a device communicator, whose communicators among processes return errors
+    // from the start.
+    let comm = attrs.comm();
     let collective = Signature::named(call.name()).is_some_and(|(s, _)| s.is_collective());
     if collective && in_flight::collectives_complete_at_start(library) {
         // Nothing could move its data before the wait (`progress_mode`): the blocking op,
@@ -60,7 +60,9 @@ pub(super) fn start<A: Attrs>(
         receive,
         results: call.rets_len(),
         started: Instant::now(),
-        _errors: ErrorsReturned::on(library, comm)?,
+        _errors: comm
+            .map(|comm| ErrorsReturned::on(library, comm))
+            .transpose()?,
     };
     let key = in_flight::start(library, flight)?;
     write_request(call, key)
