@@ -121,6 +121,11 @@ step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" jax-co
     "$ROOT/tests/jax_collectives_jobs.sh"
 step "JAX's collectives over MPI: jaxmpi and jax in different site directories" startup-layouts \
     "$ROOT/tests/startup_layouts.sh"
+# jaxmpi's ops on a MeshComm (ranks are devices), whole jobs on both families: the
+# shallow-water model at 4x1, 2x2 and 1x4 bit for bit, JAXMPI_DEBUG, JAXMPI_TIMEOUT.
+GROUP=mesh-comm
+step "MeshComm: shallow water in three layouts, debug, timeout" mesh-comm-jobs \
+    "$ROOT/tests/mesh_comm_jobs.sh"
 GROUP=reliability
 # Failures that end a job: a receive that never matches under JAXMPI_TIMEOUT, concurrent
 # calls below MPI_THREAD_MULTIPLE, JAXMPI_DEBUG's lines, bad values of the env vars.

@@ -15,6 +15,15 @@ two programs' kernels differently (on 0.6 it contracts other products into FMAs)
     mpirun -n 2 python examples/shallow_water.py --benchmark     # prints the solve time
     mpirun -n 2 python examples/shallow_water.py --benchmark --overlap
     mpirun -n 6 python examples/shallow_water.py --nx 300 --ny 120 --days 2 --float64
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 \
+        mpirun -n 2 python examples/shallow_water.py --mesh       # 2 processes x 2 devices
+
+With `--mesh` the ranks are devices, not processes: the model runs in `jax.shard_map`
+over every device of the job, as ranks of a `jaxmpi.MeshComm`, whatever the devices per
+process; its results are the same, bit for bit, in every layout (4 processes of 1 device,
+2 of 2, 1 of 4) and as with 4 MPI ranks. One trace then serves every device of a process,
+so what differs between ranks is looked up by the rank at run time: the neighbours (given
+per rank), the block's first row, the northern wall; the blocks must be of equal size.
 
 Numerics: an Arakawa C grid (h at cell centres, u on east faces, v on north faces) and
 the vector-invariant momentum equations,
@@ -43,6 +52,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxmpi
 
@@ -147,6 +158,33 @@ class Layout:
         return Layout(self.nx, self.ny, self.px, self.py, rank)
 
 
+def shard_map(f, mesh, in_specs, out_specs):
+    """jax.shard_map (jax.experimental's before JAX 0.7), unchecked: the ops' results
+    differ per device."""
+    try:
+        from jax import shard_map as smap
+
+        unchecked = {"check_vma": False}
+    except ImportError:
+        from jax.experimental.shard_map import shard_map as smap
+
+        unchecked = {"check_rep": False}
+    return smap(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **unchecked)
+
+
+def mesh_comm(nx: int, ny: int, px: int | None) -> tuple[jaxmpi.MeshComm, int]:
+    """(a MeshComm over every device of the job as a py x px grid, px): jax.distributed
+    started from the MPI job where it has several processes."""
+    if jaxmpi.COMM_WORLD.Get_size() > 1:
+        from jaxmpi import distributed
+
+        distributed.initialize()
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    px = px or process_grid(len(devices), nx, ny)[0]
+    grid = np.array(devices).reshape(len(devices) // px, px)
+    return jaxmpi.MeshComm(Mesh(grid, ("y", "x"))), px
+
+
 def glue(axis, *parts):
     """h, u, v of `parts` (each three arrays, or one array of the three) joined along
     `axis`: the pieces of a window of the haloed fields, or of the tendencies."""
@@ -178,14 +216,21 @@ class Model:
         overlap=False,
     ):
         self.comm = jaxmpi.COMM_WORLD if comm is None else comm
-        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        # On a MeshComm one trace serves every device: the rank is known at run time only.
+        self.on_devices = isinstance(self.comm, jaxmpi.MeshComm)
+        self.rank = None if self.on_devices else self.comm.Get_rank()
+        self.size = self.comm.Get_size()
         if px is None:
             px, py = process_grid(self.size, nx, ny)
         elif self.size % px or px > nx or self.size // px > ny:
             raise ValueError(f"--px {px} does not split {self.size} ranks over {nx} x {ny}")
         else:
             py = self.size // px
-        self.layout = Layout(nx, ny, px, py, self.rank)
+        self.layout = Layout(nx, ny, px, py, self.rank or 0)
+        if self.on_devices and (nx % px or ny % py):
+            raise ValueError(
+                f"--mesh needs blocks of one size: {px} x {py} devices over {nx} x {ny}"
+            )
         if min(block(nx, px, px - 1)[1], block(ny, py, py - 1)[1]) < 2:
             raise ValueError(
                 f"{nx} x {ny} cells over {px} x {py} ranks leaves a block less than 2 cells "
@@ -193,7 +238,42 @@ class Model:
             )
         self.overlap = overlap
         self.physics, self.dtype = physics, jnp.dtype(dtype)
-        self.steps = jax.jit(self._steps, donate_argnums=0)
+        # f at every corner row of the grid, computed once: each block slices its rows.
+        y = np.arange(ny + 1) * physics.dy
+        self.coriolis = physics.f0 + physics.beta * (y - 0.5 * ny * physics.dy)
+        steps = self._steps
+        if self.on_devices:
+            steps = shard_map(steps, self.comm.mesh, (self._specs(), P()), self._specs())
+        self.steps = jax.jit(steps, donate_argnums=0)
+
+    @property
+    def leads(self) -> bool:
+        """Whether this process prints: rank 0's, or on a MeshComm JAX's process 0."""
+        return jax.process_index() == 0 if self.on_devices else self.rank == 0
+
+    # --- What differs between ranks -----------------------------------------------------
+
+    def _specs(self):
+        """How the state lies over a MeshComm's mesh: one block per device."""
+        blocks = P("y", "x")
+        return (blocks, blocks, blocks), P(None, None, "y", "x"), P()
+
+    def _per_rank(self, neighbour: str):
+        """A neighbour (a Layout property): this rank's, or on a MeshComm every rank's."""
+        if not self.on_devices:
+            return getattr(self.layout, neighbour)
+        return [getattr(self.layout.of(r), neighbour) for r in range(self.size)]
+
+    def _first_row(self):
+        """The block's first row in the grid: traced on a MeshComm."""
+        if not self.on_devices:
+            return self.layout.y_block[0]
+        return self.comm.Get_rank() // self.layout.px * self.layout.y_block[1]
+
+    def _at_north_wall(self):
+        if not self.on_devices:
+            return self.layout.north == jaxmpi.PROC_NULL
+        return self.comm.Get_rank() // self.layout.px == self.layout.py - 1
 
     # --- Initial state ------------------------------------------------------------------
 
@@ -217,11 +297,27 @@ class Model:
         return h2, u2, np.zeros_like(h2)
 
     def initial_state(self):
+        if self.on_devices:
+            return self._global_state()
         (i0, nxl), (j0, nyl) = self.layout.x_block, self.layout.y_block
         fields = tuple(
             jnp.asarray(f[j0 : j0 + nyl, i0 : i0 + nxl], self.dtype) for f in self._global_initial()
         )
         return fields, jnp.zeros((3, 3, nyl, nxl), self.dtype), jnp.int32(0)
+
+    def _global_state(self):
+        """The state as global arrays over the MeshComm's mesh, a block per device."""
+        mesh, specs = self.comm.mesh, self._specs()
+
+        def put(value, spec):
+            value = np.asarray(value, self.dtype)
+            sharding = NamedSharding(mesh, spec)
+            return jax.make_array_from_callback(value.shape, sharding, lambda i: value[i])
+
+        lay = self.layout
+        fields = tuple(put(f, specs[0][0]) for f in self._global_initial())
+        history = put(np.zeros((3, 3, lay.ny, lay.nx)), specs[1])
+        return fields, history, put(np.int32(0), specs[2]).astype(jnp.int32)
 
     # --- Halos --------------------------------------------------------------------------
 
@@ -268,9 +364,10 @@ class Model:
         lay = self.layout
         east_edge = jnp.stack([f[:, -1] for f in fields])  # (3, ny) this block's columns
         west_edge = jnp.stack([f[:, 0] for f in fields])
+        west, east = self._per_rank("west"), self._per_rank("east")
         columns = [
-            (east_edge, east_edge, lay.west, lay.east, TAG_EAST),
-            (west_edge, west_edge, lay.east, lay.west, TAG_WEST),
+            (east_edge, east_edge, west, east, TAG_EAST),
+            (west_edge, west_edge, east, west, TAG_WEST),
         ]
         halos, interior = self._exchange(
             columns if lay.px > 1 else [], lambda f: self._stencil(*f, row0=1), fields
@@ -289,9 +386,10 @@ class Model:
         # the templates of the receives, and beyond a wall the neighbour is PROC_NULL:
         # nothing is received there and the halo is the template, the wall row.
         zero = jnp.zeros_like(north_edge[2:])
+        south, north = self._per_rank("south"), self._per_rank("north")
         rows = [
-            (north_edge, jnp.concatenate([south_edge[:2], zero]), lay.south, lay.north, TAG_NORTH),
-            (south_edge, jnp.concatenate([north_edge[:2], zero]), lay.north, lay.south, TAG_SOUTH),
+            (north_edge, jnp.concatenate([south_edge[:2], zero]), south, north, TAG_NORTH),
+            (south_edge, jnp.concatenate([north_edge[:2], zero]), north, south, TAG_SOUTH),
         ]
 
         def west_and_east(args):  # the block's first and last columns, less the corners
@@ -310,10 +408,9 @@ class Model:
     def _coriolis_at_corners(self, row0, rows):
         """f at the corners of `rows` block rows from `row0` on: their southern faces and
         the last one's northern face."""
-        p, lay = self.physics, self.layout
-        y = (lay.y_block[0] + row0 + np.arange(rows + 1)) * p.dy
-        f = p.f0 + p.beta * (y - 0.5 * lay.ny * p.dy)
-        return jnp.asarray(f[:, None], self.dtype)
+        f = jnp.asarray(self.coriolis, self.dtype)
+        first = self._first_row() + row0
+        return jax.lax.dynamic_slice_in_dim(f, first, rows + 1)[:, None]
 
     def _stencil(self, h, u, v, *, row0):
         """d(h, u, v)/dt of the cells of a window of the haloed block: h, u, v of shape
@@ -346,9 +443,8 @@ class Model:
 
         du = du + p.viscosity * laplacian(u)
         dv = dv + p.viscosity * laplacian(v)
-        last_row = row0 + h.shape[0] - 2 == self.layout.y_block[1]
-        if last_row and self.layout.north == jaxmpi.PROC_NULL:  # the wall's v stays 0
-            dv = dv.at[-1].set(0)
+        if row0 + h.shape[0] - 2 == self.layout.y_block[1]:  # the wall's v stays 0
+            dv = jnp.where(self._at_north_wall(), dv.at[-1].set(0), dv)
         return dh, du, dv
 
     def _step(self, _, state):
@@ -378,11 +474,18 @@ class Model:
 
     def mass(self, state) -> float:
         """The total mass (volume) of the layer, on every rank."""
+        if self.on_devices:  # a global array: JAX sums it
+            return float(jnp.sum(state[0][0])) * self.physics.dx * self.physics.dy
         local = jnp.sum(state[0][0]) * self.physics.dx * self.physics.dy
         return float(jaxmpi.allreduce(local, jaxmpi.SUM, comm=self.comm))
 
     def gather(self, state, root=0):
         """(h, u, v) on the whole grid as numpy arrays at `root`; None elsewhere."""
+        if self.on_devices:  # global arrays: every process gathers them
+            from jax.experimental import multihost_utils
+
+            fields = multihost_utils.process_allgather(state[0], tiled=True)
+            return tuple(np.asarray(f) for f in fields) if jax.process_index() == root else None
         lay = self.layout
         block_fields = jnp.stack(state[0])
         nyl, nxl = block_fields.shape[1:]
@@ -415,7 +518,7 @@ def solve(model: Model, days: float, chunk: int, progress: bool):
     # the solve alone.
     state = jax.block_until_ready(model.run(state, 0))
     bar = None
-    if progress and model.rank == 0:
+    if progress and model.leads:
         try:
             import tqdm
         except ImportError:
@@ -426,7 +529,7 @@ def solve(model: Model, days: float, chunk: int, progress: bool):
                 unit="model day",
                 bar_format="{l_bar}{bar}| {n:.2f}/{total:.2f} days [{elapsed}<{remaining}]",
             )
-    jaxmpi.barrier(comm=model.comm)
+    jaxmpi.barrier()  # the processes', also over a MeshComm
     jax.effects_barrier()
     start = time.perf_counter()
     done = 0
@@ -505,14 +608,23 @@ def main(argv=None) -> None:
         action="store_true",
         help="no progress bar and no picture; print the solve time",
     )
-    parser.add_argument("--out", default="shallow_water.png", help="where the PNG goes")
+    parser.add_argument(
+        "--mesh",
+        action="store_true",
+        help="ranks are devices (a jaxmpi.MeshComm), whatever the devices per process",
+    )
+    parser.add_argument(
+        "--out", default="shallow_water.png", help="where the PNG goes ('': no picture)"
+    )
+    parser.add_argument("--save", default=None, help="also write h, u, v here (.npz)")
     args = parser.parse_args(argv)
     if args.float64:
         jax.config.update("jax_enable_x64", True)
     dtype = jnp.float64 if args.float64 else jnp.float32
-    model = Model(args.nx, args.ny, px=args.px, dtype=dtype, overlap=args.overlap)
+    comm, px = mesh_comm(args.nx, args.ny, args.px) if args.mesh else (None, args.px)
+    model = Model(args.nx, args.ny, comm=comm, px=px, dtype=dtype, overlap=args.overlap)
     lay = model.layout
-    if model.rank == 0 and not args.benchmark:
+    if model.leads and not args.benchmark:
         print(
             f"{model.size} ranks as {lay.px} x {lay.py}, {lay.nx} x {lay.ny} cells, "
             f"dt = {model.physics.dt:.2f} s, {args.days:g} days"
@@ -520,7 +632,7 @@ def main(argv=None) -> None:
     mass0 = None if args.benchmark else model.mass(model.initial_state())
     state, steps, seconds = solve(model, args.days, args.chunk, progress=not args.benchmark)
     if args.benchmark:
-        if model.rank == 0:
+        if model.leads:
             print(
                 f"Solution took {seconds:.2f}s ({steps} steps, "
                 f"{1e6 * seconds / steps:.1f} us/step, {model.size} ranks)"
@@ -528,13 +640,16 @@ def main(argv=None) -> None:
         return
     mass = model.mass(state)
     fields = model.gather(state)
-    if model.rank == 0:
+    if model.leads:
+        if args.save:
+            np.savez(args.save, h=fields[0], u=fields[1], v=fields[2])
         print(
             f"Solution took {seconds:.2f}s ({steps} steps); relative mass change "
             f"{(mass - mass0) / mass0:.1e}"
         )
-        plot(args.out, model, *fields, args.days)
-        print(f"wrote {args.out}")
+        if args.out:
+            plot(args.out, model, *fields, args.days)
+            print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ class MeshComm:
         order = others + [names.index(a) for a in chosen]
         size = int(np.prod([mesh.shape[a] for a in chosen]))
         groups = np.transpose(ids, order).reshape(-1, size)
+        self.mesh = mesh
         self.axis_names = chosen
         self.size = size
         self.handle = _native.device_comm(groups.tolist())

@@ -78,6 +78,10 @@ class FastDispatch:
         self.lowering = threading.local()
         self.on_fast: list = []  # called once, when the first program is lowered fast
         self.on_barrier: list = []  # called after every effects_barrier
+        # The lowerings that passed the self-check, by identity: JAX caches lowerings, and
+        # lowers a program again for new argument shardings, handing back the cached one
+        # without lowering anything (so without creating the token again).
+        self.passed: set[int] = set()
         self.program_checks: list = []  # check(jaxpr) on every program lowered with MPI
         self.check = self_check
         self.platform: str | None = None  # of the programs lowered fast (one only)
@@ -171,6 +175,8 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
         result = lower(jax_shim.without_mpi_effect(closed_jaxpr), *args, **kwargs)
     finally:
         state.active = False
+    if id(result) in policy.passed:
+        return result
     own_tokens = jax_shim.program_tokens(closed_jaxpr)
     why = policy.check(result, state.created, thorough=not policy.checked, own_tokens=own_tokens)
     policy.checked = True
@@ -178,6 +184,7 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
         policy.fallback(why)
         return lower(closed_jaxpr, *args, **kwargs)
     policy.lowered_fast()
+    policy.passed.add(id(result))
     return result
 
 

@@ -42,7 +42,11 @@ impl CallInfo {
                 let device = call.device().unwrap_or(-1);
                 (-id - 1, device, call.device_rank())
             }),
-            attrs: DESCRIBED.map(|name| call.optional_i64(name)),
+            // A peer given per rank (on a device communicator): the call's rank's.
+            attrs: DESCRIBED.map(|name| {
+                call.optional_i64(name)
+                    .or_else(|| call.device_rank().and(call.per_rank_i64(name).ok()))
+            }),
             bytes: call.operand_bytes(),
             origin: call.optional_text("origin").map(str::to_string),
         }
@@ -81,10 +85,18 @@ impl fmt::Display for CallInfo {
 /// `frame` must be a live call frame.
 unsafe fn describe(frame: *const c_void, name: &'static str) -> String {
     // SAFETY: forwarded from the caller.
-    match unsafe { Call::new(frame as *mut CallFrame, name) } {
-        Ok(call) => format!("{name} ({})", CallInfo::of(&call)),
-        Err(_) => name.to_string(),
-    }
+    let Ok(call) = (unsafe { Call::new(frame as *mut CallFrame, name) }) else {
+        return name.to_string();
+    };
+    // On a device communicator, the call's rank there too (found once per thread).
+    let on_devices = crate::library()
+        .ok()
+        .and_then(|library| OnDevices::of(&call, library).ok().flatten());
+    let call = match on_devices {
+        Some(on) => call.on_device_rank(on.rank()),
+        None => call,
+    };
+    format!("{name} ({})", CallInfo::of(&call))
 }
 
 /// The process's monitor; absent when nothing is tracked.

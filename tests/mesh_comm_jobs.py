@@ -1,0 +1,53 @@
+"""Jobs for tests/mesh_comm_jobs.sh: jaxmpi's ops on a MeshComm over every device of the
+job, whatever the devices per process (XLA_FLAGS sets them), one case per run.
+
+    debug   an allreduce and a sendrecv; JAXMPI_DEBUG's lines name each call's MeshComm
+            rank and device
+    stuck   process 1 never runs the program: process 0's devices wait for its ranks until
+            JAXMPI_TIMEOUT ends the job, naming the op and where it waits
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxmpi
+from jaxmpi import distributed
+
+try:
+    from jax import shard_map
+
+    UNCHECKED = {"check_vma": False}
+except ImportError:  # JAX before 0.7
+    from jax.experimental.shard_map import shard_map
+
+    UNCHECKED = {"check_rep": False}
+
+case = sys.argv[1]
+if jaxmpi.COMM_WORLD.Get_size() > 1:
+    distributed.initialize()
+devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+mesh = Mesh(np.array(devices), ("i",))
+comm = jaxmpi.MeshComm(mesh)
+n = len(devices)
+
+
+def body(x):
+    x = jaxmpi.allreduce(x, jaxmpi.SUM, comm=comm)
+    return jaxmpi.sendrecv(x, x, lambda r: (r - 1) % n, lambda r: (r + 1) % n, comm=comm)
+
+
+f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"), **UNCHECKED))
+x = jax.make_array_from_callback(
+    (n,), NamedSharding(mesh, P("i")), lambda i: np.arange(n, dtype=np.float32)[i]
+)
+if case == "stuck" and jax.process_index() == 1:
+    sys.exit(0)  # never runs the program
+y = jax.block_until_ready(f(x))
+print(f"process {jax.process_index()}: {np.asarray(y.addressable_shards[0].data).tolist()}")

