@@ -38,6 +38,41 @@ class MeshComm:
             processes to agree: each process builds the same mesh).
         axis_names: The mesh axes the ranks run along (one name or several); None
             (default): every axis.
+
+    Raises:
+        ValueError: `axis_names` names no axis of the mesh; or several JAX processes
+            that `jaxmpi.distributed.initialize` did not start (a process's index must
+            be its MPI rank).
+
+    Example:
+        .. mpirun::
+            :process: meshcomm
+
+            import jax, numpy as np
+            import jaxmpi, jaxmpi.distributed
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+            jax.config.update("jax_num_cpu_devices", 2)  # 2 processes x 2 devices
+            jaxmpi.distributed.initialize()
+            mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("p", "d"))
+            comm = jaxmpi.MeshComm(mesh)  # ranks 0 to 3
+            pairs = jaxmpi.MeshComm(mesh, "d")  # two of 2 ranks: each process's devices
+            blocks = P(("p", "d"))
+
+            def body(x):
+                every = jaxmpi.allreduce(x, jaxmpi.SUM, comm=comm)
+                return every, jaxmpi.allreduce(x, jaxmpi.SUM, comm=pairs)
+
+            f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=blocks, out_specs=blocks))
+            local = np.arange(2.0) + 2 * jax.process_index()
+            x = jax.make_array_from_process_local_data(NamedSharding(mesh, blocks), local)
+            every, pair = f(x)
+            print(jax.process_index(), every.addressable_data(0), pair.addressable_data(0))
+
+        .. output::
+
+            0 [6.] [1.]
+            1 [6.] [5.]
     """
 
     def __init__(self, mesh: jax.sharding.Mesh, axis_names: str | Sequence[str] | None = None):
@@ -65,11 +100,47 @@ class MeshComm:
         self.handle = _native.device_comm(groups.tolist())
 
     def Get_size(self) -> int:
+        """The number of ranks: the devices of the mesh (along `axis_names`).
+
+        Returns:
+            An int.
+
+        Example:
+            .. mpirun::
+                :process: meshcomm
+
+                print(comm.Get_size(), pairs.Get_size())
+
+            .. output::
+
+                4 2
+                4 2
+        """
         return self.size
 
     def Get_rank(self) -> jax.Array:
         """This device's rank, as a traced value: call it inside `shard_map` over the
-        communicator's mesh."""
+        communicator's mesh (outside it, a ValueError says so).
+
+        Returns:
+            An int32 scalar, the device's index along `axis_names` (`jax.lax.axis_index`).
+
+        Example:
+            .. mpirun::
+                :process: meshcomm
+
+                ranks = jax.jit(
+                    jax.shard_map(
+                        lambda x: x + comm.Get_rank(), mesh=mesh, in_specs=blocks, out_specs=blocks
+                    )
+                )(x * 0)
+                print(jax.process_index(), [s.data.tolist() for s in ranks.addressable_shards])
+
+            .. output::
+
+                0 [[0.0], [1.0]]
+                1 [[2.0], [3.0]]
+        """
         try:
             return jax.lax.axis_index(self.axis_names)
         except NameError:

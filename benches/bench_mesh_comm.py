@@ -1,0 +1,118 @@
+"""jaxmpi's ops on a MeshComm (ranks are devices) against JAX's `ppermute` over gloo, in
+one run: a halo exchange step on a 2-D domain split by rows over every device of the job
+(periodic), inside `shard_map`, in whatever layout of processes x devices the launch gives
+(XLA_FLAGS' --xla_force_host_platform_device_count sets the devices per process). With
+one device per process, also `jaxmpi.sendrecv` on the MPI communicator, as before
+MeshComm. `benches/bench_mesh_comm.sh` runs it at 4 x 1, 2 x 2 and 1 x 4.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 \\
+        mpiexec -n 2 python benches/bench_mesh_comm.py [--rounds 7] [--steps 200]
+
+Each case is a jitted `fori_loop` of `--steps` steps; time per step is the slowest
+process's, best of `--rounds` (the cases alternate within a round). Prints one line per
+case on process 0: `RESULT layout halo case microseconds`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxmpi
+from jaxmpi import distributed
+
+try:  # public from JAX 0.7 on
+    from jax import shard_map
+
+    UNCHECKED = {"check_vma": False}
+except ImportError:
+    from jax.experimental.shard_map import shard_map
+
+    UNCHECKED = {"check_rep": False}
+
+# JAX's own collectives on gloo: the reference a MeshComm replaces.
+if jaxmpi.COMM_WORLD.Get_size() > 1:
+    distributed.initialize(collectives="gloo")
+DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+N = len(DEVICES)
+MESH = Mesh(np.array(DEVICES), ("x",))
+COMM = jaxmpi.MeshComm(MESH)
+LAYOUT = f"{jax.process_count()}x{jax.local_device_count()}"
+
+
+def _diffuse(u, above, below):
+    up = jnp.concatenate([above, u[:-1]])
+    down = jnp.concatenate([u[1:], below])
+    return u + 0.1 * (up + down - 2 * u)
+
+
+def halo_ppermute(u):
+    to_down = [(r, (r + 1) % N) for r in range(N)]
+    to_up = [(r, (r - 1) % N) for r in range(N)]
+    return _diffuse(u, jax.lax.ppermute(u[-1:], "x", to_down), jax.lax.ppermute(u[:1], "x", to_up))
+
+
+def halo_on(comm, up, down):
+    def step(u):
+        above = jaxmpi.sendrecv(u[-1:], u[:1], source=up, dest=down, comm=comm)
+        below = jaxmpi.sendrecv(u[:1], u[-1:], source=down, dest=up, comm=comm)
+        return _diffuse(u, above, below)
+
+    return step
+
+
+def _program(step, steps):
+    body = lambda x: jax.lax.fori_loop(0, steps, lambda _, y: step(y), x)  # noqa: E731
+    return jax.jit(shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P("x"), **UNCHECKED))
+
+
+def _time(program, x) -> float:
+    jaxmpi.barrier()
+    start = time.perf_counter()
+    program(x).block_until_ready()
+    mine = time.perf_counter() - start
+    return float(jaxmpi.allreduce(np.float64(mine), jaxmpi.MAX))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--n", type=int, nargs="+", default=[64, 1024, 16384])
+    args = parser.parse_args()
+    cases = {
+        "MeshComm sendrecv": halo_on(COMM, lambda r: (r - 1) % N, lambda r: (r + 1) % N),
+        "ppermute over gloo" if jax.process_count() > 1 else "ppermute in one process": (
+            halo_ppermute
+        ),
+    }
+    if jax.local_device_count() == 1:
+        rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
+        cases["MPI comm sendrecv"] = halo_on(None, (rank - 1) % size, (rank + 1) % size)
+    for n in args.n:
+        rows = 8  # each device's block: 8 rows of n
+        x = jax.make_array_from_callback(
+            (rows * N, n),
+            NamedSharding(MESH, P("x")),
+            lambda index: np.random.default_rng(0).random((rows * N, n), np.float32)[index],
+        )
+        programs = {name: _program(step, args.steps) for name, step in cases.items()}
+        for program in programs.values():
+            program(x).block_until_ready()  # compile and warm up
+        best = dict.fromkeys(programs, float("inf"))
+        for _ in range(args.rounds):
+            for name, program in programs.items():
+                best[name] = min(best[name], _time(program, x) / args.steps)
+        if jax.process_index() == 0:
+            for name, seconds in best.items():
+                print(f"RESULT {LAYOUT} {4 * n} {name} {seconds * 1e6:.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
