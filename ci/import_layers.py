@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("public API: what ops take", (
         "jaxmpi._trees", "jaxmpi._requests", "jaxmpi._args", "jaxmpi._comm", "jaxmpi._errors", "jaxmpi._token",
+        "jaxmpi._mesh_comm",
     )),
     ("JAX binding: rules and registrations", (
         "jaxmpi._binding", "jaxmpi._binding.rules", "jaxmpi._binding.rules.*",

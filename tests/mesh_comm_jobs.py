@@ -5,19 +5,28 @@ job, whatever the devices per process (XLA_FLAGS sets them), one case per run.
             rank and device
     stuck   process 1 never runs the program: process 0's devices wait for its ranks until
             JAXMPI_TIMEOUT ends the job, naming the op and where it waits
+    serialized  MPI initialized (by mpi4py) at MPI_THREAD_SERIALIZED: several devices of
+            a process, each calling MPI from its own thread, are refused, naming the level
 """
 
 from __future__ import annotations
 
 import sys
 
-import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+case = sys.argv[1]
+if case == "serialized":  # before jaxmpi, which would initialize MPI at MULTIPLE
+    import mpi4py
 
-import jaxmpi
-from jaxmpi import distributed
+    mpi4py.rc.thread_level = "serialized"
+    from mpi4py import MPI  # noqa: F401  (initializes MPI at that level)
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jaxmpi  # noqa: E402
+from jaxmpi import distributed  # noqa: E402
 
 try:
     from jax import shard_map
@@ -28,7 +37,6 @@ except ImportError:  # JAX before 0.7
 
     UNCHECKED = {"check_rep": False}
 
-case = sys.argv[1]
 if jaxmpi.COMM_WORLD.Get_size() > 1:
     distributed.initialize()
 devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
@@ -48,5 +56,9 @@ x = jax.make_array_from_callback(
 )
 if case == "stuck" and jax.process_index() == 1:
     sys.exit(0)  # never runs the program
-y = jax.block_until_ready(f(x))
+try:
+    y = jax.block_until_ready(f(x))
+except Exception as err:  # the refusal, on every process
+    print(f"process {jax.process_index()} REFUSED: {err}")
+    sys.exit(0)
 print(f"process {jax.process_index()}: {np.asarray(y.addressable_shards[0].data).tolist()}")

@@ -5,7 +5,8 @@
 #   model gives on 4 MPI ranks (XLA compiles the two programs' kernels differently);
 # - JAXMPI_DEBUG names each call's MeshComm rank and device (tests/mesh_comm_jobs.py debug);
 # - a process that never runs the program: JAXMPI_TIMEOUT ends the job, naming the op and
-#   the waiting device's rank (stuck).
+#   the waiting device's rank (stuck);
+# - MPI at MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming the level.
 # Usage: tests/mesh_comm_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -100,6 +101,16 @@ PY
     done
     ((rc == 0)) || result="exit $rc"
     verdict "JAXMPI_DEBUG names the MeshComm rank and device, $build" "$result"
+
+    ENV=()
+    run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" serialized
+    result=ok
+    for text in "process 0 REFUSED" "process 1 REFUSED" "2 devices of this process are ranks" \
+        "MPI runs at MPI_THREAD_SERIALIZED"; do
+        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
+    done
+    ((rc == 0)) || result="exit $rc"
+    verdict "MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming it, $build" "$result"
 
     ENV=(JAXMPI_TIMEOUT=3)
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" stuck

@@ -317,6 +317,16 @@ class CommInfo:
     handle: int
     rank: int | None
     size: int
+    #: A MeshComm's mesh axes, along which `jax.lax.axis_index` is the rank.
+    axes: tuple[str, ...] | None = None
+
+    def rank_value(self) -> Any:
+        """This rank: an int, or on a MeshComm the traced rank of the device."""
+        if self.rank is not None:
+            return self.rank
+        import jax
+
+        return jax.lax.axis_index(self.axes)
 
 
 def at_root(c: CommInfo, root: int) -> bool | None:
@@ -329,9 +339,9 @@ def trace_rank(c: CommInfo, op: str) -> int:
     """This rank, for ops whose shapes depend on it at trace time."""
     if c.rank is None:
         raise ValueError(
-            f"jaxmpi.{op}: its shapes depend on the rank, which on a MeshComm differs per "
-            "device of one trace: not built on a MeshComm yet (alltoallv with counts as "
-            "arrays, allgather, gather and scatter are)"
+            f"jaxmpi.{op}: with static counts its shapes depend on the rank, which on a "
+            "MeshComm differs per device of one trace: give the counts as an array and "
+            "recv_capacity= (the form whose counts are read at run time)"
         )
     return c.rank
 
@@ -340,7 +350,7 @@ def resolve_comm(comm: CommArg, op: str) -> CommInfo:
     if comm is None:
         comm = default_comm()
     if isinstance(comm, MeshComm):
-        return CommInfo(comm.handle, None, comm.size)
+        return CommInfo(comm.handle, None, comm.size, comm.axis_names)
     mpi = loaded_mpi4py()
     if isinstance(comm, Comm):
         try:

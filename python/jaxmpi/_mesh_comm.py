@@ -98,6 +98,7 @@ class MeshComm:
         self.axis_names = chosen
         self.size = size
         self.handle = _native.device_comm(groups.tolist())
+        placement.MESH_COMM_DEVICES[self.handle] = frozenset(ids.flat)
 
     def Get_size(self) -> int:
         """The number of ranks: the devices of the mesh (along `axis_names`).
@@ -124,6 +125,10 @@ class MeshComm:
 
         Returns:
             An int32 scalar, the device's index along `axis_names` (`jax.lax.axis_index`).
+
+        Derivative:
+            An integer: no tangent, and nothing to transpose; under `vmap`, the same rank
+            for every element of the batch.
 
         Example:
             .. mpirun::

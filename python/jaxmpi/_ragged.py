@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 
 from . import _native
 from ._binding import primitives as prim
-from ._comm import CommArg, CommInfo, resolve_comm, trace_rank
+from ._comm import CommArg, CommInfo, resolve_comm
 from ._errors import raise_mpi_errors
 from ._requests import apply
 from ._token import refuses_token
@@ -100,26 +100,35 @@ def alltoallv(x, send_counts, recv_counts, capacity: int, c: CommInfo, tree: int
 def allgatherv(x: jax.Array, counts, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     """Rank r's first counts[r] rows go to every rank (its blocks overlap: all start at 0)."""
     n = counts_arg(counts, c.size, "counts", "allgatherv")
-    send = (jnp.zeros_like(n), jnp.full_like(n, n[trace_rank(c, "allgatherv")]))
+    send = (jnp.zeros_like(n), jnp.full_like(n, n[c.rank_value()]))
     return exchange(x, _rows(x, capacity), send, (_starts(n), n), c, "allgatherv", tree)
 
 
+def _at_root(c: CommInfo, root: int, blocks: tuple, none: tuple) -> tuple:
+    """`blocks` at the root, `none` elsewhere: chosen at run time on a MeshComm."""
+    if c.rank is not None:
+        return blocks if c.rank == root else none
+    here = c.rank_value() == root
+    return tuple(jnp.where(here, b, z) for b, z in zip(blocks, none))
+
+
 def gatherv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: int):
-    """The root's result; None elsewhere, where the op returns `x`."""
+    """The root's result; None elsewhere, where the op returns `x` (on a MeshComm, every
+    device has a result: zeros away from the root)."""
     n = counts_arg(counts, c.size, "counts", "gatherv")
     none = jnp.zeros_like(n)
-    send = (none, _one_hot(root, n[trace_rank(c, "gatherv")], n))
-    at_root = c.rank == root
-    recv = (_starts(n), n) if at_root else (none, none)
-    y = exchange(x, _rows(x, capacity if at_root else 0), send, recv, c, "gatherv", tree)
-    return y if at_root else None
+    send = (none, _one_hot(root, n[c.rank_value()], n))
+    recv = _at_root(c, root, (_starts(n), n), (none, none))
+    away = c.rank is not None and c.rank != root
+    y = exchange(x, _rows(x, 0 if away else capacity), send, recv, c, "gatherv", tree)
+    return None if away else y
 
 
 def scatterv(x: jax.Array, counts, root: int, capacity: int, c: CommInfo, tree: int) -> jax.Array:
     n = counts_arg(counts, c.size, "counts", "scatterv")
     none = jnp.zeros_like(n)
-    send = (_starts(n), n) if trace_rank(c, "scatterv") == root else (none, none)
-    recv = (none, _one_hot(root, n[c.rank], n))
+    send = _at_root(c, root, (_starts(n), n), (none, none))
+    recv = (none, _one_hot(root, n[c.rank_value()], n))
     return exchange(x, _rows(x, capacity), send, recv, c, "scatterv", tree)
 
 

@@ -297,3 +297,46 @@ def test_what_is_not_built_on_a_mesh_comm_says_so():
         COMM.Get_rank()
     with pytest.raises(ValueError, match="axis_names"):
         jaxmpi.MeshComm(MESH, "nope")
+
+
+def test_v_ops_with_counts_read_at_run_time():
+    """Rank r gives r % 3 + 1 rows (counts as an array: the form whose shapes do not
+    follow the rank); every device gets a result, zeros away from gatherv's root."""
+    counts = np.arange(N) % 3 + 1
+    cols, capacity = 2, int(counts.sum())
+    x = np.arange(N * 3 * cols, dtype=np.float32).reshape(N, 3, cols)
+    rows = np.concatenate([x[r, : counts[r]] for r in range(N)])
+
+    def gathered(b):
+        return jaxmpi.allgatherv(b[0], jnp.asarray(counts), recv_capacity=capacity, comm=COMM)
+
+    check(
+        smap(lambda b: gathered(b)[None])(put(x)),
+        np.broadcast_to(rows, (N, *rows.shape)),
+        "allgatherv",
+    )
+    root = N - 1
+    got = smap(
+        lambda b: jaxmpi.gatherv(
+            b[0], jnp.asarray(counts), root, recv_capacity=capacity, comm=COMM
+        )[None]
+    )(put(x))
+    expected = np.zeros((N, *rows.shape), np.float32)
+    expected[root] = rows
+    check(got, expected, "gatherv: the root's, zeros elsewhere")
+    table = np.broadcast_to(rows, (N, *rows.shape)).copy()
+    got = smap(
+        lambda b: jaxmpi.scatterv(b[0], jnp.asarray(counts), 0, recv_capacity=3, comm=COMM)[None]
+    )(put(table))
+    expected = np.zeros((N, 3, cols), np.float32)
+    for r in range(N):
+        expected[r, : counts[r]] = x[r, : counts[r]]
+    check(got, expected, "scatterv")
+
+
+def test_a_mesh_comm_over_other_devices_than_the_program_is_refused_when_lowered():
+    half = jaxmpi.MeshComm(Mesh(np.array(DEVICES[: N // 2]), ("i",)))
+    with pytest.raises(ValueError, match="are no rank of its MeshComm"):
+        smap(lambda b: jaxmpi.allreduce(b, jaxmpi.SUM, comm=half))(put(rows()))
+    with pytest.raises(ValueError, match="never run this program"):
+        jax.jit(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=COMM))(np.ones(3, np.float32))

@@ -380,10 +380,10 @@ def main_signature(result) -> str | None:
 # --- Programs over several devices (jax.distributed, shard_map) ---------------------------
 
 
-def program_devices(ctx) -> tuple[int, int, frozenset[int] | None]:
+def program_devices(ctx) -> tuple[int, int, tuple | None]:
     """(devices the program being lowered runs on, devices that share the block an op
-    lowered at `ctx` sees, the JAX process indices that own the program's devices, or None
-    where the lowering does not name its devices). Inside a shard_map manual over every
+    lowered at `ctx` sees, the program's devices (jax Device objects), or None where the
+    lowering does not name them). Inside a shard_map manual over every
     mesh axis longer than 1 that block is one device's; at the top level of a program over
     global arrays, or in a shard_map that leaves an axis automatic, it is spread over
     several. Inside shard_map the program's devices are its mesh's."""
@@ -392,17 +392,15 @@ def program_devices(ctx) -> tuple[int, int, frozenset[int] | None]:
         shape = dict(context.mesh.shape)
         automatic = [n for axis, n in shape.items() if axis not in context.manual_axes]
         # An abstract mesh (no devices) only where no concrete one was ever set.
-        named = context.mesh.devices.flat if isinstance(context.mesh, jax.sharding.Mesh) else None
-        return math.prod(shape.values()), math.prod(automatic), _processes(named)
+        mesh = context.mesh
+        named = tuple(mesh.devices.flat) if isinstance(mesh, jax.sharding.Mesh) else None
+        return math.prod(shape.values()), math.prod(automatic), named
     if isinstance(context, _sharding_impls.ShardingContext):
         devices = context.num_devices
-        return devices, devices, _processes(context.device_assignment)
+        assigned = context.device_assignment
+        return devices, devices, None if assigned is None else tuple(assigned)
     # pmap's replica context: JAX itself refuses ordered effects under pmap.
     return 1, 1, None
-
-
-def _processes(devices) -> frozenset[int] | None:
-    return None if devices is None else frozenset(d.process_index for d in devices)
 
 
 def refuses_ordered_effect_over_devices(err: ValueError) -> bool:

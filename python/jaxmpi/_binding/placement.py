@@ -18,16 +18,19 @@ ONE_PROCESS_PER_DEVICE = (
 
 
 def check_sharded(
-    op: str, comm: int | None, devices: int, shared_by: int, processes: frozenset[int] | None
+    op: str, comm: int | None, devices: int, shared_by: int, named: tuple | None
 ) -> None:
     """Refuses, at lowering, an MPI op in a program over several devices (`devices`) unless
     it acts on one process's block: inside a shard_map manual over every mesh axis
     (`shared_by` == 1), one local device per process, one process per MPI rank; and an op
     on `comm` in a program that some of the communicator's ranks run and others never do
-    (`processes`: the JAX processes that own the program's devices, if known)."""
+    (`named`: the program's devices, if known). On a MeshComm, one block per device, and
+    the communicator's devices are the program's."""
     if comm is not None and comm < 0:  # a MeshComm: its ranks are the devices
         _check_one_block_per_device(op, devices, shared_by)
+        _check_mesh_comm_devices(op, comm, devices, named)
         return
+    processes = None if named is None else frozenset(d.process_index for d in named)
     if devices > 1:
         _check_one_block_per_process(op, devices, shared_by)
     if processes is None or comm is None or processes == {jax.process_index()}:
@@ -62,6 +65,36 @@ def _check_one_block_per_process(op: str, devices: int, shared_by: int) -> None:
             f"{processes} processes and MPI's world {ranks} ranks: start jax.distributed "
             "with one process per MPI rank (jaxmpi.distributed.initialize() does)."
         )
+
+
+# Every MeshComm's devices (global ids), by its id: set when it is made.
+MESH_COMM_DEVICES: dict[int, frozenset[int]] = {}
+
+
+def _check_mesh_comm_devices(op: str, comm: int, devices: int, named: tuple | None) -> None:
+    """A MeshComm's ranks are devices: every one of them must run the program (`devices`
+    of them, `named` where the lowering names them), and every device of the program must
+    be one of them."""
+    ranks = MESH_COMM_DEVICES.get(comm)
+    if ranks is None:
+        return
+    program = frozenset(d.id for d in named) if named is not None else None
+    left_out = len(ranks) - devices if program is None else len(ranks - program)
+    if left_out > 0:
+        which = "" if program is None else f" (ids {_listed(ranks - program)})"
+        raise ValueError(
+            f"jaxmpi.{op}: its MeshComm's ranks are {len(ranks)} devices, of which "
+            f"{left_out}{which} never run this program (over {devices} devices), and the op "
+            "would wait for them forever: call it inside jax.shard_map over the "
+            "communicator's mesh"
+        )
+    if program is None or program <= ranks:
+        return
+    raise ValueError(
+        f"jaxmpi.{op}: devices {_listed(program - ranks)} run this program but are no rank "
+        f"of its MeshComm ({len(ranks)} devices): make the MeshComm from the mesh the "
+        "shard_map runs on"
+    )
 
 
 # Set by jaxmpi.distributed.initialize: every process's JAX process index is its MPI world
