@@ -14,7 +14,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::device_messages::Part;
 use super::signature::Devices;
@@ -292,11 +294,20 @@ pub fn placed(
     Ok(place)
 }
 
+/// How long a member waiting for its round yields its core before it sleeps: a round of
+/// small messages takes microseconds, and being woken from a condition variable on a busy
+/// machine about as many again (a halo exchange of 256 bytes at 2 processes x 2 devices
+/// on 2 cores: 48 µs a step sleeping at once, 31 µs yielding first; benches/RESULTS.md).
+const YIELDING: Duration = Duration::from_micros(200);
+
 /// Where the devices of one process meet, call after call, each bringing an `S`.
 pub(super) struct Room<S> {
     members: usize,
     state: Mutex<RoomState<S>>,
     changed: Condvar,
+    /// Rounds completed: they complete in order (a member's next call comes after its
+    /// last returned), so a waiter of round n is done once this passes n.
+    done: AtomicU64,
 }
 
 struct RoomState<S> {
@@ -321,6 +332,7 @@ impl<S: Clone + Default> Room<S> {
                 rounds: HashMap::new(),
             }),
             changed: Condvar::new(),
+            done: AtomicU64::new(0),
         }
     }
 
@@ -365,7 +377,18 @@ impl<S: Clone + Default> Room<S> {
             if let Some(round) = state.rounds.get_mut(&number) {
                 round.outcome = Some(outcome);
             }
+            self.done.store(number + 1, Ordering::Release);
             self.changed.notify_all();
+        } else {
+            // A round takes microseconds: yielding the core to the members still to
+            // arrive (and to the one that runs it) until it is done costs less than
+            // sleeping on the condition variable and being woken.
+            drop(state);
+            let start = Instant::now();
+            while self.done.load(Ordering::Acquire) <= number && start.elapsed() < YIELDING {
+                std::thread::yield_now();
+            }
+            state = self.lock();
         }
         loop {
             let round = state.rounds.get_mut(&number);
