@@ -79,6 +79,19 @@ _HARNESS_COMM = MPI.COMM_WORLD.Dup() if MPI is not None else None
 _FAILED_HERE = pytest.StashKey[bool]()
 
 
+@pytest.fixture
+def checked():
+    """Checked mode (what JAXMPI_CHECK=1 sets at start) for one test, on every rank alike."""
+    from jaxmpi import _native
+
+    _native.set_checked_mode(True)
+    try:
+        yield
+    finally:
+        jax.effects_barrier()
+        _native.set_checked_mode(False)
+
+
 def pytest_report_header(config):
     return f"jaxmpi: rank {RANK} of {SIZE}"
 

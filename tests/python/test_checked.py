@@ -27,20 +27,8 @@ from helpers import (
     needs_ranks,
     partner_or_skip,
 )
-from jaxmpi import _native
 
 LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
-
-
-@pytest.fixture
-def checked():
-    """Checked mode for one test, on every rank alike."""
-    _native.set_checked_mode(True)
-    try:
-        yield
-    finally:
-        jax.effects_barrier()
-        _native.set_checked_mode(False)
 
 
 def raised(fn, *args):

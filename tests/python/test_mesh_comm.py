@@ -18,7 +18,6 @@ from layouts import DEVICES, LOCAL, MESH, N
 
 import jaxmpi
 from helpers import assert_array
-from jaxmpi import _native
 
 COMM = jaxmpi.MeshComm(MESH)
 BLOCKS = P("i")
@@ -257,15 +256,6 @@ def test_vmap_over_a_batch_on_every_device():
     body = jax.vmap(lambda v: jaxmpi.allreduce(v, jaxmpi.SUM, comm=COMM), in_axes=1, out_axes=1)
     got = smap(body)(put(x))
     check(got, np.broadcast_to(folded(x), x.shape), "vmapped allreduce")
-
-
-@pytest.fixture
-def checked():
-    _native.set_checked_mode(True)
-    try:
-        yield
-    finally:
-        _native.set_checked_mode(False)
 
 
 def test_checked_mode_compares_the_calls_of_every_device(checked):

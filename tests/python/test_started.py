@@ -293,16 +293,6 @@ def test_misuse_of_started_collectives_is_refused_at_trace_time():
     allreduce_still_works()
 
 
-@pytest.fixture
-def checked():
-    _native.set_checked_mode(True)
-    try:
-        yield
-    finally:
-        jax.effects_barrier()
-        _native.set_checked_mode(False)
-
-
 @needs_ranks(2)
 def test_checked_mode_catches_ranks_that_start_different_calls(checked):
     """Rank 0 starts an allreduce of 3 floats, the others of 4: every rank fails at the

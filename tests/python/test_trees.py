@@ -29,7 +29,7 @@ from helpers import (
     partner_or_skip,
     rank_data,
 )
-from jaxmpi import _native, _trees
+from jaxmpi import _trees
 
 ROOT = SIZE - 1
 COUNTS = tuple(r % 3 + 1 for r in range(SIZE))  # rows per rank of the v-ops
@@ -293,16 +293,6 @@ def test_receives_refuse_what_a_pytree_cannot_do():
     check_raises(ValueError, ["ANY_SOURCE", "one message per dtype"], jaxmpi.irecv, mixed)
     check_raises(ValueError, ["ANY_SOURCE"], jaxmpi.sendrecv, mixed, mixed, jaxmpi.ANY_SOURCE, 0)
     allreduce_still_works()
-
-
-@pytest.fixture
-def checked():
-    _native.set_checked_mode(True)
-    try:
-        yield
-    finally:
-        jax.effects_barrier()
-        _native.set_checked_mode(False)
 
 
 def _raised(fn, *args):

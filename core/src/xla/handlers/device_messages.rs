@@ -39,6 +39,17 @@ pub struct Part {
     pub started: Option<Arc<Mutex<Vec<Request>>>>,
 }
 
+impl Part {
+    /// A part that completes in its meeting (`OnDevices::run` marks a started one).
+    pub fn new(sends: Vec<Half>, receives: Vec<Half>) -> Part {
+        Part {
+            sends,
+            receives,
+            started: None,
+        }
+    }
+}
+
 /// Which communicator the messages of an op travel on, and whether they may cross
 /// meetings.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -386,24 +386,22 @@ impl Backend for OnDevices {
 
     fn barrier(&self, _: Comm) -> Result<()> {
         let n = self.size();
-        let part = Part {
-            started: None,
-            sends: (0..n).map(|q| self.to(q, nowhere(), 0)).collect(),
-            receives: (0..n).map(|p| self.from(p, nowhere(), 0)).collect(),
-        };
+        let part = Part::new(
+            (0..n).map(|q| self.to(q, nowhere(), 0)).collect(),
+            (0..n).map(|p| self.from(p, nowhere(), 0)).collect(),
+        );
         self.run(part, Traffic::Collective)
     }
 
     fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (n, b, x) = (self.size(), recv.len_bytes(), input_at(&send, &recv));
         let mut scratch = Scratch::new(n * b);
-        let part = Part {
-            started: None,
-            sends: (0..n).map(|q| self.to(q, x, b)).collect(),
-            receives: (0..n)
+        let part = Part::new(
+            (0..n).map(|q| self.to(q, x, b)).collect(),
+            (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
-        };
+        );
         self.reduce_from(part, 0..n, &recv, op, &mut scratch)
     }
 
@@ -423,11 +421,7 @@ impl Backend for OnDevices {
         } else {
             Vec::new()
         };
-        let part = Part {
-            started: None,
-            sends: vec![self.to(root, x, b)],
-            receives,
-        };
+        let part = Part::new(vec![self.to(root, x, b)], receives);
         if !at_root {
             return self.run(part, Traffic::Collective);
         }
@@ -442,13 +436,12 @@ impl Backend for OnDevices {
             input_at(&send, &recv),
         );
         let mut scratch = Scratch::new(n * b);
-        let part = Part {
-            started: None,
-            sends: (me..n).map(|q| self.to(q, x, b)).collect(),
-            receives: (0..=me)
+        let part = Part::new(
+            (me..n).map(|q| self.to(q, x, b)).collect(),
+            (0..=me)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
-        };
+        );
         self.reduce_from(part, 0..me + 1, &recv, op, &mut scratch)
     }
 
@@ -460,26 +453,24 @@ impl Backend for OnDevices {
             input_at(&send, &recv),
         );
         let mut scratch = Scratch::new(n * b);
-        let part = Part {
-            started: None,
-            sends: (me + 1..n).map(|q| self.to(q, x, b)).collect(),
-            receives: (0..me)
+        let part = Part::new(
+            (me + 1..n).map(|q| self.to(q, x, b)).collect(),
+            (0..me)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
-        };
+        );
         self.reduce_from(part, 0..me, &recv, op, &mut scratch)
     }
 
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (n, b, x) = (self.size(), recv.len_bytes(), send.ptr() as usize);
         let mut scratch = Scratch::new(n * b);
-        let part = Part {
-            started: None,
-            sends: (0..n).map(|q| self.to(q, x + q * b, b)).collect(),
-            receives: (0..n)
+        let part = Part::new(
+            (0..n).map(|q| self.to(q, x + q * b, b)).collect(),
+            (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
-        };
+        );
         self.reduce_from(part, 0..n, &recv, op, &mut scratch)
     }
 
@@ -493,20 +484,15 @@ impl Backend for OnDevices {
             Broadcast::Receiver(buf) => (buf.ptr() as usize, buf.len_bytes()),
         };
         let part = if self.rank == root {
-            Part {
-                started: None,
-                sends: (0..self.size())
+            Part::new(
+                (0..self.size())
                     .filter(|&q| q != root)
                     .map(|q| self.to(q, at, b))
                     .collect(),
-                receives: Vec::new(),
-            }
+                Vec::new(),
+            )
         } else {
-            Part {
-                started: None,
-                sends: Vec::new(),
-                receives: vec![self.from(root, at, b)],
-            }
+            Part::new(Vec::new(), vec![self.from(root, at, b)])
         };
         self.run(part, Traffic::Collective)
     }
@@ -516,17 +502,16 @@ impl Backend for OnDevices {
         let root = self.rank_named(root, "root")?;
         let b = send.len_bytes();
         let at_root = self.rank == root;
-        let part = Part {
-            started: None,
-            sends: vec![self.to(root, send.ptr() as usize, b)],
-            receives: if at_root {
+        let part = Part::new(
+            vec![self.to(root, send.ptr() as usize, b)],
+            if at_root {
                 (0..self.size())
                     .map(|p| self.from(p, recv.ptr() as usize + p * b, b))
                     .collect()
             } else {
                 Vec::new()
             },
-        };
+        );
         if !at_root {
             self.fill_zeros(recv)?;
         }
@@ -535,13 +520,12 @@ impl Backend for OnDevices {
 
     fn allgather(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let (n, b) = (self.size(), send.len_bytes());
-        let part = Part {
-            started: None,
-            sends: (0..n).map(|q| self.to(q, send.ptr() as usize, b)).collect(),
-            receives: (0..n)
+        let part = Part::new(
+            (0..n).map(|q| self.to(q, send.ptr() as usize, b)).collect(),
+            (0..n)
                 .map(|p| self.from(p, recv.ptr() as usize + p * b, b))
                 .collect(),
-        };
+        );
         self.run(part, Traffic::Collective)
     }
 
@@ -555,26 +539,21 @@ impl Backend for OnDevices {
         } else {
             Vec::new()
         };
-        let part = Part {
-            started: None,
-            sends,
-            receives: vec![self.from(root, recv.ptr() as usize, b)],
-        };
+        let part = Part::new(sends, vec![self.from(root, recv.ptr() as usize, b)]);
         self.run(part, Traffic::Collective)
     }
 
     fn alltoall(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let n = self.size();
         let b = recv.len_bytes() / n;
-        let part = Part {
-            started: None,
-            sends: (0..n)
+        let part = Part::new(
+            (0..n)
                 .map(|q| self.to(q, send.ptr() as usize + q * b, b))
                 .collect(),
-            receives: (0..n)
+            (0..n)
                 .map(|p| self.from(p, recv.ptr() as usize + p * b, b))
                 .collect(),
-        };
+        );
         self.run(part, Traffic::Collective)
     }
 
@@ -585,22 +564,20 @@ impl Backend for OnDevices {
         } else {
             Vec::new()
         };
-        let part = Part {
-            started: None,
-            sends: vec![self.to(root, send.ptr() as usize, send.len_bytes())],
+        let part = Part::new(
+            vec![self.to(root, send.ptr() as usize, send.len_bytes())],
             receives,
-        };
+        );
         self.run(part, Traffic::Collective)
     }
 
     fn allgatherv(&self, _: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
-        let part = Part {
-            started: None,
-            sends: (0..self.size())
+        let part = Part::new(
+            (0..self.size())
                 .map(|q| self.to(q, send.ptr() as usize, send.len_bytes()))
                 .collect(),
-            receives: self.blocks_in(&recv),
-        };
+            self.blocks_in(&recv),
+        );
         self.run(part, Traffic::Collective)
     }
 
@@ -611,20 +588,15 @@ impl Backend for OnDevices {
         } else {
             Vec::new()
         };
-        let part = Part {
-            started: None,
+        let part = Part::new(
             sends,
-            receives: vec![self.from(root, recv.ptr() as usize, recv.len_bytes())],
-        };
+            vec![self.from(root, recv.ptr() as usize, recv.len_bytes())],
+        );
         self.run(part, Traffic::Collective)
     }
 
     fn alltoallv(&self, _: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
-        let part = Part {
-            started: None,
-            sends: self.blocks_out(&send),
-            receives: self.blocks_in(&recv),
-        };
+        let part = Part::new(self.blocks_out(&send), self.blocks_in(&recv));
         self.run(part, Traffic::Collective)
     }
 
@@ -632,14 +604,13 @@ impl Backend for OnDevices {
         let Some(to) = self.peer(dest, "dest")? else {
             return Ok(());
         };
-        let part = Part {
-            started: None,
-            sends: vec![Half {
+        let part = Part::new(
+            vec![Half {
                 tag: Some(tag),
                 ..self.to(to, buf.ptr() as usize, buf.len_bytes())
             }],
-            receives: Vec::new(),
-        };
+            Vec::new(),
+        );
         self.run(part, Traffic::PointToPoint)
     }
 
@@ -647,14 +618,13 @@ impl Backend for OnDevices {
         let Some(from) = self.peer(source, "source")? else {
             return Ok(received(None, None, 0));
         };
-        let part = Part {
-            started: None,
-            sends: Vec::new(),
-            receives: vec![Half {
+        let part = Part::new(
+            Vec::new(),
+            vec![Half {
                 tag,
                 ..self.from(from, buf.ptr() as usize, buf.len_bytes())
             }],
-        };
+        );
         self.run(part, Traffic::PointToPoint)?;
         if self.starting.is_some() {
             return Ok(Status::not_yet());
@@ -677,23 +647,20 @@ impl Backend for OnDevices {
                 (aside.as_ptr() as usize, aside.len())
             }
         };
-        let part = Part {
-            started: None,
-            sends: to
-                .map(|to| Half {
-                    tag: Some(envelope.sendtag),
-                    ..self.to(to, at, bytes)
-                })
-                .into_iter()
-                .collect(),
-            receives: from
-                .map(|from| Half {
-                    tag: envelope.recvtag,
-                    ..self.from(from, recvbuf.ptr() as usize, recvbuf.len_bytes())
-                })
-                .into_iter()
-                .collect(),
-        };
+        let part = Part::new(
+            to.map(|to| Half {
+                tag: Some(envelope.sendtag),
+                ..self.to(to, at, bytes)
+            })
+            .into_iter()
+            .collect(),
+            from.map(|from| Half {
+                tag: envelope.recvtag,
+                ..self.from(from, recvbuf.ptr() as usize, recvbuf.len_bytes())
+            })
+            .into_iter()
+            .collect(),
+        );
         self.run(part, Traffic::PointToPoint)?;
         Ok(received(from, envelope.recvtag, recvbuf.count()))
     }
