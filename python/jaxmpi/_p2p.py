@@ -49,6 +49,24 @@ def _one_message(tree: Tree, source: int, status: Any, op: str, what: str = "x")
         )
 
 
+def _on_mesh_comm(c, source, status: Any, op: str) -> None:
+    """What a receive on a MeshComm cannot do yet: report an mpi4py Status (its fields
+    would be MPI's, of processes), or match ANY_SOURCE (messages are matched by their
+    sending device)."""
+    if c.rank is not None:
+        return
+    if status is not None:
+        raise ValueError(
+            f"jaxmpi.{op}: status= on a MeshComm is not built: its ranks are devices, "
+            "which an MPI_Status cannot name. Leave status out"
+        )
+    if source == PEER_ANY or (isinstance(source, tuple) and PEER_ANY in source):
+        raise ValueError(
+            f"jaxmpi.{op}: ANY_SOURCE on a MeshComm is not built: name the source rank "
+            "(per rank: a function of the rank, or a list)"
+        )
+
+
 def recv_args(
     x: PyTree, source: int | None, tag: int | None, comm: CommArg, status: Any, op: str
 ) -> tuple:
@@ -65,6 +83,7 @@ def recv_args(
     tag = encode_tag(ANY_TAG if tag is None else tag, op, allow_any=True)
     address = status_address(status, op)
     _one_message(tree, source, status, op)
+    _on_mesh_comm(c, source, status, op)
     return tree, c, source, tag, address
 
 
@@ -302,6 +321,7 @@ def sendrecv(
         "status": status_address(status, "sendrecv"),
     }
     _one_message(received, params["source"], status, "sendrecv", "recvbuf")
+    _on_mesh_comm(c, params["source"], status, "sendrecv")
     return _exchange(sent, received, replace, params)
 
 

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 from layouts import DEVICES, LOCAL, MESH, N
 
 import jaxmpi
-from helpers import assert_array
+from helpers import MPI, assert_array
 
 COMM = jaxmpi.MeshComm(MESH)
 BLOCKS = P("i")
@@ -285,6 +285,11 @@ def test_what_is_not_built_on_a_mesh_comm_says_so():
         smap(lambda b: jaxmpi.gatherv(b, [1] * N, 0, comm=COMM))(put(rows()))
     with pytest.raises(ValueError, match=r"inside jax\.shard_map"):
         COMM.Get_rank()
+    with pytest.raises(ValueError, match="ANY_SOURCE on a MeshComm"):
+        smap(lambda b: jaxmpi.recv(b, comm=COMM))(put(rows()))
+    if MPI is not None:
+        with pytest.raises(ValueError, match="status= on a MeshComm"):
+            smap(lambda b: jaxmpi.recv(b, 0, status=MPI.Status(), comm=COMM))(put(rows()))
     with pytest.raises(ValueError, match="axis_names"):
         jaxmpi.MeshComm(MESH, "nope")
 
