@@ -240,7 +240,7 @@ impl OnDevices {
         ranks: Range<usize>,
         recv: &BufMut,
         op: ReduceOp,
-        scratch: &mut Scratch,
+        scratch: &Scratch,
     ) -> Result<()> {
         self.run(part, Traffic::Collective)?;
         let (count, dtype, b) = (recv.count(), recv.dtype(), recv.len_bytes());
@@ -267,16 +267,25 @@ impl OnDevices {
 }
 
 /// Memory for every rank's contribution to a reduction, aligned for any dtype.
-struct Scratch(Vec<u128>);
+/// Written through its address only (by copies and MPI), hence kept as one.
+struct Scratch {
+    _memory: Vec<u128>,
+    start: *mut u8,
+}
 
 impl Scratch {
     fn new(bytes: usize) -> Scratch {
-        Scratch(vec![0; bytes.div_ceil(16)])
+        let mut memory = vec![0u128; bytes.div_ceil(16)];
+        let start = memory.as_mut_ptr() as *mut u8;
+        Scratch {
+            _memory: memory,
+            start,
+        }
     }
 
     fn at(&self, offset: usize) -> *mut u8 {
         // SAFETY: offsets stay inside the buffer (callers ask for whole blocks of it).
-        unsafe { (self.0.as_ptr() as *mut u8).add(offset) }
+        unsafe { self.start.add(offset) }
     }
 }
 
@@ -395,14 +404,14 @@ impl Backend for OnDevices {
 
     fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (n, b, x) = (self.size(), recv.len_bytes(), input_at(&send, &recv));
-        let mut scratch = Scratch::new(n * b);
+        let scratch = Scratch::new(n * b);
         let part = Part::new(
             (0..n).map(|q| self.to(q, x, b)).collect(),
             (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
         );
-        self.reduce_from(part, 0..n, &recv, op, &mut scratch)
+        self.reduce_from(part, 0..n, &recv, op, &scratch)
     }
 
     fn reduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
@@ -413,7 +422,7 @@ impl Backend for OnDevices {
             Input::InPlace => recv.len_bytes(),
         };
         let at_root = self.rank == root;
-        let mut scratch = Scratch::new(if at_root { n * b } else { 0 });
+        let scratch = Scratch::new(if at_root { n * b } else { 0 });
         let receives = if at_root {
             (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
@@ -425,7 +434,7 @@ impl Backend for OnDevices {
         if !at_root {
             return self.run(part, Traffic::Collective);
         }
-        self.reduce_from(part, 0..n, &recv, op, &mut scratch)
+        self.reduce_from(part, 0..n, &recv, op, &scratch)
     }
 
     fn scan(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
@@ -435,14 +444,14 @@ impl Backend for OnDevices {
             recv.len_bytes(),
             input_at(&send, &recv),
         );
-        let mut scratch = Scratch::new(n * b);
+        let scratch = Scratch::new(n * b);
         let part = Part::new(
             (me..n).map(|q| self.to(q, x, b)).collect(),
             (0..=me)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
         );
-        self.reduce_from(part, 0..me + 1, &recv, op, &mut scratch)
+        self.reduce_from(part, 0..me + 1, &recv, op, &scratch)
     }
 
     fn exscan(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
@@ -452,26 +461,26 @@ impl Backend for OnDevices {
             recv.len_bytes(),
             input_at(&send, &recv),
         );
-        let mut scratch = Scratch::new(n * b);
+        let scratch = Scratch::new(n * b);
         let part = Part::new(
             (me + 1..n).map(|q| self.to(q, x, b)).collect(),
             (0..me)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
         );
-        self.reduce_from(part, 0..me, &recv, op, &mut scratch)
+        self.reduce_from(part, 0..me, &recv, op, &scratch)
     }
 
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (n, b, x) = (self.size(), recv.len_bytes(), send.ptr() as usize);
-        let mut scratch = Scratch::new(n * b);
+        let scratch = Scratch::new(n * b);
         let part = Part::new(
             (0..n).map(|q| self.to(q, x + q * b, b)).collect(),
             (0..n)
                 .map(|p| self.from(p, scratch.at(p * b) as usize, b))
                 .collect(),
         );
-        self.reduce_from(part, 0..n, &recv, op, &mut scratch)
+        self.reduce_from(part, 0..n, &recv, op, &scratch)
     }
 
     /// On a device communicator every rank binds the result, the root's holding its
