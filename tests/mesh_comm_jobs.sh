@@ -6,7 +6,8 @@
 # - JAXMPI_DEBUG names each call's MeshComm rank and device (tests/mesh_comm_jobs.py debug);
 # - a process that never runs the program: JAXMPI_TIMEOUT ends the job, naming the op and
 #   the waiting device's rank (stuck);
-# - MPI at MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming the level.
+# - MPI at MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming the level;
+# - on the oldest JAX (0.6.2), one process of 4 devices: the debug case's results and lines.
 # Usage: tests/mesh_comm_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -121,4 +122,20 @@ PY
     ((rc != 0 && rc != 124 && rc != 137)) || result="exit $rc, not a failed job in time"
     verdict "a process that never runs the program: JAXMPI_TIMEOUT ends the job, $build" "$result"
 done
+# The oldest JAX (0.6.2, whose shard_map is jax.experimental's and has no pass hook): one
+# process of 4 devices (the layouts' cells, which start JAX's collectives through the pass,
+# run from JAX 0.10.2 on).
+build=jax-0.6-mpich-5
+if reason=$(matrix_skip_reason "$build"); then
+    echo "skip  $build: $reason"
+else
+    ENV=(JAXMPI_DEBUG=1)
+    run "$build" 1 4 "$ROOT/tests/mesh_comm_jobs.py" debug
+    result=ok
+    for text in "process 0: [6.0]" "allreduce (MeshComm 0, rank 3 (device 3)" "dest 0, source 2"; do
+        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
+    done
+    ((rc == 0)) || result="exit $rc"
+    verdict "MeshComm at 1 x 4 on the oldest JAX, $build" "$result"
+fi
 ((failed == 0)) || { echo "$failed failed"; exit 1; }
