@@ -17,7 +17,7 @@ from ._args import (
     status_address,
 )
 from ._binding import primitives as prim
-from ._comm import ANY_SOURCE, ANY_TAG, CommArg, StatusArg, resolve_comm
+from ._comm import ANY_SOURCE, ANY_TAG, CommArg, CommInfo, StatusArg, resolve_comm
 from ._errors import raise_mpi_errors
 from ._requests import apply
 from ._runtime.encodings import PEER_ANY, PEER_NULL
@@ -49,7 +49,7 @@ def _one_message(tree: Tree, source: int, status: Any, op: str, what: str = "x")
         )
 
 
-def _on_mesh_comm(c, source, status: Any, op: str) -> None:
+def _on_mesh_comm(c: CommInfo, source: Any, status: Any, op: str) -> None:
     """What a receive on a MeshComm cannot do yet: report an mpi4py Status (its fields
     would be MPI's, of processes), or match ANY_SOURCE (messages are matched by their
     sending device)."""
