@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::device_messages::Part;
+use super::device_messages::{move_parts, Half, Part, Traffic};
 use super::signature::Devices;
 use super::Call;
 use crate::xla::devices;
-use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, Peer, Result};
+use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, Result};
 
 /// One device's buffers at a meeting: its operands and results.
 #[derive(Clone, Copy, Debug)]
@@ -417,67 +417,31 @@ pub struct Piece {
     pub recv: usize,
 }
 
-/// Moves every piece this process sends or receives: between its own devices a copy,
-/// between processes a non-blocking send and receive on the group's communicator. Every
-/// process lists the pieces in the same order; MPI delivers messages between two
-/// processes on one communicator and tag in the order they were sent, so each receive
-/// matches its own send.
+/// Moves every piece this process sends or receives, as the halves of the local devices'
+/// messages (`device_messages::move_parts`: between its own devices a copy, between
+/// processes MPI on the group's communicator). Every process lists the pieces in the same
+/// order, so the pieces between the same two devices match in that order.
 pub fn exchange(
     group: &Group,
     library: &dyn Library,
     backend: &dyn Backend,
     pieces: &[Piece],
 ) -> Result<()> {
-    let remote = pieces
-        .iter()
-        .any(|p| group.is_local(p.from) != group.is_local(p.to));
-    let comm = if remote {
-        Some(group.comm(library)?)
-    } else {
-        None
-    };
-    let mut requests = Vec::new();
-    let mut outcome = Ok(());
+    let mut parts = vec![Part::default(); group.local.len()];
     for piece in pieces.iter().filter(|p| p.bytes > 0) {
-        let (sends, receives) = (group.is_local(piece.from), group.is_local(piece.to));
-        let started = match (sends, receives, comm) {
-            (true, true, _) => {
-                // SAFETY: both are live buffers of this process's calls, `bytes` long.
-                unsafe {
-                    std::ptr::copy(piece.send as *const u8, piece.recv as *mut u8, piece.bytes)
-                };
-                continue;
-            }
-            (true, false, Some(comm)) => {
-                // SAFETY: a live operand, unchanged until the wait below.
-                let buf = unsafe { Buf::from_raw(piece.send as *const u8, piece.bytes, Dtype::U8) };
-                // SAFETY: the buffer outlives the request, which is waited for below.
-                unsafe { backend.isend(comm, buf, Peer::Rank(group.rank_of(piece.to)), 0) }
-            }
-            (false, true, Some(comm)) => {
-                // SAFETY: a live result that only this receive writes until the wait.
-                let buf =
-                    unsafe { BufMut::from_raw(piece.recv as *mut u8, piece.bytes, Dtype::U8) };
-                let source = Peer::Rank(group.rank_of(piece.from));
-                // SAFETY: as for the send.
-                unsafe { backend.irecv(comm, buf, source, Some(0)) }
-            }
-            _ => continue,
+        let half = |at| Half {
+            from: piece.from,
+            to: piece.to,
+            at,
+            bytes: piece.bytes,
+            tag: Some(0),
         };
-        match started {
-            Ok(request) => requests.push(request),
-            Err(err) => {
-                outcome = Err(err);
-                break;
-            }
+        if group.is_local(piece.from) {
+            parts[group.slot(piece.from)].sends.push(half(piece.send));
+        }
+        if group.is_local(piece.to) {
+            parts[group.slot(piece.to)].receives.push(half(piece.recv));
         }
     }
-    // Started transfers complete before their buffers are handed back, even after an error.
-    for mut request in requests {
-        let waited = backend.wait(&mut request);
-        if outcome.is_ok() {
-            outcome = waited.map(|_| ());
-        }
-    }
-    outcome
+    move_parts(group, library, backend, &parts, Traffic::Collective)
 }
