@@ -175,7 +175,7 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
         result = lower(jax_shim.without_mpi_effect(closed_jaxpr), *args, **kwargs)
     finally:
         state.active = False
-    if id(result) in policy.passed:
+    if state.created == 0 and id(result) in policy.passed:
         return result
     own_tokens = jax_shim.program_tokens(closed_jaxpr)
     why = policy.check(result, state.created, thorough=not policy.checked, own_tokens=own_tokens)
