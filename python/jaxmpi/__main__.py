@@ -65,7 +65,12 @@ def _cuda_line(cuda: dict) -> str:
     if cuda["unused"]:
         return f"not used ({cuda['unused']})"
     if not cuda["driver"]:
-        return f"jaxlib has CUDA, but the driver does not load: {cuda['driver_error']}"
+        return (
+            "not used (jaxlib has CUDA, but the NVIDIA driver does not load, so JAX runs on "
+            f"the CPU): {cuda['driver_error']}"
+        )
+    if cuda["devices"] == 0:
+        return f"not used (the NVIDIA driver {cuda['libcuda']} sees no GPU, so JAX runs on the CPU)"
     gpu = "chosen by JAX" if cuda["rank_gpu"] is None else f"GPU {cuda['rank_gpu']}"
     gpu += f" ({cuda['chosen']}; {cuda['when']})"
     version = cuda["driver_version"] or 0

@@ -190,8 +190,12 @@ def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):
 
 def _claim_platform(platforms: tuple[str, ...] | None, closed_jaxpr) -> None:
     """The platform of the programs lowered fast: the first one's. A program for another
-    would run its MPI calls in another queue, in no order with these: refused."""
-    if platforms is None:
+    would run its MPI calls in another queue, in no order with these: refused. A platform
+    this process has no backend for claims nothing: its programs (lowered to be exported,
+    e.g. for CUDA on a machine without a GPU) never run here."""
+    if platforms is not None:
+        platforms = tuple(p for p in platforms if _runs_here(p))
+    if not platforms:
         return
     if len(platforms) == 1 and policy.platform in (None, platforms[0]):
         policy.platform = platforms[0]
@@ -217,6 +221,14 @@ def _subcomputation_creating_token(subcomp, ctx, jaxpr, name_stack, tokens, *arg
     policy.lowering.created += 1
     outs, tokens_out = subcomp(ctx, jaxpr, name_stack, with_token, *args, **kwargs)
     return outs, jax_shim.without_mpi_token(tokens_out)
+
+
+def _runs_here(platform: str) -> bool:
+    try:
+        jax.local_devices(backend=platform)
+    except RuntimeError:  # "Unknown backend": no such platform in this process
+        return False
+    return True
 
 
 def _effects_barrier(block_until_ready, tokens) -> None:

@@ -57,9 +57,12 @@ def _local_cpu_devices(local_device_ids: Any) -> int:
 
 
 def _on_gpus() -> bool:
-    """Whether JAX would run this process's arrays on GPUs (a CUDA plugin, not excluded)."""
+    """Whether JAX runs this process's arrays on GPUs: jaxlib has CUDA, JAX_PLATFORMS lets
+    it run, and the driver sees a GPU. Without one JAX falls back to the CPU, as on a login
+    node where `pip install "jax[cuda12]"` put the CUDA plugin."""
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")  # type: ignore[attr-defined]
-    return bool(cuda["plugin"]) and platforms.strip().lower() not in ("cpu",)
+    has_gpu = bool(cuda["driver"]) and cuda["devices"] > 0
+    return has_gpu and platforms.strip().lower() not in ("cpu",)
 
 
 def _startup_hook():

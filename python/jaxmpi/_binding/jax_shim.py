@@ -23,6 +23,7 @@ from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
 from jax._src import sharding_impls as _sharding_impls
+from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
@@ -156,6 +157,12 @@ def is_token(value) -> bool:
         return isinstance(jax.typeof(value), _core.AbstractToken)
     except TypeError:  # not a JAX type at all
         return False
+
+
+def backends_started() -> bool:
+    """Whether JAX's backends (its CPU and GPU clients) have started: options they read
+    when they start, such as jax_cuda_visible_devices, no longer change anything."""
+    return _xla_bridge.backends_are_initialized()
 
 
 def has_hlo_pass_hook() -> bool:

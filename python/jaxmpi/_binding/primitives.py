@@ -38,6 +38,35 @@ for _platform in ("cpu", "CUDA") if cuda["plugin"] else ("cpu",):
         jax_shim.register_ffi_target(_target, _capsule, platform=_platform)
 
 
+def gpu_choice_ignored(option: str | None, started: bool, gpus: list[int]) -> str | None:
+    """Why this rank's GPU choice did not take, or None: JAX's GPU client reads
+    jax_cuda_visible_devices (`option`, as jaxmpi set it) once, when it starts; one that
+    had `started` before `import jaxmpi` kept the GPUs it opened (`gpus`, their ordinals)."""
+    if option is None or not started or gpus in ([], [int(option)]):
+        return None
+    return (
+        f"jaxmpi chose GPU {option} for this rank ({cuda['chosen']}), but JAX's GPU client "
+        f"had already started, on GPUs {gpus}, so JAX ignores the choice (every rank of "
+        "the node would allocate on the same GPUs). Import jaxmpi before anything that "
+        "starts JAX's backend (jax.devices(), the first array), or choose yourself: "
+        "jax.config.update('jax_cuda_visible_devices', '<this rank's GPU>') before that, "
+        "or JAXMPI_GPU=jax to let JAX use every GPU it sees."
+    )
+
+
+def _started_gpus() -> list[int]:
+    try:
+        return sorted(d.local_hardware_id for d in jax.local_devices(backend="cuda"))
+    except RuntimeError:  # JAX runs no CUDA client (it fell back to the CPU)
+        return []
+
+
+if cuda["jax_option"] is not None and jax_shim.backends_started():
+    _ignored = gpu_choice_ignored(cuda["jax_option"], True, _started_gpus())
+    if _ignored:
+        raise RuntimeError(_ignored)
+
+
 def _comm_id(handle: int) -> np.int64:
     """A program carries a communicator as a small id, the same in every run (its handle
     differs between runs and ranks: see core/src/xla/handlers/handles.rs); a MeshComm's

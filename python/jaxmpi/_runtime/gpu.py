@@ -33,7 +33,9 @@ def _after_mpi_init(
 ) -> tuple[gpu_choice.Choice, str]:
     """The choice, made or checked now that MPI says the node-local rank: (choice, when)."""
     mpi_local = gpu_choice.LocalRank(node[0], node[1], "MPI_COMM_TYPE_SHARED")
-    visible = jax.config.read("jax_cuda_visible_devices")
+    # The user's option: where jaxmpi set it before MPI_Init, the user had left it alone.
+    applied = early.choice is not None and early.choice.jax_option is not None
+    visible = "all" if applied else str(gpu_choice.jax_option("jax_cuda_visible_devices"))
     if early.choice is None or early.choice.needs_mpi:
         choice = gpu_choice.plan(os.environ, early.cuda["devices"], visible, mpi_local)
         gpu_choice.apply(choice)
@@ -75,6 +77,8 @@ def _setup_cuda(
         "driver_error": None,
         "node_rank": node[0],
         "node_size": node[1],
+        # What jaxmpi set jax_cuda_visible_devices to (None: left as it was).
+        "jax_option": None,
     }
     if early.unused is not None:
         return cuda
@@ -84,6 +88,7 @@ def _setup_cuda(
         return cuda
     choice, when = _after_mpi_init(early, node)
     cuda["rank_gpu"], cuda["chosen"], cuda["when"] = choice.gpu, choice.why, when
+    cuda["jax_option"] = choice.jax_option
     return cuda
 
 

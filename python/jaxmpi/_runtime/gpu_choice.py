@@ -8,8 +8,9 @@ for MPI (`gpu.py`), which this module's caller reports.
 
 The rule (`plan`), first match wins:
 1. `JAXMPI_GPU=<n>`: GPU n; `JAXMPI_GPU=jax`: no choice, JAX's own.
-2. An explicit `jax_cuda_visible_devices` (set before `import jaxmpi`, or
-   `JAX_CUDA_VISIBLE_DEVICES`): the user's, never overwritten; one device is this rank's.
+2. An explicit `jax_cuda_visible_devices` (set with `jax.config.update` before
+   `import jaxmpi`; JAX reads no environment variable for it): the user's, never
+   overwritten; one device is this rank's.
 3. Node-local rank modulo the GPUs this process sees. `CUDA_VISIBLE_DEVICES` listing
    several GPUs is no choice of one: a job step that gives every task all of a node's GPUs
    (`srun` with `--gres=gpu:4` and no binding) lists them all for every rank, and each
@@ -134,6 +135,16 @@ def excluded_by_platforms(platforms: str | None) -> bool:
     return not names & {"cuda", "gpu"}
 
 
+def jax_option(name: str):
+    """JAX's option `name`, read as JAX allows: options with a context manager
+    (`jax_platforms`) only as attributes, plain flags (`jax_cuda_visible_devices`) only
+    through `read`; each refuses the other way on some JAX versions."""
+    try:
+        return getattr(jax.config, name)
+    except AttributeError:
+        return jax.config.read(name)
+
+
 def apply(choice: Choice) -> None:
     """Makes the choice effective: JAX's option (before its GPU client starts, which no
     jaxmpi import does), the current device of this thread, and the check on arrays."""
@@ -161,7 +172,7 @@ def before_mpi_init() -> Early:
     """Chooses this rank's GPU, where CUDA is wanted, before MPI initializes."""
     if not cuda_plugin():
         return Early("this jaxlib has no CUDA plugin", {})
-    platforms = jax.config.read("jax_platforms")
+    platforms = jax_option("jax_platforms")
     if excluded_by_platforms(platforms):
         return Early(f"JAX_PLATFORMS={platforms} leaves CUDA out", {})
     found = _native.cuda_info()
@@ -170,7 +181,7 @@ def before_mpi_init() -> Early:
     if not cuda["driver"]:
         return early
     early.local = launcher_local_rank(os.environ)
-    visible = jax.config.read("jax_cuda_visible_devices")
+    visible = jax_option("jax_cuda_visible_devices")
     early.choice = plan(os.environ, found["devices"], str(visible), early.local)
     if not early.choice.needs_mpi:
         apply(early.choice)
