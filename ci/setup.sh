@@ -42,6 +42,11 @@ JAXMPI_PIN_JAX_OLDEST=("jax==0.6.2" "jaxlib==0.6.2")
 JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
 JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
+# JAX's CUDA plugin for the newest jaxlib here, as `pip install "jax[cuda12]"` puts it on
+# every GPU cluster's login node: tests/gpu_startup.sh runs jaxmpi's GPU start-up with it
+# on this machine, which has no GPU. --no-deps keeps NVIDIA's libraries (GBs) out; it
+# still imports. Must match JAXMPI_PIN_JAX_NEWEST's jaxlib.
+JAXMPI_PIN_CUDA_PLUGIN=("jax-cuda12-plugin==0.10.2" "jax-cuda12-pjrt==0.10.2")
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_PIN_MATURIN="maturin==1.16.0"
 JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1")
@@ -162,6 +167,20 @@ _setup_venv() {
 # _setup_mpi4jax_sdists: JAXMPI_MPI4JAX_SDISTS into .venvs/mpi4jax-sdists/, each from the
 # link PyPI's simple index gives (as pip finds it: pip download would also build it), kept
 # only with the pinned hash; those already there with it are not fetched again.
+# The CUDA plugin's wheels into .venvs/cuda-plugin, a folder for PYTHONPATH (478 MB).
+_setup_cuda_plugin() {
+    local dir="$JAXMPI_SETUP_ROOT/.venvs/cuda-plugin" want="${JAXMPI_PIN_CUDA_PLUGIN[*]}"
+    if _setup_current "$dir/.jaxmpi-setup" "$want" && [[ -d $dir/jax_plugins ]]; then
+        _setup_log "cuda plugin: up to date ($want)"
+        return 0
+    fi
+    _setup_log "cuda plugin: installing $want"
+    rm -rf "$dir"
+    "$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/python" -m pip install -q --disable-pip-version-check \
+        --no-deps --target "$dir" "${JAXMPI_PIN_CUDA_PLUGIN[@]}" || return 1
+    printf '%s' "$want" >"$dir/.jaxmpi-setup"
+}
+
 _setup_mpi4jax_sdists() {
     local dir="$JAXMPI_SETUP_ROOT/.venvs/mpi4jax-sdists" entry version hash missing=()
     mkdir -p "$dir"
@@ -370,6 +389,7 @@ jaxmpi_setup() (
     _setup_venv impi bin/mpiexec "$JAXMPI_PIN_IMPI" "${newest[@]}" ||
         _setup_log "WARNING: could not install $JAXMPI_PIN_IMPI; the intel-mpi cells will be skipped"
     _setup_mpi4jax_sdists || return 1
+    _setup_cuda_plugin || return 1
     _setup_log "venvs done ($((SECONDS - t))s)"
 
     t=$SECONDS

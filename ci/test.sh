@@ -52,6 +52,9 @@ step "tests: the suite's selection" selection "$CHECKS/selection.sh"
 # The GPU run's scripts (ci/gpu_run.sh runs only on a GPU machine): syntax, offline
 # installs, and the verdict logic on canned reports.
 step "GPU scripts (no GPU: syntax, offline, verdict logic)" gpu-check bash "$ROOT/ci/gpu_check.sh"
+# jaxmpi's GPU start-up with JAX's real CUDA plugin installed and no GPU, as on a cluster's
+# login node: import, info, a 2-rank allreduce, the start-up on a faked driver (10-15 s).
+step "GPU start-up with JAX's CUDA plugin, no GPU" gpu-startup "$ROOT/tests/gpu_startup.sh"
 # setup built the x86_64 wheel (the tests install it); the aarch64 one and the sdist.
 step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf "$CHECKS/needed.sh"

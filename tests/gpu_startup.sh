@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tests/gpu_startup.sh -- jaxmpi's GPU start-up on a machine without a GPU, with JAX's real
+# CUDA plugin installed (.venvs/cuda-plugin, from ci/setup.sh), as on every GPU cluster's
+# login node and in every image made with `pip install "jax[cuda12]"`: that is where a
+# GPU user meets the start-up first. With JAX_PLATFORMS=cpu and with it unset (JAX then
+# tries CUDA and falls back to the CPU):
+#   - `import jaxmpi` alone, and after mpi4py initialized MPI;
+#   - a jitted allreduce at 2 ranks, right;
+#   - `python -m jaxmpi info` saying why CUDA is not used;
+#   - tests/python/test_gpu_startup.py at 2 ranks (the start-up on a faked driver answer,
+#     every op lowered for CUDA, this process's own start-up with the plugin found).
+# About 40 s. Prints "N passed, N failed".
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV=$ROOT/.venvs/mpich
+PLUGIN=$ROOT/.venvs/cuda-plugin
+[[ -d $PLUGIN/jax_plugins && -x $VENV/bin/mpiexec ]] || {
+    echo "gpu_startup: run ci/setup.sh first (it installs $PLUGIN)" >&2
+    exit 1
+}
+export PATH="$VENV/bin:$PATH" PYTHONPATH=$PLUGIN JAXMPI_TEST_CUDA_PLUGIN=1
+passed=0 failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# check NAME PATTERN COMMAND...: COMMAND succeeds within 120 s and prints PATTERN (grep -E).
+check() {
+    local name=$1 pattern=$2
+    shift 2
+    if timeout 120 "$@" >"$tmp/out" 2>&1 && grep -qE "$pattern" "$tmp/out"; then
+        passed=$((passed + 1))
+        echo "PASS $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name: wanted /$pattern/ and exit 0; got:"
+        grep -v 'cudart_stub.cc' "$tmp/out" | tail -n 20 | sed 's/^/    /'
+    fi
+}
+
+ALLREDUCE='
+import jax, jax.numpy as jnp, jaxmpi
+size = jaxmpi.COMM_WORLD.Get_size()
+total = jax.jit(lambda x: jaxmpi.allreduce(x, jaxmpi.SUM))(jnp.arange(3.0))
+assert jax.default_backend() == "cpu" and (total == size * jnp.arange(3.0)).all(), total
+print("allreduce right on", jax.default_backend())'
+
+for platforms in cpu unset; do
+    if [[ $platforms == cpu ]]; then
+        export JAX_PLATFORMS=cpu
+        why='not used \(JAX_PLATFORMS=cpu leaves CUDA out\)'
+    else
+        unset JAX_PLATFORMS
+        why='not used \(jaxlib has CUDA, but the NVIDIA driver does not load'
+    fi
+    check "import jaxmpi (JAX_PLATFORMS=$platforms)" '^imported$' \
+        python -c 'import jaxmpi; print("imported")'
+    check "mpi4py first, then jaxmpi, 2 ranks (JAX_PLATFORMS=$platforms)" '^before jaxmpi' \
+        mpiexec -n 2 python -c 'from mpi4py import MPI; import jaxmpi
+print(jaxmpi._runtime.library.info["initialized_here"] and "by jaxmpi" or "before jaxmpi")'
+    check "jitted allreduce, 2 ranks (JAX_PLATFORMS=$platforms)" '^allreduce right on cpu' \
+        mpiexec -n 2 python -c "$ALLREDUCE"
+    check "jaxmpi info says why CUDA is unused (JAX_PLATFORMS=$platforms)" "^CUDA +$why" \
+        python -m jaxmpi info
+    check "test_gpu_startup.py, 2 ranks (JAX_PLATFORMS=$platforms)" '^[0-9]+ passed in' \
+        mpiexec -n 2 python -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_gpu_startup.py"
+done
+echo "$passed passed, $failed failed"
+((failed == 0))
