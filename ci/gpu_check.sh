@@ -4,7 +4,9 @@
 # Rust, nor installs from an index, nor needs binutils or ldconfig, and gpu_verdict.py,
 # which decides whether a GPU run passed, judges canned reports right: a test skipped,
 # failed or missing against the pinned counts fails the run, and the probe's diagnostics
-# never do. About a second. (ci/gpu_run.sh --dry-run runs the whole run on the CPU.)
+# never do; the probe's legacy CUDA IPC answer, which sets up the direct leg, is read right;
+# and a run's results, packed, leave at most the 8 files the GPU machine brings back.
+# About two seconds. (ci/gpu_run.sh --dry-run runs the whole run on the CPU.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRIPTS=("$ROOT/ci/gpu_pack.sh" "$ROOT/ci/gpu_run.sh" "$ROOT/ci/gpu_check.sh")
@@ -33,6 +35,12 @@ fi
 # The image may lack binutils, and ldconfig may not list the driver: the probe asks jaxmpi.
 if grep -nE '^[^#]*\b(nm|strings|ldconfig|objdump|readelf)\b' "$ROOT/ci/gpu_run.sh"; then
     echo "gpu_check: FAIL: ci/gpu_run.sh must not depend on binutils or ldconfig (above)"
+    failed=1
+fi
+
+# The benchmark is a diagnostic: its outcome is never a verdict.
+if grep -nE '^[^#]*\bverdict "?bench' "$ROOT/ci/gpu_run.sh"; then
+    echo "gpu_check: FAIL: ci/gpu_run.sh fails the run on the benchmark (above): INFO lines only"
     failed=1
 fi
 
@@ -106,6 +114,51 @@ if [[ $rc != 0 ]] || ! grep -q 'UNEXPECTED' <<<"$said" || ! grep -q 'rank 1: no 
     printf 'gpu_check: FAIL: probe summary (exit %s):\n%s\n' "$rc" "$said"
     failed=1
 fi
+# The legacy CUDA IPC answer: yes only if every rank found every buffer capable.
+ipc_report() { # DIR RANK VALUE: a probe file whose 64 MiB buffer says VALUE (JSON)
+    mkdir -p "$1"
+    printf '{"rank": %s, "buffers": {"1 MiB": {"is_legacy_cuda_ipc_capable": 1},
+      "64 MiB": {"is_legacy_cuda_ipc_capable": %s, "mode": "staged"}}}\n' "$2" "$3" >"$1/rank$2.json"
+}
+ipc_report "$tmp/ipc-yes" 0 1 && ipc_report "$tmp/ipc-yes" 1 1
+expect 0 "every buffer legacy-IPC capable" -- ipc "$tmp/ipc-yes" 2
+expect 1 "a rank without a probe file" -- ipc "$tmp/ipc-yes" 3
+ipc_report "$tmp/ipc-no" 0 1 && ipc_report "$tmp/ipc-no" 1 0
+expect 1 "rank 1's 64 MiB buffer not capable" -- ipc "$tmp/ipc-no" 2
+ipc_report "$tmp/ipc-error" 0 '"CUDA_ERROR_INVALID_VALUE"' && ipc_report "$tmp/ipc-error" 1 1
+expect 1 "the driver's error for an answer" -- ipc "$tmp/ipc-error" 2
+mkdir -p "$tmp/ipc-cpu"
+echo '{"rank": 0, "cuda": {"unused": "no CUDA plugin"}}' >"$tmp/ipc-cpu/rank0.json"
+expect 1 "no buffer probed" -- ipc "$tmp/ipc-cpu" 1
+
+# A run's results, packed: what is left in OUT must all come back (8 files at most, in
+# subfolders too), and the archive must hold every result, a runaway log cut short.
+mkdir -p "$tmp/out" "$tmp/results"
+: >"$tmp/out/run.log" && : >"$tmp/out/verdicts.txt"
+results=(nvidia-smi.txt mpi4jax-build.log bench-staged.md bench-direct.md
+    probe-auto-mpich.log probe-auto-impi.log)
+for leg in staged staged-fast staged-error direct direct-error; do
+    results+=("junit-$leg/rank0.xml" "junit-$leg/rank1.xml" "logs-$leg/rank1.log")
+done
+for probe in auto-mpich auto-impi; do results+=("probe-$probe/rank0.json" "probe-$probe/rank1.json"); done
+for name in "${results[@]}"; do
+    mkdir -p "$(dirname "$tmp/results/$name")" && echo "$name" >"$tmp/results/$name"
+done
+head -c $((20 << 20)) /dev/zero >"$tmp/results/logs-direct/rank1.log"
+expect 0 "${#results[@]} results packed" -- archive "$tmp/results" "$tmp/out"
+left_in_out=$(find "$tmp/out" -type f | wc -l)
+archived=$("$PYTHON" -c 'import sys, tarfile
+members = tarfile.open(sys.argv[1]).getmembers()
+print(len(members), max(m.size for m in members))' "$tmp/out/results.tar.gz" 2>&1)
+if ((left_in_out > 8)) || [[ $archived != "${#results[@]} "[0-9]* ]] || ((${archived#* } > 7 << 20)); then
+    printf 'gpu_check: FAIL: archive: %s files left in OUT; archived (files, largest): %s\n' \
+        "$left_in_out" "$archived"
+    failed=1
+fi
+mkdir -p "$tmp/out/logs"
+touch "$tmp/out/"{junit.xml,bench.md,probe.json,nvidia-smi.txt} "$tmp/out/logs/"rank{0,1}.log
+expect 1 "9 files under OUT, 2 of them in a subfolder" -- archive "$tmp/results" "$tmp/out"
+
 expect 2 "misuse" -- junit "$tmp/all-passed" 2
 expect 2 "misuse" -- mode "$tmp/all-passed" 2 staged
 

@@ -7,7 +7,9 @@ jaxmpi found it (driver file and version, every libcuda mapped in the process, t
 chosen for this rank, by which rule and whether before MPI_Init); and what the CUDA driver
 says of buffers JAX allocated (legacy CUDA IPC capability, handle types, memory pool),
 with what jaxmpi does with each under this run's JAXMPI_CUDA_AWARE and why. Run with it
-unset, this is what `auto` decides on this machine's allocator.
+unset, this is what `auto` decides on this machine's allocator; ci/gpu_run.sh reads the
+legacy CUDA IPC answer (gpu_verdict.py ipc) to set up Intel MPI for its direct leg. Also
+the environment that steered it (JAXMPI_*, I_MPI_*, JAX's and XLA's variables).
 
 A diagnostic: it records what fails instead of failing, and exits 0 whatever it found
 (ci/gpu_verdict.py probe reads the files and never fails the run on them).
@@ -16,6 +18,7 @@ A diagnostic: it records what fails instead of failing, and exits 0 whatever it 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -41,7 +44,11 @@ def buffers(jax, jnp, device, native) -> dict:
 
 def main(folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
-    found: dict = {"rank": None}
+    steering = ("JAXMPI_", "I_MPI_", "MPI4PY_", "JAX_", "XLA_", "CUDA_VISIBLE_DEVICES")
+    found: dict = {
+        "rank": None,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(steering)},
+    }
     try:
         import jax
         import jax.numpy as jnp

@@ -11,14 +11,25 @@ usage: gpu_verdict.py junit DIR RANKS COLLECTED [--skipped K]
          every libcuda in the process, the GPU each rank chose and when, what the driver
          says of JAX's buffers and what jaxmpi does with them. A diagnostic: exit status 0
          whatever it finds.
-Prints "PASS: ...", "FAIL: ..." or "INFO: ..." lines. Exit status 0 unless a check failed
-(1), or on misuse (2).
+       gpu_verdict.py ipc DIR RANKS
+         whether those files show every JAX buffer probed, on every rank, shareable by
+         legacy CUDA IPC: prints why, exit status 0 if so, 1 if not or if a rank did not say.
+       gpu_verdict.py archive RESULTS OUT
+         packs the folder RESULTS into OUT/results.tar.gz, then checks that the device
+         machine would bring all of OUT back: at most 8 files (subfolders counted), each at
+         most 16 MiB, 64 MiB in all, at most 2 folders down, plain names.
+Prints "PASS: ...", "FAIL: ..." or "INFO: ..." lines (ipc: one line of its own). Exit status
+0 unless a check failed (1), or on misuse (2).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
 import sys
+import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -112,6 +123,81 @@ def probe(folder: Path, ranks: int) -> None:
             say(f"  -> {attributes.get('mode')}: {_short(attributes.get('why'), 200)}")
 
 
+def legacy_ipc(folder: Path, ranks: int) -> tuple[bool, str]:
+    """Whether every rank's probe found every JAX buffer it made shareable by legacy CUDA
+    IPC, the way Intel MPI moves device buffers between the ranks of a node; and why."""
+    sizes = set()
+    for rank in range(ranks):
+        try:
+            found = json.loads((folder / f"rank{rank}.json").read_text())
+        except (OSError, ValueError) as err:
+            return False, f"rank {rank}: no probe report ({_short(err, 120)})"
+        buffers = found.get("buffers")
+        if not isinstance(buffers, dict) or not buffers:
+            why = found.get("import") or found.get("cuda", {}).get("unused") or buffers
+            return False, f"rank {rank}: no buffer probed ({_short(why or 'no driver', 120)})"
+        for size, attributes in buffers.items():
+            capable = attributes.get("is_legacy_cuda_ipc_capable")
+            if capable != 1:
+                return False, (
+                    f"rank {rank}: JAX buffer of {size}: is_legacy_cuda_ipc_capable="
+                    f"{_short(capable, 80)} (auto: {attributes.get('mode')})"
+                )
+            sizes.add(size)
+    return True, f"every rank's JAX buffers ({', '.join(sorted(sizes))}) are legacy-IPC capable"
+
+
+# What the device machine brings back of its $OUT (its tool's documented limits).
+ARCHIVE = "results.tar.gz"
+MOST_FILES, MOST_FILE_BYTES, MOST_BYTES, MOST_FOLDERS = 8, 16 << 20, 64 << 20, 2
+PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# Of a bigger file (an MPI debug log run wild), the archive keeps the start and the end.
+KEPT_BYTES = 6 << 20
+
+
+def _kept(data: bytes) -> bytes:
+    if len(data) <= KEPT_BYTES:
+        return data
+    head, tail = KEPT_BYTES // 3, KEPT_BYTES - KEPT_BYTES // 3
+    cut = f"\n[... {len(data) - head - tail} bytes left out by gpu_verdict.py archive ...]\n"
+    return data[:head] + cut.encode() + data[-tail:]
+
+
+def archive(results: Path, out: Path) -> list[str]:
+    """RESULTS into OUT/results.tar.gz (replaced whole: a run killed while packing keeps
+    the last archive), then what of OUT would not come back."""
+    if results.is_dir():
+        partial = out / f".{ARCHIVE}.partial"
+        with tarfile.open(partial, "w:gz") as tar:
+            for path in sorted(p for p in results.rglob("*") if p.is_file()):
+                # Read whole, then sized: a rank still writing its log cannot break the tar.
+                data = _kept(path.read_bytes())
+                entry = tarfile.TarInfo(f"{results.name}/{path.relative_to(results)}")
+                entry.size, entry.mtime, entry.mode = len(data), int(path.stat().st_mtime), 0o644
+                tar.addfile(entry, io.BytesIO(data))
+        os.replace(partial, out / ARCHIVE)
+    files = sorted(p for p in out.rglob("*") if not p.is_dir())
+    names = [str(p.relative_to(out)) for p in files]
+    problems = []
+    if len(files) > MOST_FILES:
+        problems.append(f"{len(files)} files under {out}, at most {MOST_FILES} come back: {names}")
+    for path, name in zip(files, names, strict=True):
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{name}: not a plain file, does not come back")
+        elif path.stat().st_size > MOST_FILE_BYTES:
+            problems.append(f"{name}: {path.stat().st_size} bytes, over {MOST_FILE_BYTES}")
+        if len(Path(name).parts) - 1 > MOST_FOLDERS or not all(
+            PLAIN_NAME.fullmatch(part) for part in Path(name).parts
+        ):
+            problems.append(f"{name}: too deep or not a plain name, does not come back")
+    total = sum(p.stat().st_size for p in files if p.is_file())
+    if total > MOST_BYTES:
+        problems.append(f"{total} bytes under {out}, over {MOST_BYTES}")
+    if not problems:
+        print(f"PASS: {len(files)} files to bring back ({', '.join(names)}), {total} bytes")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     if len(argv) in (5, 7) and argv[1] == "junit" and argv[5:6] in ([], ["--skipped"]):
         skipped = int(argv[6]) if len(argv) == 7 else 0
@@ -119,6 +205,12 @@ def main(argv: list[str]) -> int:
     elif len(argv) == 4 and argv[1] == "probe":
         probe(Path(argv[2]), int(argv[3]))
         return 0
+    elif len(argv) == 4 and argv[1] == "ipc":
+        capable, why = legacy_ipc(Path(argv[2]), int(argv[3]))
+        print(why)
+        return 0 if capable else 1
+    elif len(argv) == 4 and argv[1] == "archive":
+        problems = archive(Path(argv[2]), Path(argv[3]))
     else:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
