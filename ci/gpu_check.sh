@@ -6,7 +6,7 @@
 # failed or missing against the pinned counts fails the run, and the probe's diagnostics
 # never do; the probe's legacy CUDA IPC answer, which sets up the direct leg, is read right;
 # and a run's results, packed, leave at most the 8 files the GPU machine brings back.
-# About two seconds. (ci/gpu_run.sh --dry-run runs the whole run on the CPU.)
+# A few seconds. (ci/gpu_run.sh --dry-run runs the whole run on the CPU.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRIPTS=("$ROOT/ci/gpu_pack.sh" "$ROOT/ci/gpu_run.sh" "$ROOT/ci/gpu_check.sh")
