@@ -50,7 +50,11 @@ LAUNCHED = {
         "PMI_SIZE": "8",
     },
     "Slurm (srun --mpi=pmi2)": {"SLURM_LOCALID": "3", "SLURM_PROCID": "7", "PMI_RANK": "7"},
-    "Slurm (srun --mpi=pmix)": {"SLURM_LOCALID": "3", "PMIX_RANK": "7", "PMIX_NAMESPACE": "slurm.pmix.5.0"},
+    "Slurm (srun --mpi=pmix)": {
+        "SLURM_LOCALID": "3",
+        "PMIX_RANK": "7",
+        "PMIX_NAMESPACE": "slurm.pmix.5.0",
+    },
     # mpirun inside a batch script: the script's SLURM_LOCALID (0 on every rank) is wrong.
     "Open MPI's mpirun under sbatch": {"SLURM_LOCALID": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "3"},
 }
@@ -206,7 +210,7 @@ def test_no_driver_or_no_gpu_chooses_nothing(start):
 
 
 def test_platforms_without_cuda_load_no_driver(start):
-    early, driver = start(4)
+    start(4)
     jax.config.update("jax_platforms", "cpu")
     early = gpu_choice.before_mpi_init()
     assert early.unused == "JAX_PLATFORMS=cpu leaves CUDA out" and early.cuda == {}

@@ -186,9 +186,7 @@ def test_psum_scatter_started_and_done(dimension):
     MPI carries like psum_scatter's (the compiled program calls jaxmpi's handler)."""
     x = blocks_of("int32", rows=N * 2, cols=N * 3)
     started = smap(
-        lambda a: jax.lax.psum_scatter_start(
-            a, "i", scatter_dimension=dimension, tiled=True
-        ).done()
+        lambda a: jax.lax.psum_scatter_start(a, "i", scatter_dimension=dimension, tiled=True).done()
     )
     compiled = started.lower(put(x)).compile().as_text()
     assert 'custom_call_target="jaxmpi_hlo_reduce_scatter"' in compiled, compiled

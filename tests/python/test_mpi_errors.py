@@ -19,6 +19,7 @@ from helpers import (
     allreduce_still_works,
     call,
     check_raises,
+    needs_errors_return,
     needs_mpi4py,
     needs_ranks,
     p2p_partner,
@@ -26,7 +27,7 @@ from helpers import (
 )
 
 # MPI's own failures, between pairs of ranks.
-pytestmark = pytest.mark.same_at_every_size
+pytestmark = [pytest.mark.same_at_every_size, needs_errors_return]
 
 
 @pytest.fixture(autouse=True)

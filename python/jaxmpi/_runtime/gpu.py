@@ -11,8 +11,6 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
-import jax
-
 from . import gpu_choice
 from .library import early_gpu, info, node
 
