@@ -3,6 +3,16 @@
 //! runs the body against a `Backend` that can take device buffers on that stream (staged
 //! through host memory, or passed straight to a device-aware MPI), wrapping the library's
 //! host `Backend`.
+//!
+//! Before the body, the runtime prepares this rank's part (the stream's context, the
+//! rank's GPU, ...), and that can fail on one rank alone. No rank may then be left waiting
+//! in an MPI call another never makes, so a failed preparation goes one of two ways:
+//! - where the call has an [`Agree`] (a collective, with start verdicts on:
+//!   `xla::handlers::start_verdict`), every rank of the call learns it before anyone calls
+//!   MPI, and every rank returns an error;
+//! - elsewhere (point to point; collectives with start verdicts off) the rank still runs
+//!   the op's body, making every MPI call of it with host scratch memory, and returns its
+//!   error after.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -13,13 +23,21 @@ use crate::{Backend, Error, Library, Result};
 #[derive(Clone, Copy, Debug)]
 pub struct Stream(pub *mut c_void);
 
+/// How the ranks of one call agree that each can start its part, before the op's first MPI
+/// call: given why this rank cannot (`None`: it can), Ok only when every rank can.
+pub type Agree<'a> = &'a mut dyn FnMut(Option<&Error>) -> Result<()>;
+
 pub trait DeviceRuntime: Send + Sync {
     /// Runs `body` with a backend for buffers that live on the device of `stream`, with
-    /// `library` (the process's MPI library) doing the communication.
+    /// `library` (the process's MPI library) doing the communication. `stream` is Err where
+    /// XLA could not give it: a failed preparation like the runtime's own. `agree`, where
+    /// the call has one, runs once, after this rank's preparation and before `body` (see
+    /// the module's note for a call without).
     fn run(
         &self,
-        stream: Stream,
+        stream: Result<Stream>,
         library: &dyn Library,
+        agree: Option<Agree>,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()>;
 }

@@ -10,9 +10,9 @@ use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, handles, in_flight, nonblocking, pending, ragged, register_device_comm, Kind,
-    DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, STARTED_RESULTS, TAG_ANY,
-    USER_OP,
+    checked, handles, in_flight, nonblocking, pending, ragged, register_device_comm, start_verdict,
+    Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, STARTED_RESULTS,
+    TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -126,6 +126,20 @@ fn checked_mode() -> bool {
 #[pyfunction]
 fn set_checked_mode(on: bool) {
     checked::set_enabled(on);
+}
+
+/// Whether start verdicts are on: before each blocking collective, its ranks agree that
+/// every one can start its part (a GPU rank's preparation can fail alone).
+#[pyfunction]
+fn start_verdicts() -> bool {
+    start_verdict::enabled()
+}
+
+/// Turns start verdicts on or off from now on. They add a message to every collective, so
+/// every rank of the job must do it alike, before its first collective.
+#[pyfunction]
+fn set_start_verdicts(on: bool) {
+    start_verdict::set_enabled(on);
 }
 
 /// The kept failure's message ("jaxmpi.<op> failed: ..."), now the caller's to raise.
@@ -548,6 +562,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(take_failure, m)?)?;
     m.add_function(wrap_pyfunction!(checked_mode, m)?)?;
     m.add_function(wrap_pyfunction!(set_checked_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(start_verdicts, m)?)?;
+    m.add_function(wrap_pyfunction!(set_start_verdicts, m)?)?;
     m.add_function(wrap_pyfunction!(discard_failure, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(reduce_ops, m)?)?;

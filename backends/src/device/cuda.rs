@@ -2,8 +2,13 @@
 //! CUDA library). Nothing here loads libcuda until a GPU handler runs or Python asks (which
 //! it does only where CUDA is wanted), so a machine without CUDA never loads it.
 //!
-//! `CudaRuntime` is the device runtime core calls for GPU ops: it binds XLA's stream and
-//! runs the op on `Direct` when the MPI is CUDA-aware, else on `Staged`.
+//! `CudaRuntime` is the device runtime core calls for GPU ops: it prepares this rank's part
+//! (XLA's stream and its context made current, the arrays checked to be on the rank's GPU,
+//! the context owning the pinned pool, and with a CUDA-aware MPI the stream synchronized),
+//! then runs the op on `Direct` when the MPI is CUDA-aware, else on `Staged`. A failed
+//! preparation is this rank's alone: it goes to the call's start verdict where the call
+//! takes one, so every rank learns it before anyone calls MPI; elsewhere the op still runs,
+//! on host scratch memory (`unusable.rs`), so that no other rank waits for this one.
 //!
 //! Pinned staging memory belongs to the context current when it is allocated, and dies
 //! with it. It is allocated in the device's primary context (the one XLA uses), which
@@ -15,13 +20,15 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use jaxmpi_core::device::{install_device_runtime, DeviceRuntime, Stream};
+use jaxmpi_core::device::{install_device_runtime, Agree, DeviceRuntime, Stream};
 use jaxmpi_core::{Backend, Error, Library, Result};
 
+pub use super::cuda_info::{decide_for_buffer, device_count, driver_files, driver_version};
 use super::driver::{
     self, attribute, CuContext, CuDevice, CuDevicePtr, CuEvent, CuStream, Driver,
     EVENT_DISABLE_TIMING, MEMHOSTALLOC_PORTABLE,
 };
+use super::unusable::without_device;
 use super::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Placement, Staged, Stats};
 
 const STEP: &str = "cuda";
@@ -29,28 +36,6 @@ const STEP: &str = "cuda";
 /// Loads libcuda and initializes the driver, once per process.
 pub fn load_driver() -> Result<()> {
     driver::driver().map(|_| ())
-}
-
-/// GPUs the driver sees (after CUDA_VISIBLE_DEVICES).
-pub fn device_count() -> Result<i32> {
-    let d = driver::driver()?;
-    let mut count = 0;
-    // SAFETY: the driver is initialized; writes one int.
-    d.check("cuDeviceGetCount", unsafe {
-        (d.api.cuDeviceGetCount)(&mut count)
-    })?;
-    Ok(count)
-}
-
-/// The driver's CUDA version (e.g. 13000 for 13.0).
-pub fn driver_version() -> Result<i32> {
-    let d = driver::driver()?;
-    let mut version = 0;
-    // SAFETY: writes one int.
-    d.check("cuDriverGetVersion", unsafe {
-        (d.api.cuDriverGetVersion)(&mut version)
-    })?;
-    Ok(version)
 }
 
 /// -1: no check; else the device ordinal this rank's arrays must be on.
@@ -276,33 +261,69 @@ struct CudaRuntime {
     stats: Stats,
 }
 
+/// This rank's part of a call, ready for the op's MPI calls. (Fields drop in order: the
+/// stream's events while XLA's context is still current.)
+struct Prepared {
+    device: CudaStream,
+    _current: Pushed<'static>,
+}
+
+/// Makes this rank's part of a call on `stream` ready: everything that can fail on one
+/// rank alone before the op's MPI calls.
+fn prepare(stream: Stream, library: &dyn Library) -> Result<Prepared> {
+    let d = driver::driver()?;
+    let stream = stream.0 as CuStream;
+    let (current, device) = Pushed::of_stream(d, stream)?;
+    let expected = RANK_DEVICE.load(Ordering::SeqCst);
+    if expected >= 0 && device != expected {
+        return Err(Error::invalid_argument(
+            STEP,
+            format!(
+                "the arrays are on GPU {device}, but this rank uses GPU {expected}: put them \
+                 on the rank's GPU (jax.device_put), or choose the rank's GPU with JAXMPI_GPU \
+                 or CUDA_VISIBLE_DEVICES"
+            ),
+        ));
+    }
+    let device = CudaStream {
+        driver: d,
+        stream,
+        owner: owner(d, device)?,
+        events: Mutex::new(Vec::new()),
+    };
+    // Direct's MPI calls wait for the stream anyway; waiting here first lets its failure
+    // reach the verdict, and leaves them nothing to wait for.
+    if library.cuda_aware() {
+        device.synchronize()?;
+    }
+    Ok(Prepared {
+        device,
+        _current: current,
+    })
+}
+
 impl DeviceRuntime for CudaRuntime {
     fn run(
         &self,
-        stream: Stream,
+        stream: Result<Stream>,
         library: &dyn Library,
+        agree: Option<Agree>,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()> {
-        let d = driver::driver()?;
-        let stream = stream.0 as CuStream;
-        let (_current, device) = Pushed::of_stream(d, stream)?;
-        let expected = RANK_DEVICE.load(Ordering::SeqCst);
-        if expected >= 0 && device != expected {
-            return Err(Error::invalid_argument(
-                STEP,
-                format!(
-                    "the arrays are on GPU {device}, but this rank uses GPU {expected}: put them \
-                     on the rank's GPU (jax.device_put), or choose the rank's GPU with JAXMPI_GPU \
-                     or CUDA_VISIBLE_DEVICES"
-                ),
-            ));
-        }
-        let device = CudaStream {
-            driver: d,
-            stream,
-            owner: owner(d, device)?,
-            events: Mutex::new(Vec::new()),
+        let prepared = match stream.and_then(|stream| prepare(stream, library)) {
+            Ok(prepared) => prepared,
+            Err(err) => {
+                return match agree {
+                    // Every rank returns an error then; this one its own.
+                    Some(agree) => agree(Some(&err)).and(Err(err)),
+                    None => without_device(library.backend(), err, body),
+                };
+            }
         };
+        if let Some(agree) = agree {
+            agree(None)?;
+        }
+        let device = &prepared.device;
         let outcome = if library.cuda_aware() {
             let placement = if library.cuda_aware_checks_buffers() {
                 Placement::IpcShareable
@@ -311,7 +332,7 @@ impl DeviceRuntime for CudaRuntime {
             };
             body(&Direct::new(
                 library,
-                &device,
+                device,
                 &self.pool,
                 &self.stats,
                 placement,
@@ -319,7 +340,7 @@ impl DeviceRuntime for CudaRuntime {
         } else {
             body(&Staged::new(
                 library.backend(),
-                &device,
+                device,
                 &self.pool,
                 &self.stats,
             ))
@@ -388,41 +409,4 @@ pub fn pointer_attributes(ptr: usize) -> Result<Vec<(&'static str, Result<u64>)>
     .into_iter()
     .map(|(name, which)| (name, pointer_attribute(d, ptr, which)))
     .collect())
-}
-
-/// What this process does with a device buffer at `ptr` (true: device pointers to MPI),
-/// and why: the same rule the decorators follow.
-pub fn decide_for_buffer(library: &dyn Library, ptr: usize) -> Result<(bool, String)> {
-    if !library.cuda_aware() {
-        return Ok((false, format!("staged: {}", library.cuda_aware_reason())));
-    }
-    if !library.cuda_aware_checks_buffers() {
-        return Ok((true, format!("direct: {}", library.cuda_aware_reason())));
-    }
-    let shareable = pointer_attributes(ptr)?
-        .into_iter()
-        .find(|(name, _)| *name == "is_legacy_cuda_ipc_capable")
-        .map(|(_, value)| value)
-        .expect("asked for above")?;
-    Ok(if shareable != 0 {
-        (
-            true,
-            "direct: the library supports CUDA and legacy CUDA IPC can share this buffer".into(),
-        )
-    } else {
-        (
-            false,
-            "staged: the library supports CUDA, but legacy CUDA IPC cannot share this buffer \
-             (XLA's allocator made it with cuMemCreate or a memory pool); JAXMPI_CUDA_AWARE=1 \
-             would pass it"
-                .into(),
-        )
-    })
-}
-
-/// The driver's file and every libcuda mapped in the process (one, unless a second was
-/// loaded beside XLA's).
-pub fn driver_files() -> Result<(String, bool, Vec<String>)> {
-    let d = driver::driver()?;
-    Ok((d.path.clone(), d.already_loaded, driver::mapped_libcudas()))
 }

@@ -7,8 +7,13 @@
 //! or a user's op on the host (float16, bfloat16, user ops, the unsigned MIN/MAX of some
 //! MPICH versions), and a library quirk's workaround that copies a buffer on the host.
 //! Decided automatically (`Placement::IpcShareable`), buffers that legacy CUDA IPC cannot
-//! share are staged too (`cuda_aware.rs` says why). Every rank cuts allreduce and bcast
-//! into the same MPI calls whichever way it goes (`chunks`), so ranks may differ in this.
+//! share are staged too (`cuda_aware.rs` says why), and so are those whose sharing the
+//! driver cannot say. Every rank cuts allreduce and bcast into the same MPI calls
+//! whichever way it goes (`chunks`), so ranks may differ in this.
+//!
+//! Nothing here refuses a call before its MPI calls, which would leave the other ranks
+//! waiting in theirs: where the stream cannot be synchronized, the op runs staged, which
+//! makes every MPI call of it and returns the device's error at the end (`staged.rs`).
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
@@ -69,37 +74,42 @@ impl<'a> Direct<'a> {
     }
 
     /// Direct unless a buffer of the call (its address, `len` bytes) may not go to MPI.
-    fn route(&self, buffers: &[(*const u8, usize)]) -> Result<Route> {
+    fn route(&self, buffers: &[(*const u8, usize)]) -> Route {
         if self.placement == Placement::IpcShareable {
             for &(ptr, len) in buffers {
-                if len > 0 && !self.device.shareable_by_ipc(ptr)? {
+                // A buffer the driver cannot say IPC can share is staged too (and counted
+                // with those it says it cannot): staging takes any buffer, and failing
+                // here, before the MPI call, would leave the other ranks waiting.
+                if len > 0 && !self.device.shareable_by_ipc(ptr).unwrap_or(false) {
                     Stats::bump(&self.stats.staged_not_ipc);
-                    return Ok(Route::Staged);
+                    return Route::Staged;
                 }
             }
         }
-        Ok(Route::Direct)
+        Route::Direct
     }
 
     /// Staged when host code would compute on the buffers, else as `route` says.
-    fn route_reduction(
-        &self,
-        dtype: Dtype,
-        op: ReduceOp,
-        buffers: &[(*const u8, usize)],
-    ) -> Result<Route> {
+    fn route_reduction(&self, dtype: Dtype, op: ReduceOp, buffers: &[(*const u8, usize)]) -> Route {
         if self.library.reduces_on_host(dtype, op) {
             Stats::bump(&self.stats.staged_host_code);
-            return Ok(Route::Staged);
+            return Route::Staged;
         }
         self.route(buffers)
     }
 
-    /// Runs one MPI call on device memory once XLA's work on it is done.
-    fn call<R>(&self, op: impl FnOnce(&dyn Backend) -> Result<R>) -> Result<R> {
-        Stats::bump(&self.stats.direct);
-        self.device.synchronize()?;
-        op(self.library.backend()).map_err(explain)
+    /// Runs `op` (one op, on the backend it is given) the way `route` says. Direct, XLA's
+    /// work on the buffers must be done first; where the stream cannot be waited for, the
+    /// op's staged form runs instead: it makes the same MPI calls and returns the device's
+    /// error at the end.
+    fn run<R>(&self, route: Route, op: impl FnOnce(&dyn Backend) -> Result<R>) -> Result<R> {
+        if let Route::Direct = route {
+            if self.device.synchronize().is_ok() {
+                Stats::bump(&self.stats.direct);
+                return op(self.library.backend()).map_err(explain);
+            }
+        }
+        op(&self.staged)
     }
 }
 
@@ -126,119 +136,85 @@ impl Backend for Direct<'_> {
         self.host_backend().barrier(comm)
     }
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        match self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.allreduce(comm, send, recv, op)),
-            Route::Staged => self.staged.allreduce(comm, send, recv, op),
-        }
+        let route = self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)]);
+        self.run(route, |b| b.allreduce(comm, send, recv, op))
     }
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         let quirk = matches!(send, Input::InPlace) && self.library.reduce_in_place_reads_host(root);
         if quirk {
             Stats::bump(&self.stats.staged_host_code);
-            return self.staged.reduce(comm, send, recv, op, root);
+            return self.run(Route::Staged, |b| b.reduce(comm, send, recv, op, root));
         }
         let dtype = match &send {
             Input::Data(buf) => buf.dtype(),
             Input::InPlace => recv.dtype(),
         };
-        match self.route_reduction(dtype, op, &[of_input(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.reduce(comm, send, recv, op, root)),
-            Route::Staged => self.staged.reduce(comm, send, recv, op, root),
-        }
+        let route = self.route_reduction(dtype, op, &[of_input(&send), of_mut(&recv)]);
+        self.run(route, |b| b.reduce(comm, send, recv, op, root))
     }
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        match self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.scan(comm, send, recv, op)),
-            Route::Staged => self.staged.scan(comm, send, recv, op),
-        }
+        let route = self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)]);
+        self.run(route, |b| b.scan(comm, send, recv, op))
     }
     fn exscan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        match self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.exscan(comm, send, recv, op)),
-            Route::Staged => self.staged.exscan(comm, send, recv, op),
-        }
+        let route = self.route_reduction(recv.dtype(), op, &[of_input(&send), of_mut(&recv)]);
+        self.run(route, |b| b.exscan(comm, send, recv, op))
     }
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
-        match self.route_reduction(recv.dtype(), op, &[of(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.reduce_scatter(comm, send, recv, op)),
-            Route::Staged => self.staged.reduce_scatter(comm, send, recv, op),
-        }
+        let route = self.route_reduction(recv.dtype(), op, &[of(&send), of_mut(&recv)]);
+        self.run(route, |b| b.reduce_scatter(comm, send, recv, op))
     }
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         let at = match &buf {
             Broadcast::Root(b) => of(b),
             Broadcast::Receiver(b) => of_mut(b),
         };
-        match self.route(&[at])? {
-            Route::Direct => self.call(|b| b.bcast(comm, buf, root)),
-            Route::Staged => self.staged.bcast(comm, buf, root),
-        }
+        let route = self.route(&[at]);
+        self.run(route, |b| b.bcast(comm, buf, root))
     }
     fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        match self.route(&[of(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.gather(comm, send, recv, root)),
-            Route::Staged => self.staged.gather(comm, send, recv, root),
-        }
+        let route = self.route(&[of(&send), of_mut(&recv)]);
+        self.run(route, |b| b.gather(comm, send, recv, root))
     }
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
-        match self.route(&[of(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.allgather(comm, send, recv)),
-            Route::Staged => self.staged.allgather(comm, send, recv),
-        }
+        let route = self.route(&[of(&send), of_mut(&recv)]);
+        self.run(route, |b| b.allgather(comm, send, recv))
     }
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        match self.route(&[of(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.scatter(comm, send, recv, root)),
-            Route::Staged => self.staged.scatter(comm, send, recv, root),
-        }
+        let route = self.route(&[of(&send), of_mut(&recv)]);
+        self.run(route, |b| b.scatter(comm, send, recv, root))
     }
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
-        match self.route(&[of(&send), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.alltoall(comm, send, recv)),
-            Route::Staged => self.staged.alltoall(comm, send, recv),
-        }
+        let route = self.route(&[of(&send), of_mut(&recv)]);
+        self.run(route, |b| b.alltoall(comm, send, recv))
     }
     fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
-        match self.route(&[of(&send), of_mut(&recv.buf)])? {
-            Route::Direct => self.call(|b| b.gatherv(comm, send, recv, root)),
-            Route::Staged => self.staged.gatherv(comm, send, recv, root),
-        }
+        let route = self.route(&[of(&send), of_mut(&recv.buf)]);
+        self.run(route, |b| b.gatherv(comm, send, recv, root))
     }
     fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
-        match self.route(&[of(&send), of_mut(&recv.buf)])? {
-            Route::Direct => self.call(|b| b.allgatherv(comm, send, recv)),
-            Route::Staged => self.staged.allgatherv(comm, send, recv),
-        }
+        let route = self.route(&[of(&send), of_mut(&recv.buf)]);
+        self.run(route, |b| b.allgatherv(comm, send, recv))
     }
     fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
-        match self.route(&[of(&send.buf), of_mut(&recv)])? {
-            Route::Direct => self.call(|b| b.scatterv(comm, send, recv, root)),
-            Route::Staged => self.staged.scatterv(comm, send, recv, root),
-        }
+        let route = self.route(&[of(&send.buf), of_mut(&recv)]);
+        self.run(route, |b| b.scatterv(comm, send, recv, root))
     }
     fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
-        match self.route(&[of(&send.buf), of_mut(&recv.buf)])? {
-            Route::Direct => self.call(|b| b.alltoallv(comm, send, recv)),
-            Route::Staged => self.staged.alltoallv(comm, send, recv),
-        }
+        let route = self.route(&[of(&send.buf), of_mut(&recv.buf)]);
+        self.run(route, |b| b.alltoallv(comm, send, recv))
     }
     fn send(&self, comm: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
-        match self.route(&[of(&buf)])? {
-            Route::Direct => self.call(|b| b.send(comm, buf, dest, tag)),
-            Route::Staged => self.staged.send(comm, buf, dest, tag),
-        }
+        let route = self.route(&[of(&buf)]);
+        self.run(route, |b| b.send(comm, buf, dest, tag))
     }
     fn recv(&self, comm: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
-        match self.route(&[of_mut(&buf)])? {
-            Route::Direct => self.call(|b| b.recv(comm, buf, source, tag)),
-            Route::Staged => self.staged.recv(comm, buf, source, tag),
-        }
+        let route = self.route(&[of_mut(&buf)]);
+        self.run(route, |b| b.recv(comm, buf, source, tag))
     }
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
-        match self.route(&[of_input(&sendbuf), of_mut(&recvbuf)])? {
-            Route::Direct => self.call(|b| b.sendrecv(sendbuf, recvbuf, envelope)),
-            Route::Staged => self.staged.sendrecv(sendbuf, recvbuf, envelope),
-        }
+        let route = self.route(&[of_input(&sendbuf), of_mut(&recvbuf)]);
+        self.run(route, |b| b.sendrecv(sendbuf, recvbuf, envelope))
     }
     host_requests_only!();
 }
@@ -248,3 +224,7 @@ impl Direct<'_> {
         self.library.backend()
     }
 }
+
+#[cfg(test)]
+#[path = "direct_tests.rs"]
+mod tests;

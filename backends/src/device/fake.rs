@@ -23,6 +23,8 @@ pub struct FakeDevice {
     pub pinned_allocations: Mutex<usize>,
     /// What `shareable_by_ipc` answers for every buffer.
     pub ipc_capable: AtomicBool,
+    /// `shareable_by_ipc` fails (the driver cannot say).
+    pub fail_ipc_query: AtomicBool,
     /// Copies queued after this many succeed fail, as on a GPU that hit an error.
     pub copies_before_failing: AtomicUsize,
     /// `synchronize` fails (the stream can no longer be waited for).
@@ -39,6 +41,7 @@ impl Default for FakeDevice {
             done: Mutex::default(),
             pinned_allocations: Mutex::default(),
             ipc_capable: AtomicBool::new(true),
+            fail_ipc_query: AtomicBool::new(false),
             copies_before_failing: AtomicUsize::new(usize::MAX),
             fail_synchronize: AtomicBool::new(false),
             fail_pinning: AtomicBool::new(false),
@@ -149,6 +152,12 @@ impl DeviceMemory for FakeDevice {
         Ok(unsafe { PinnedBuffer::from_raw(memory, len, free_boxed) })
     }
     fn shareable_by_ipc(&self, _device: *const u8) -> Result<bool> {
+        if self.fail_ipc_query.load(Ordering::SeqCst) {
+            return Err(Error::library(
+                "cuda",
+                "cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE (injected by the test)",
+            ));
+        }
         Ok(self.ipc_capable.load(Ordering::SeqCst))
     }
 }

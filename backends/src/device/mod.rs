@@ -2,6 +2,8 @@
 //! of pinned host buffers staging reuses, and the two backend decorators that take device
 //! buffers: `Staged` (through host copies) and `Direct` (device pointers to a CUDA-aware
 //! MPI, staging what MPI cannot take that way). `Stats` counts which way each op went.
+//! `unusable` stands in for a device a rank could not prepare, so that the rank still
+//! makes the op's MPI calls.
 
 /// The non-blocking ops of a device decorator: a started request is only a host handle
 /// (test, wait and abandon go to the host backend), but starting one on device memory is
@@ -27,12 +29,16 @@ macro_rules! host_requests_only {
 }
 
 pub mod cuda;
+mod cuda_info;
 mod direct;
 pub mod driver;
 pub mod fake;
 mod pool;
 mod staged;
 mod stats;
+#[cfg(test)]
+mod test_mpi;
+pub mod unusable;
 
 pub use direct::{Direct, Placement};
 pub use pool::{PinnedBuffer, PinnedPool};

@@ -11,6 +11,8 @@
 //! makes, and the failure is returned at the end (the data this rank sent or received is
 //! then undefined). Host buffers go back to the pool only once the stream is known to be
 //! done with them; after a failure that leaves copies queued, they are kept out of it.
+//! Over `unusable::Unusable` (a rank that could not prepare its part of a call) every
+//! device operation fails: an op then makes its MPI calls on host scratch memory alone.
 
 use std::cell::RefCell;
 

@@ -1,47 +1,12 @@
 //! Staging logic on a fake device (host memory whose async copies only happen at a
-//! wait/synchronize), with a real MPI library at 1 rank underneath
-//! (`JAXMPI_TEST_LIBS_MPICH`, as ci/test.sh sets it). Without it, plain `cargo test` skips
-//! the tests that need MPI and says so.
+//! wait/synchronize), with a real MPI library at 1 rank underneath (`test_mpi.rs`).
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
-use jaxmpi_core::{
-    Backend, Broadcast, Buf, BufMut, Dtype, Envelope, Input, Library, Peer, ReduceOp,
-};
+use jaxmpi_core::{Backend, Broadcast, Envelope, Input, Peer, ReduceOp};
 
 use super::super::fake::{FakeDevice, GARBAGE};
-use super::super::{Direct, PinnedPool, Placement, Stats};
+use super::super::test_mpi::{count, floats, input, mpi, output};
+use super::super::{PinnedPool, Stats};
 use super::Staged;
-use crate::select::detect::{Request, SearchPath};
-
-/// The MPI library the tests run on, or None (with a line on stderr) when
-/// `JAXMPI_TEST_LIBS_MPICH` is unset. A path that does not load fails the test.
-fn mpi() -> Option<&'static dyn Library> {
-    static MPI: OnceLock<Option<Box<dyn Library>>> = OnceLock::new();
-    let library = MPI.get_or_init(|| {
-        let path = std::env::var_os("JAXMPI_TEST_LIBS_MPICH")?;
-        let search = SearchPath { prefixes: vec![] };
-        let request = Request::Path(PathBuf::from(path));
-        Some(crate::select::load(&request, &search).expect("load MPI"))
-    });
-    if library.is_none() {
-        eprintln!("skipped: set JAXMPI_TEST_LIBS_MPICH to a libmpi.so.12 to run this test");
-    }
-    library.as_deref()
-}
-
-fn floats(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
-    values.into_iter().flat_map(f32::to_ne_bytes).collect()
-}
-
-fn input(bytes: &[u8]) -> Buf<'_> {
-    Buf::from_bytes(bytes, Dtype::F32).unwrap()
-}
-
-fn output(bytes: &mut [u8]) -> BufMut<'_> {
-    BufMut::from_bytes(bytes, Dtype::F32).unwrap()
-}
 
 #[test]
 fn the_fake_device_defers_copies_until_synchronized() {
@@ -270,10 +235,6 @@ fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
     assert_eq!(zeroed, vec![0u8; 4]);
 }
 
-fn count(counter: &std::sync::atomic::AtomicU64) -> u64 {
-    counter.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 #[test]
 fn a_copy_failing_mid_pipeline_still_makes_every_chunk_call_and_says_so() {
     let Some(mpi) = mpi() else { return };
@@ -401,81 +362,4 @@ fn pinned_allocations_stay_flat_over_repeated_calls() {
     }
     assert_eq!(pool.allocations(), after_first);
     assert_eq!(count(&stats.staged), 40);
-}
-
-#[test]
-fn direct_stages_reductions_that_run_host_code_and_passes_the_rest() {
-    let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let direct = Direct::new(mpi, &device, &pool, &stats, Placement::Any);
-    let halves: Vec<u8> = [1.5f32, -2.0]
-        .iter()
-        .flat_map(|&v| half::f16::from_f32(v).to_ne_bytes())
-        .collect();
-    let mut out = vec![0u8; halves.len()];
-    direct
-        .allreduce(
-            mpi.world(),
-            Input::Data(Buf::from_bytes(&halves, Dtype::F16).unwrap()),
-            BufMut::from_bytes(&mut out, Dtype::F16).unwrap(),
-            ReduceOp::Sum,
-        )
-        .unwrap();
-    assert_eq!(out, halves);
-    assert_eq!(
-        (
-            count(&stats.staged_host_code),
-            count(&stats.staged),
-            count(&stats.direct)
-        ),
-        (1, 1, 0)
-    );
-    let send = floats([1.0, 2.0]);
-    let mut recv = vec![0u8; send.len()];
-    direct
-        .allreduce(
-            mpi.world(),
-            Input::Data(input(&send)),
-            output(&mut recv),
-            ReduceOp::Sum,
-        )
-        .unwrap();
-    assert_eq!(recv, send);
-    assert_eq!((count(&stats.staged), count(&stats.direct)), (1, 1));
-}
-
-#[test]
-fn decided_automatically_direct_stages_buffers_ipc_cannot_share() {
-    let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    device
-        .ipc_capable
-        .store(false, std::sync::atomic::Ordering::SeqCst);
-    let send = floats([3.0, 4.0]);
-    for (placement, direct_calls) in [(Placement::IpcShareable, 0), (Placement::Any, 1)] {
-        let before = count(&stats.direct);
-        let direct = Direct::new(mpi, &device, &pool, &stats, placement);
-        let mut recv = vec![0u8; send.len()];
-        direct
-            .bcast(mpi.world(), Broadcast::Root(input(&send)), 0)
-            .unwrap();
-        direct
-            .allgather(mpi.world(), input(&send), output(&mut recv))
-            .unwrap();
-        assert_eq!(recv, send);
-        assert_eq!(
-            count(&stats.direct) - before,
-            2 * direct_calls,
-            "{placement:?}"
-        );
-    }
-    assert_eq!(count(&stats.staged_not_ipc), 2);
 }

@@ -6,7 +6,7 @@ use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::device_ranks::OnDevices;
-use super::lifecycle::{self, CallInfo};
+use super::lifecycle::{self, CallInfo, Platform};
 use super::signature::Attrs;
 use super::{pending, Call};
 use crate::xla::ffi::{
@@ -54,6 +54,7 @@ pub(super) unsafe fn handle<A: Attrs>(
     frame: *mut CallFrame,
     name: &'static str,
     started: bool,
+    platform: Platform,
     body: Body<A>,
 ) -> *mut FfiError {
     // SAFETY: forwarded from the caller.
@@ -77,7 +78,7 @@ pub(super) unsafe fn handle<A: Attrs>(
             Some(on) => (on, on),
             None => (library, library.backend()),
         };
-        let result = lifecycle::run(&call, library, on_devices.as_ref(), |attrs| {
+        let result = lifecycle::run(&call, library, on_devices.as_ref(), platform, |attrs| {
             body(&call, ranks, backend, attrs)
         })
         .map_err(|err| with_rank(err.in_op(name), library).with_call(CallInfo::of(&call)));

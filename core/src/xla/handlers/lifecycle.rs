@@ -1,8 +1,10 @@
 //! The life of one handler call around its op body, the same for every op: attributes
-//! decoded as declared, MPI errors made to return on the call's communicator, and the
-//! call tracked by the process's monitor (debug lines, watchdog, exclusivity; see
+//! decoded as declared, MPI errors made to return on the call's communicator, checked
+//! mode's and start verdicts' exchanges before a collective (`checked.rs`,
+//! `start_verdict.rs`; a GPU call takes its verdict in the device runtime), and the call
+//! tracked by the process's monitor (debug lines, watchdog, exclusivity; see
 //! `monitor.rs`), whose settings are read once per process. With none of them on, a
-//! call pays one atomic load for the tracking.
+//! call pays one atomic load for each.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -11,11 +13,19 @@ use std::sync::OnceLock;
 use super::device_ranks::{OnDevices, ON_DEVICES};
 use super::handles;
 use super::signature::{Attrs, Signature, PEER_ANY, PEER_NULL, TAG_ANY};
-use super::{checked, Call};
+use super::{checked, start_verdict, Call};
 use crate::xla::ffi::CallFrame;
 use crate::xla::monitor::{self, Monitor, Tracked};
 use crate::xla::watchdog;
 use crate::{ErrorsReturned, Library, Result, ThreadLevel};
+
+/// Where a call's buffers live: which handler table XLA called it through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Platform {
+    Cpu,
+    /// Device memory: the body runs through the device runtime (`device.rs`).
+    Gpu,
+}
 
 /// Attributes that say whom a call talks to, in the order they are shown.
 const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvtag"];
@@ -143,10 +153,12 @@ fn is_collective(name: &str) -> bool {
 /// Runs `body`, the op of `call`, on its decoded attributes, with everything every call
 /// needs around it. `on_devices`: the call's device as a rank of its device communicator,
 /// where it runs on one (checked mode compares the calls of its ranks, devices).
+/// `platform`: where its buffers live.
 pub(super) fn run<A: Attrs>(
     call: &Call,
     library: &'static dyn Library,
     on_devices: Option<&OnDevices>,
+    platform: Platform,
     body: impl FnOnce(&A) -> Result<()>,
 ) -> Result<()> {
     let attrs = A::decode(call)?;
@@ -170,6 +182,11 @@ pub(super) fn run<A: Attrs>(
         // Point to point, checked mode checks the blocking ones in their bodies (`ops.rs`).
         if checked::enabled() && is_collective(call.name()) {
             checked::collective(call, library, comm)?;
+        }
+        // A CPU rank can always start its part, but must say so: GPU ranks of the same
+        // call wait for every rank's verdict (their runtime takes it, after preparing).
+        if start_verdict::enabled() && platform == Platform::Cpu && start_verdict::taken(call) {
+            start_verdict::agree(library, comm, None)?;
         }
         body(&attrs)
     };

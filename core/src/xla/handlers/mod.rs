@@ -1,7 +1,9 @@
 //! XLA FFI handlers. This file is the table of every op (its signature, one line each);
 //! `ops.rs` holds each op's body, `entry.rs` the one generic path every exported handler
 //! takes (metadata probe, panics, errors), `lifecycle.rs` what every call does around its
-//! body, `call.rs` the XLA call frame and `signature.rs` how attributes are encoded.
+//! body, `call.rs` the XLA call frame and `signature.rs` how attributes are encoded;
+//! `device.rs` runs a GPU call's body through the device runtime, and `start_verdict.rs`
+//! lets a collective's ranks agree that each can start before any calls MPI.
 
 mod call;
 pub mod checked;
@@ -20,6 +22,7 @@ mod ops;
 pub mod pending;
 pub mod ragged;
 mod signature;
+pub mod start_verdict;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +37,7 @@ pub use signature::{
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
 use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
 use entry::handle;
+use lifecycle::Platform;
 use signature::{declare_ops, started_name, Attr};
 
 // Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The

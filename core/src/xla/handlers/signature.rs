@@ -399,7 +399,7 @@ macro_rules! declare_ops {
                 /// Called by XLA with a valid call frame.
                 pub unsafe extern "C" fn $op(frame: *mut CallFrame) -> *mut FfiError {
                     // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($op), false, ops::$op) }
+                    unsafe { handle(frame, stringify!($op), false, Platform::Cpu, ops::$op) }
                 }
                 $(
                     /// # Safety
@@ -414,7 +414,7 @@ macro_rules! declare_ops {
                             nonblocking::start(call, library, backend, attrs, ops::$op)
                         }
                         // SAFETY: XLA passes a valid frame.
-                        unsafe { handle(frame, stringify!($started), true, body) }
+                        unsafe { handle(frame, stringify!($started), true, Platform::Cpu, body) }
                     }
                 )?
             )*
@@ -434,12 +434,13 @@ macro_rules! declare_ops {
                         _host: &dyn Backend,
                         attrs: &attrs::$attrs,
                     ) -> Result<()> {
-                        device::on_device(call, library, &mut |backend| {
+                        let comm = signature::Attrs::comm(attrs);
+                        device::on_device(call, library, comm, &mut |backend| {
                             ops::$op(call, library, backend, attrs)
                         })
                     }
                     // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($op), false, body) }
+                    unsafe { handle(frame, stringify!($op), false, Platform::Gpu, body) }
                 }
                 $(
                     /// # Safety
@@ -451,12 +452,13 @@ macro_rules! declare_ops {
                             _host: &dyn Backend,
                             attrs: &attrs::$attrs,
                         ) -> Result<()> {
-                            device::on_device(call, library, &mut |backend| {
+                            let comm = signature::Attrs::comm(attrs);
+                            device::on_device(call, library, comm, &mut |backend| {
                                 nonblocking::start(call, library, backend, attrs, ops::$op)
                             })
                         }
                         // SAFETY: XLA passes a valid frame.
-                        unsafe { handle(frame, stringify!($started), true, body) }
+                        unsafe { handle(frame, stringify!($started), true, Platform::Gpu, body) }
                     }
                 )?
             )*
