@@ -24,6 +24,7 @@ mod p2p;
 mod reductions;
 mod report;
 mod vector;
+mod verdicts;
 
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -266,8 +267,11 @@ fn run(p: &mut Probe, world: &Group, large: bool) {
     vector::full(p, world);
     p2p::full(p, world);
     memory::run(p, world);
+    verdicts::agreement(p, world);
+    verdicts::unusable_device(p, world);
     comms::derived(p, world, |p, g| {
         p.ok(&format!("barrier on {}", g.name), p.backend.barrier(g.comm));
+        verdicts::agreement(p, g);
         reductions::subset(p, g);
         movement::subset(p, g);
         vector::subset(p, g);
