@@ -207,12 +207,19 @@ def test_all_to_all(split_axis, concat_axis):
     check(got, np.concatenate(expected, axis=0), f"all_to_all {split_axis}->{concat_axis}")
 
 
-@pytest.mark.parametrize("pairs", ["ring", "reversed", "one pair"])
+@pytest.mark.parametrize(
+    "pairs", ["ring", "reversed", "one pair", "self-loop beside a ring", "self-loops and a chain"]
+)
 def test_ppermute(pairs):
+    """Beside the plain permutations, those that are no set of swaps: a device sending to
+    itself while others exchange (XLA's permute for a sharded reshape or `rev`), and a
+    chain that starts and ends nowhere."""
     perm = {
         "ring": [(j, (j + 1) % N) for j in range(N)],
         "reversed": [(j, N - 1 - j) for j in range(N)],
         "one pair": [(0, N - 1)],
+        "self-loop beside a ring": [(0, 0)] + [(1 + j, 1 + (j + 1) % (N - 1)) for j in range(N - 1)],
+        "self-loops and a chain": [(0, 0), (N - 1, N - 1)] + [(j, j + 1) for j in range(1, N - 2)],
     }[pairs]
     x = blocks_of("complex64")
     got = smap(lambda a: jax.lax.ppermute(a, "i", perm))(put(x))
@@ -221,6 +228,16 @@ def test_ppermute(pairs):
     for source, target in perm:
         expected[target] = blocks[source]
     check(got, np.concatenate(expected), f"ppermute {pairs}")
+
+
+def test_a_reshape_of_a_sharded_array_gspmd_permutes():
+    """(N, 2) split by rows, reshaped to (2, N) split by columns: GSPMD moves the pieces
+    with an all-to-all and a collective-permute in which some devices keep their own piece
+    (at 4 x 1: pairs {0,0},{2,1},{1,2},{3,3}), which hung while those made no communicator."""
+    x = np.arange(N * 2, dtype=np.float32).reshape(N, 2)
+    columns = NamedSharding(MESH, P(None, "i"))
+    reshaped = jax.jit(lambda v: v.reshape(2, N), out_shardings=columns)
+    check(reshaped(put(x)), x.reshape(2, N), "reshape")
 
 
 def test_ragged_all_to_all():

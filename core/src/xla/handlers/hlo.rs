@@ -327,6 +327,9 @@ pub fn hlo_collective_permute(
         let (x, y) = (call.arg(0)?, call.ret(0)?);
         let target = pairs.iter().find(|p| p.0 == position).map(|p| p.1);
         let source = pairs.iter().find(|p| p.1 == position).map(|p| p.0);
+        // Made by every process the pairs name (MPI_Comm_create_group is collective over
+        // them), a device that only keeps its own piece included: the others wait in it.
+        let comm = group.comm(library)?;
         if source.is_none() {
             backend.fill_zeros(y.buf_mut()?)?;
         }
@@ -336,7 +339,7 @@ pub fn hlo_collective_permute(
         }
         let peer = |p: Option<usize>| p.map_or(Peer::Null, |p| Peer::Rank(group.rank_of(p)));
         let envelope = Envelope {
-            comm: group.comm(library)?,
+            comm,
             dest: peer(target),
             sendtag: 0,
             source: peer(source),
