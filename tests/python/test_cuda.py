@@ -84,7 +84,10 @@ def test_the_run_got_the_mode_it_asked_for():
         assert not library["cuda_aware_checks_buffers"]
     if mode == "host":  # the CPU stands in: no device path at all
         assert cuda["mode"] is None and cuda["unused"], cuda
+        assert not _native.start_verdicts()
         return
+    # Every rank can run ops on the GPU: collectives agree first that all can start them.
+    assert _native.start_verdicts()
     assert library["cuda_aware"] == (mode == "direct"), library["cuda_aware_reason"]
     assert cuda["mode"].startswith(mode), cuda["mode"]
     assert (cuda["rank_gpu"], cuda["when"]) == (0, "before MPI_Init"), cuda

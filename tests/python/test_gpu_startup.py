@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxmpi
+from jaxmpi import _native
 from jaxmpi._binding import primitives
 from jaxmpi._runtime import gpu, gpu_choice
 
@@ -224,6 +225,37 @@ def test_a_choice_after_jaxs_gpu_client_started_is_refused_by_name():
     assert ignored("1", False, [0, 1]) is None  # not started: the option takes
     assert ignored(None, True, [0, 1]) is None  # jaxmpi set nothing
     assert ignored("0", True, []) is None  # JAX runs no GPU client
+
+
+# --- Start verdicts -------------------------------------------------------------------------
+
+
+def test_start_verdicts_are_off_in_a_job_without_gpus():
+    """No rank here can run ops on GPUs: no collective pays for an agreement."""
+    assert not _native.start_verdicts()
+
+
+def test_start_verdicts_on_change_no_result_of_cpu_ranks():
+    """In a job where some rank can run ops on GPUs, every blocking collective of every
+    rank first agrees that all can start it; CPU ranks take part, and nothing else changes
+    (started collectives and point to point take no verdict)."""
+    rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
+    x = jnp.arange(4.0) + rank
+    _native.set_start_verdicts(True)  # every rank runs this test: on alike
+    try:
+        total = jax.jit(lambda a: jaxmpi.allreduce(a, jaxmpi.SUM))(x)
+        gathered = jaxmpi.allgather(x)
+        jaxmpi.barrier()
+        swapped = jaxmpi.sendrecv(x, x, source=(rank - 1) % size, dest=(rank + 1) % size)
+        started = jaxmpi.wait(jaxmpi.iallreduce(x, jaxmpi.MAX))
+        jax.block_until_ready((total, gathered, swapped, started))
+    finally:
+        _native.set_start_verdicts(False)
+    ranks = jnp.arange(size, dtype=jnp.float32)[:, None]
+    assert (total == size * jnp.arange(4.0) + ranks.sum()).all(), total
+    assert (gathered == jnp.arange(4.0) + ranks).all(), gathered
+    assert (swapped == jnp.arange(4.0) + (rank - 1) % size).all(), swapped
+    assert (started == jnp.arange(4.0) + size - 1).all(), started
 
 
 # --- Lowered for CUDA, on the CPU ----------------------------------------------------------

@@ -122,6 +122,19 @@ def _agree_across_ranks(mpi: _LibraryInfo) -> None:
     )
 
 
+def _agree_on_start_verdicts(early: gpu_choice.Early) -> None:
+    """On a GPU a call can fail on one rank before its MPI call (its stream, its GPU): in a
+    job where any rank may run ops on GPUs, every blocking collective first agrees that
+    every rank can start it (core: start_verdict.rs), so that none is left waiting. One
+    allgather of a byte per rank decides it, on every rank alike, CPU ranks too: a rank
+    without the switch would skip the agreement the others wait in."""
+    cuda = early.cuda
+    mine = bytes([early.unused is None and bool(cuda.get("driver")) and cuda.get("devices", 0) > 0])
+    world = _native.world()
+    every = _native.allgather_bytes(world, mine) if _native.comm_size(world) > 1 else [mine]
+    _native.set_start_verdicts(any(rank != b"\0" for rank in every))
+
+
 def _initialize() -> tuple[_LibraryInfo, tuple[int, int], gpu_choice.Early]:
     _check_environment()
     # Before MPI_Init (which mpi4py's import runs): MPIs that set up CUDA there bind to
@@ -132,6 +145,7 @@ def _initialize() -> tuple[_LibraryInfo, tuple[int, int], gpu_choice.Early]:
     loaded = _native.info()
     slurm.check_world(_native.comm_size(_native.world()), loaded["family"])
     _agree_across_ranks(loaded)
+    _agree_on_start_verdicts(early)
     # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).
     node = _native.node_local_rank(_native.world())
