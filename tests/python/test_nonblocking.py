@@ -20,6 +20,7 @@ from helpers import (
     call,
     check_raises,
     entry_lines,
+    needs_errors_return,
     needs_mpi4py,
     needs_ranks,
     partner_or_skip,
@@ -270,6 +271,7 @@ def test_the_interior_is_scheduled_between_start_and_wait():
 
 
 @needs_ranks(2)
+@needs_errors_return
 def test_a_failed_transfer_is_raised_at_its_wait():
     """A message larger than the receive buffer (MPI_ERR_TRUNCATE) fails the wait, named,
     and MPI stays usable."""
