@@ -218,7 +218,8 @@ def test_ppermute(pairs):
         "ring": [(j, (j + 1) % N) for j in range(N)],
         "reversed": [(j, N - 1 - j) for j in range(N)],
         "one pair": [(0, N - 1)],
-        "self-loop beside a ring": [(0, 0)] + [(1 + j, 1 + (j + 1) % (N - 1)) for j in range(N - 1)],
+        "self-loop beside a ring": [(0, 0)]
+        + [(1 + j, 1 + (j + 1) % (N - 1)) for j in range(N - 1)],
         "self-loops and a chain": [(0, 0), (N - 1, N - 1)] + [(j, j + 1) for j in range(1, N - 2)],
     }[pairs]
     x = blocks_of("complex64")
