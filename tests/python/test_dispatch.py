@@ -204,19 +204,33 @@ def test_vmap_of_sendrecv():
     assert np.array_equal(np.asarray(got), expected)
 
 
-def test_programs_with_mpi_ops_on_a_second_platform_are_refused_under_fast_dispatch():
+def test_programs_with_mpi_ops_on_a_second_platform_are_refused_under_fast_dispatch(
+    monkeypatch,
+):
     """Each platform runs its own queue: fast dispatch could not keep a CPU program's MPI
     calls in order with a GPU program's. Lowered for the other platform without running
-    (JAX lowers for a platform the process lacks), so a CPU machine checks it too."""
-    f = jax.jit(lambda x: jaxmpi.allreduce(x * 2, jaxmpi.SUM))
-    f(jnp.ones(3, jnp.float32)).block_until_ready()  # this process's platform, claimed
-    other = "cuda" if jax.devices()[0].platform == "cpu" else "cpu"
-    traced = f.trace(jnp.ones(3, jnp.float32))
-    if MODE == "fast":
-        with pytest.raises(ValueError, match=f"program for {other}.*two platforms run in two"):
-            traced.lower(lowering_platforms=(other,))
-    else:  # the runtime token orders programs whatever their platform
-        assert traced.lower(lowering_platforms=(other,)).as_text()
+    (JAX lowers for a platform the process lacks), so a CPU machine checks it too: as a
+    platform this process has (the one fact faked), refused; as what it is, a program
+    lowered to be exported, which never runs here, accepted and claiming nothing."""
+
+    def program():  # a function of its own each time: JAX caches lowerings per function
+        return jax.jit(lambda x: jaxmpi.allreduce(x * 2, jaxmpi.SUM))
+
+    program()(jnp.ones(3, jnp.float32)).block_until_ready()  # this process's, claimed
+    here = jax.devices()[0].platform
+    other = "cuda" if here == "cpu" else "cpu"
+    with monkeypatch.context() as faked:
+        faked.setattr(_dispatch, "_runs_here", lambda platform: True)
+        traced = program().trace(jnp.ones(3, jnp.float32))
+        if MODE == "fast":
+            with pytest.raises(ValueError, match=f"program for {other}.*two platforms run in two"):
+                traced.lower(lowering_platforms=(other,))
+        else:  # the runtime token orders programs whatever their platform
+            assert traced.lower(lowering_platforms=(other,)).as_text()
+    if not _dispatch._runs_here(other):
+        exported = program().trace(jnp.ones(3, jnp.float32))
+        assert exported.lower(lowering_platforms=(other,)).as_text()
+        assert _dispatch.policy.platform in (None, here)
 
 
 @pytest.mark.skipif(
