@@ -252,8 +252,11 @@ def test_why_jaxlib_did_not_load_the_plug_in(monkeypatch, tmp_path):
 
 
 def test_a_gpu_process_is_refused(monkeypatch):
-    """As a process whose jaxlib has CUDA sees it (no GPU needed: only the choice is made)."""
-    monkeypatch.setitem(gpu.cuda, "plugin", True)
+    """As a process whose jaxlib has CUDA and whose driver sees a GPU sees it (no GPU
+    needed: only the choice is made). Without a GPU, JAX runs on the CPU, and XLA's MPI
+    backend serves it (test_gpu_startup.py runs with JAX's CUDA plugin and no GPU)."""
+    for found, value in (("plugin", True), ("driver", True), ("devices", 1)):
+        monkeypatch.setitem(gpu.cuda, found, value)
     platforms = jax.config.jax_platforms  # read when JAX starts: changing it does nothing
     jax.config.update("jax_platforms", "cuda,cpu")
     try:
