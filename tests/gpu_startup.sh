@@ -4,7 +4,7 @@
 # login node and in every image made with `pip install "jax[cuda12]"`: that is where a
 # GPU user meets the start-up first. With JAX_PLATFORMS=cpu and with it unset (JAX then
 # tries CUDA and falls back to the CPU):
-#   - `import jaxmpi` alone, and after mpi4py initialized MPI;
+#   - `import jaxmpi` alone, after JAX's backend started, and after mpi4py initialized MPI;
 #   - a jitted allreduce at 2 ranks, right;
 #   - `python -m jaxmpi info` saying why CUDA is not used;
 #   - tests/python/test_gpu_startup.py at 2 ranks (the start-up on a faked driver answer,
@@ -54,6 +54,9 @@ for platforms in cpu unset; do
     fi
     check "import jaxmpi (JAX_PLATFORMS=$platforms)" '^imported$' \
         python -c 'import jaxmpi; print("imported")'
+    # JAX's backend started first: no GPU was opened, so no GPU choice was lost either.
+    check "JAX started before import jaxmpi (JAX_PLATFORMS=$platforms)" '^imported after cpu' \
+        python -c 'import jax; jax.devices(); import jaxmpi; print("imported after", jax.default_backend())'
     check "mpi4py first, then jaxmpi, 2 ranks (JAX_PLATFORMS=$platforms)" '^before jaxmpi' \
         mpiexec -n 2 python -c 'from mpi4py import MPI; import jaxmpi
 print(jaxmpi._runtime.library.info["initialized_here"] and "by jaxmpi" or "before jaxmpi")'
