@@ -19,23 +19,8 @@ PLUGIN=$ROOT/.venvs/cuda-plugin
     exit 1
 }
 export PATH="$VENV/bin:$PATH" PYTHONPATH=$PLUGIN JAXMPI_TEST_CUDA_PLUGIN=1
-passed=0 failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# check NAME PATTERN COMMAND...: COMMAND succeeds within 120 s and prints PATTERN (grep -E).
-check() {
-    local name=$1 pattern=$2
-    shift 2
-    if timeout 120 "$@" >"$tmp/out" 2>&1 && grep -qE "$pattern" "$tmp/out"; then
-        passed=$((passed + 1))
-        echo "PASS $name"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: wanted /$pattern/ and exit 0; got:"
-        grep -v 'cudart_stub.cc' "$tmp/out" | tail -n 20 | sed 's/^/    /'
-    fi
-}
+# shellcheck source=expect.sh
+source "$ROOT/tests/expect.sh"
 
 ALLREDUCE='
 import jax, jax.numpy as jnp, jaxmpi
@@ -53,21 +38,20 @@ for platforms in cpu unset; do
         unset JAX_PLATFORMS
         why='not used \(jaxlib has CUDA, but the NVIDIA driver does not load'
     fi
-    check "import jaxmpi (JAX_PLATFORMS=$platforms)" '^imported$' \
+    expect "import jaxmpi (JAX_PLATFORMS=$platforms)" 0 '^imported$' timeout 120 \
         python -c 'import jaxmpi; print("imported")'
     # JAX's backend started first: no GPU was opened, so no GPU choice was lost either.
-    check "JAX started before import jaxmpi (JAX_PLATFORMS=$platforms)" '^imported after cpu' \
+    expect "JAX started before import jaxmpi (JAX_PLATFORMS=$platforms)" 0 '^imported after cpu' timeout 120 \
         python -c 'import jax; jax.devices(); import jaxmpi; print("imported after", jax.default_backend())'
-    check "mpi4py first, then jaxmpi, 2 ranks (JAX_PLATFORMS=$platforms)" '^before jaxmpi' \
+    expect "mpi4py first, then jaxmpi, 2 ranks (JAX_PLATFORMS=$platforms)" 0 '^before jaxmpi' timeout 120 \
         mpiexec -n 2 python -c 'from mpi4py import MPI; import jaxmpi
 MPI.COMM_WORLD.Get_rank() or print(
     jaxmpi._runtime.library.info["initialized_here"] and "by jaxmpi" or "before jaxmpi")'
-    check "jitted allreduce, 2 ranks (JAX_PLATFORMS=$platforms)" '^allreduce right on cpu' \
+    expect "jitted allreduce, 2 ranks (JAX_PLATFORMS=$platforms)" 0 '^allreduce right on cpu' timeout 120 \
         mpiexec -n 2 python -c "$ALLREDUCE"
-    check "jaxmpi info says why CUDA is unused (JAX_PLATFORMS=$platforms)" "^CUDA +$why" \
+    expect "jaxmpi info says why CUDA is unused (JAX_PLATFORMS=$platforms)" 0 "^CUDA +$why" timeout 120 \
         python -m jaxmpi info
-    check "test_gpu_startup.py, 2 ranks (JAX_PLATFORMS=$platforms)" '[0-9]+ passed in ' \
+    expect "test_gpu_startup.py, 2 ranks (JAX_PLATFORMS=$platforms)" 0 '[0-9]+ passed in ' timeout 120 \
         mpiexec -n 2 python -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_gpu_startup.py"
 done
-echo "$passed passed, $failed failed"
-((failed == 0))
+expect_summary

@@ -9,33 +9,20 @@
 # Both at 2 ranks, in the trixie chroot (Python 3.13). About 20 s. Prints "N passed, N failed".
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-passed=0 failed=0
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# shellcheck source=expect.sh
+source "$ROOT/tests/expect.sh"
 
-# job NAME VENV STATUS WANTS [VAR=VALUE...] -- LAUNCHER...: runs STARTER at 2 ranks;
-# passes when the launcher's exit status is STATUS (0, or "fail": any other) and the
-# output has a line matching each pattern of WANTS (separated by ";").
-job() {
-    local name=$1 venv=$2 status=$3 wants=$4 rc missing=() want
-    shift 4
+# in_trixie VENV [VAR=VALUE...] -- LAUNCHER...: STARTER under LAUNCHER, with
+# VENV's tools, in a clean environment inside the chroot.
+in_trixie() {
+    local venv=$1
+    shift
     local -a env=()
     while [[ $1 != -- ]]; do env+=("$1") && shift; done
     shift
     bash "$ROOT/ci/trixie.sh" run env -i HOME="$HOME" LANG=C.UTF-8 JAX_PLATFORMS=cpu \
         PATH="$ROOT/.venvs/$venv/bin:/usr/bin:/bin" OMPI_ALLOW_RUN_AS_ROOT=1 \
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${env[@]}" timeout 90 "$@" python -c "$STARTER" >"$out" 2>&1
-    rc=$?
-    IFS=';' read -r -a wants <<<"$wants"
-    for want in "${wants[@]}"; do grep -qE -- "$want" "$out" || missing+=("/$want/"); done
-    if ((${#missing[@]} == 0)) && { [[ $status == 0 && $rc == 0 ]] || [[ $status == fail && $rc != 0 ]]; }; then
-        passed=$((passed + 1))
-        echo "PASS $name"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: exit status $rc (wanted $status), lines missing: ${missing[*]:-none}"
-        grep -v '^$' "$out" | tail -n 15 | sed 's/^/    /'
-    fi
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${env[@]}" timeout 90 "$@" python -c "$STARTER"
 }
 
 # JAXMPI_TEST_STARTER: jax (plain jax.distributed.initialize()) or jaxmpi.
@@ -56,15 +43,14 @@ else:
 print(f"started: process {jax.process_index()} of {jax.process_count()}, {have}")'
 
 mpirun=(mpirun --oversubscribe -n 2)
-job "Open MPI 5, plain jax.distributed.initialize(): refused without mpi4py" \
-    py3.13-jax-0.12-openmpi fail 'RuntimeError: Open MPI 5 or newer requires mpi4py' \
-    JAXMPI_TEST_STARTER=jax -- "${mpirun[@]}"
-job "Open MPI 5, jaxmpi.distributed.initialize(): started without mpi4py" \
-    py3.13-jax-0.12-openmpi 0 'process 0 of 2, without mpi4py;process 1 of 2, without mpi4py' \
-    JAXMPI_TEST_STARTER=jaxmpi -- "${mpirun[@]}"
+expect "Open MPI 5, plain jax.distributed.initialize(): refused without mpi4py" \
+    fail 'RuntimeError: Open MPI 5 or newer requires mpi4py' \
+    in_trixie py3.13-jax-0.12-openmpi JAXMPI_TEST_STARTER=jax -- "${mpirun[@]}"
+expect "Open MPI 5, jaxmpi.distributed.initialize(): started without mpi4py" \
+    0 'process 0 of 2, without mpi4py;process 1 of 2, without mpi4py' \
+    in_trixie py3.13-jax-0.12-openmpi JAXMPI_TEST_STARTER=jaxmpi -- "${mpirun[@]}"
 slurm=(SLURM_JOB_ID=4242 SLURM_STEP_NODELIST=node001 SLURM_NTASKS=1 SLURM_PROCID=0 SLURM_LOCALID=0)
-job "MPICH with a Slurm allocation's variables, jaxmpi.distributed.initialize(): started" \
-    py3.13-jax-0.12 0 'started: process 0 of 2;started: process 1 of 2' \
-    JAXMPI_TEST_STARTER=jaxmpi "${slurm[@]}" -- mpiexec -n 2
-echo "$passed passed, $failed failed"
-((failed == 0))
+expect "MPICH with a Slurm allocation's variables, jaxmpi.distributed.initialize(): started" \
+    0 'started: process 0 of 2;started: process 1 of 2' \
+    in_trixie py3.13-jax-0.12 JAXMPI_TEST_STARTER=jaxmpi "${slurm[@]}" -- mpiexec -n 2
+expect_summary
