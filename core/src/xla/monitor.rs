@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -115,7 +116,9 @@ impl Monitor {
 
     /// Shows a debug line and keeps it for the watchdog's report.
     pub fn note(&self, line: String) {
-        eprintln!("{line}");
+        // Text and newline in one write: the ranks share the launcher's stderr, and
+        // eprintln!'s two writes let another rank's line in between them.
+        let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
         let mut history = lock(&self.history);
         if history.len() == HISTORY {
             history.pop_front();
