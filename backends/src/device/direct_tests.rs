@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use jaxmpi_core::{Backend, Broadcast, Buf, BufMut, Dtype, Input, ReduceOp};
 
 use super::super::fake::FakeDevice;
-use super::super::test_mpi::{count, floats, input, mpi, output};
+use super::super::test_mpi::{count, failed_sum, floats, input, mpi, output};
 use super::super::{PinnedPool, Stats};
 use super::{Direct, Placement};
 
@@ -116,17 +116,7 @@ fn a_stream_that_cannot_be_waited_for_runs_the_op_staged_and_says_so() {
     );
     device.fail_synchronize.store(true, Ordering::SeqCst);
     let direct = Direct::new(mpi, &device, &pool, &stats, Placement::Any);
-    let send = floats((0..5).map(|i| i as f32));
-    let mut recv = vec![0u8; send.len()];
-    let err = direct
-        .allreduce(
-            mpi.world(),
-            Input::Data(input(&send)),
-            output(&mut recv),
-            ReduceOp::Sum,
-        )
-        .unwrap_err()
-        .to_string();
+    let err = failed_sum(&direct, mpi.world(), (0..5).map(|i| i as f32));
     assert!(err.contains("CUDA_ERROR_LAUNCH_FAILED"), "{err}");
     assert!(err.contains("still made the op's MPI calls"), "{err}");
     // Staged: its chunk's MPI call made, none direct.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use jaxmpi_core::{Buf, BufMut, Dtype, Library};
+use jaxmpi_core::{Backend, Buf, BufMut, Comm, Dtype, Input, Library, ReduceOp};
 
 use crate::select::detect::{Request, SearchPath};
 
@@ -40,4 +40,23 @@ pub fn output(bytes: &mut [u8]) -> BufMut<'_> {
 
 pub fn count(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
+}
+
+/// What a sum of `values` over `world` through `backend` fails with (it must fail).
+pub fn failed_sum(
+    backend: &dyn Backend,
+    world: Comm,
+    values: impl IntoIterator<Item = f32>,
+) -> String {
+    let send = floats(values);
+    let mut recv = vec![0u8; send.len()];
+    backend
+        .allreduce(
+            world,
+            Input::Data(input(&send)),
+            output(&mut recv),
+            ReduceOp::Sum,
+        )
+        .unwrap_err()
+        .to_string()
 }
