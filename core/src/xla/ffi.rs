@@ -207,6 +207,30 @@ pub struct StreamGetArgs {
     pub stream: *mut c_void,
 }
 
+/// `XLA_FFI_Error_GetDetails_Args` (jaxlib 0.11 and later), which extends 0.6-0.10's
+/// `XLA_FFI_Error_GetMessage_Args` (the same fields up to `message`) with `errc`: a struct
+/// of this size satisfies both functions' size checks, and the older one writes only
+/// `message`. Both say the message is a NUL-terminated string the error owns.
+#[repr(C)]
+pub struct ErrorDetailsArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub error: *mut FfiError,
+    pub message: *const c_char,
+    pub errc: ErrorCode,
+}
+
+/// `XLA_FFI_Error_Destroy_Args`, the same in every supported jaxlib.
+#[repr(C)]
+pub struct ErrorDestroyArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub error: *mut FfiError,
+}
+
+pub type ErrorDetails = unsafe extern "C" fn(*mut ErrorDetailsArgs);
+pub type ErrorDestroy = unsafe extern "C" fn(*mut ErrorDestroyArgs);
+
 /// `XLA_FFI_Future`: opaque, created by XLA (`Api::future_create`), completed once by us.
 #[repr(C)]
 pub struct FfiFuture {
@@ -319,6 +343,14 @@ mod tests {
         assert_eq!(offset_of!(ErrorCreateArgs, message), 16);
         assert_eq!(offset_of!(ErrorCreateArgs, errc) + 4, 28);
         assert_eq!(size_of::<StreamGetArgs>(), 32);
+        // 0.6-0.10's GetMessage args end at `message` (32 bytes), 0.11's GetDetails args
+        // at `errc` (36).
+        assert_eq!(offset_of!(ErrorDetailsArgs, error), 16);
+        assert_eq!(offset_of!(ErrorDetailsArgs, message), 24);
+        assert_eq!(offset_of!(ErrorDetailsArgs, errc), 32);
+        assert!(size_of::<ErrorDetailsArgs>() >= 36);
+        assert_eq!(offset_of!(ErrorDestroyArgs, error), 16);
+        assert_eq!(size_of::<ErrorDestroyArgs>(), 24);
         assert_eq!(offset_of!(StreamGetArgs, stream), 24);
 
         assert_eq!(offset_of!(Api, api_version), 16);

@@ -4,36 +4,15 @@
 //! one (`start_verdict.rs`), so that every rank of the call returns an error and none is
 //! left waiting; elsewhere the runtime still makes the op's MPI calls (`crate::device`).
 
-use std::ffi::{c_char, CStr};
+use std::ffi::CStr;
 
 use super::{start_verdict, Call};
 use crate::device::{device_runtime, Agree, Stream};
-use crate::xla::ffi::{Api, ErrorCode, ExtensionBase, FfiError, StreamGetArgs};
+use crate::xla::ffi::{
+    Api, ErrorCode, ErrorDestroy, ErrorDestroyArgs, ErrorDetails, ErrorDetailsArgs, FfiError,
+    StreamGetArgs,
+};
 use crate::{Backend, Comm, Error, Library, Result};
-
-/// `XLA_FFI_Error_GetDetails_Args` (jaxlib 0.11 and later), which extends 0.6-0.10's
-/// `XLA_FFI_Error_GetMessage_Args` (the same fields up to `message`) with `errc`: a struct
-/// of this size satisfies both functions' size checks, and the older one writes only
-/// `message`. Both say the message is a NUL-terminated string the error owns.
-#[repr(C)]
-struct ErrorDetailsArgs {
-    struct_size: usize,
-    extension_start: *mut ExtensionBase,
-    error: *mut FfiError,
-    message: *const c_char,
-    errc: ErrorCode,
-}
-
-/// `XLA_FFI_Error_Destroy_Args`, the same in every supported jaxlib.
-#[repr(C)]
-struct ErrorDestroyArgs {
-    struct_size: usize,
-    extension_start: *mut ExtensionBase,
-    error: *mut FfiError,
-}
-
-type ErrorDetails = unsafe extern "C" fn(*mut ErrorDetailsArgs);
-type ErrorDestroy = unsafe extern "C" fn(*mut ErrorDestroyArgs);
 
 /// The message of `error`, an error XLA returned to this handler, which then destroys it:
 /// once returned to us, it is ours to free.
@@ -147,22 +126,9 @@ pub fn on_device(
 #[cfg(test)]
 mod tests {
     use std::ffi::c_void;
-    use std::mem::offset_of;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-
-    #[test]
-    fn the_error_arguments_match_both_c_headers() {
-        // 0.6-0.10's GetMessage args end at `message` (32 bytes), 0.11's GetDetails args
-        // at `errc` (36).
-        assert_eq!(offset_of!(ErrorDetailsArgs, error), 16);
-        assert_eq!(offset_of!(ErrorDetailsArgs, message), 24);
-        assert_eq!(offset_of!(ErrorDetailsArgs, errc), 32);
-        assert!(std::mem::size_of::<ErrorDetailsArgs>() >= 36);
-        assert_eq!(offset_of!(ErrorDestroyArgs, error), 16);
-        assert_eq!(std::mem::size_of::<ErrorDestroyArgs>(), 24);
-    }
 
     static DESTROYED: AtomicUsize = AtomicUsize::new(0);
     const ERROR: usize = 0x5eed;
