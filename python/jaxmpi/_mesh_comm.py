@@ -97,7 +97,7 @@ class MeshComm:
         self.mesh = mesh
         self.axis_names = chosen
         self.size = size
-        self.handle = _native.device_comm(groups.tolist())
+        self.handle = _native.mesh_comm(groups.tolist())
         placement.MESH_COMM_DEVICES[self.handle] = frozenset(ids.flat)
 
     def Get_size(self) -> int:

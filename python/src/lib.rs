@@ -10,7 +10,7 @@ use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
-    checked, handles, in_flight, nonblocking, pending, ragged, register_device_comm, start_verdict,
+    checked, handles, in_flight, nonblocking, pending, ragged, register_mesh_comm, start_verdict,
     Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, STARTED_RESULTS,
     TAG_ANY, USER_OP,
 };
@@ -95,11 +95,8 @@ fn set_device_owners(owners: Vec<(i64, i32)>) -> PyResult<()> {
 /// Registers a device communicator (`jaxmpi.MeshComm`): its groups of devices (global ids,
 /// each group's in rank order). Returns the negative id programs carry as its `comm`.
 #[pyfunction]
-fn device_comm(py: Python<'_>, groups: Vec<Vec<i64>>) -> PyResult<i64> {
-    on_library(py, "MeshComm", |l| {
-        let me = l.comm_rank(l.world())?;
-        register_device_comm(groups, me)
-    })
+fn mesh_comm(py: Python<'_>, groups: Vec<Vec<i64>>) -> PyResult<i64> {
+    on_library(py, "MeshComm", |_| register_mesh_comm(groups))
 }
 
 /// Keeps failures of ops without results for later (fast dispatch), or stops keeping them.
@@ -531,7 +528,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     m.add_function(wrap_pyfunction!(rewrite_hlo, m)?)?;
     m.add_function(wrap_pyfunction!(set_device_owners, m)?)?;
-    m.add_function(wrap_pyfunction!(device_comm, m)?)?;
+    m.add_function(wrap_pyfunction!(mesh_comm, m)?)?;
     m.add_function(wrap_pyfunction!(handle_id, m)?)?;
     m.add_function(wrap_pyfunction!(hlo_targets, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;

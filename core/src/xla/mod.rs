@@ -8,6 +8,7 @@ pub mod devices;
 pub mod ffi;
 pub mod handlers;
 pub mod hlo;
+pub mod mesh;
 mod monitor;
 pub mod plugin_calls;
 mod watchdog;

@@ -20,7 +20,7 @@ pub struct Call<'a> {
     /// op's own results (`results` of them), then the operands its transfer reads, passed
     /// through to the wait. `ret` and the like see the op's own results only.
     started: Option<usize>,
-    /// The call's rank on its device communicator (`device_ranks.rs`), where it runs on
+    /// The call's rank on its MeshComm (`xla/mesh/comm.rs`), where it runs on
     /// one: a peer given per rank is read at this rank's entry.
     rank_on_devices: Option<usize>,
 }

@@ -12,6 +12,7 @@ use crate::xla::ffi::{
     Api, ErrorCode, ErrorDestroy, ErrorDestroyArgs, ErrorDetails, ErrorDetailsArgs, FfiError,
     StreamGetArgs,
 };
+use crate::xla::mesh::is_mesh_comm;
 use crate::{Backend, Comm, Error, Library, Result};
 
 /// The message of `error`, an error XLA returned to this handler, which then destroys it:
@@ -96,7 +97,7 @@ pub fn on_device(
     comm: Option<Comm>,
     body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
 ) -> Result<()> {
-    if call.optional_i64("comm").is_some_and(|id| id < 0) {
+    if call.optional_i64("comm").is_some_and(is_mesh_comm) {
         return Err(Error::unsupported(
             call.name(),
             "device communicators (MeshComm) take CPU devices only so far: on GPUs, run one \

@@ -5,7 +5,6 @@
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::device_ranks::OnDevices;
 use super::lifecycle::{self, CallInfo, Platform};
 use super::signature::Attrs;
 use super::{pending, Call};
@@ -67,9 +66,9 @@ pub(super) unsafe fn handle<A: Attrs>(
         let call = unsafe { Call::new(frame, name) }?;
         let call = if started { call.starting()? } else { call };
         let library = library()?;
-        // On a device communicator, the body's library and backend are the call's device
-        // as a rank (`device_ranks.rs`).
-        let on_devices = OnDevices::of(&call, library).map_err(|err| err.in_op(name))?;
+        // On a MeshComm, the body's library and backend are the call's device as a rank
+        // (`xla/mesh/comm.rs`).
+        let on_devices = super::on_mesh_comm(&call, library).map_err(|err| err.in_op(name))?;
         let call = match &on_devices {
             Some(on) => call.on_device_rank(on.rank()),
             None => call,

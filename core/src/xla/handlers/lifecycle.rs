@@ -10,11 +10,11 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
-use super::device_ranks::{OnDevices, ON_DEVICES};
 use super::handles;
 use super::signature::{Attrs, Signature, PEER_ANY, PEER_NULL, TAG_ANY};
 use super::{checked, start_verdict, Call};
 use crate::xla::ffi::CallFrame;
+use crate::xla::mesh::{is_mesh_comm, OnDevices, ON_DEVICES};
 use crate::xla::monitor::{self, Monitor, Tracked};
 use crate::xla::watchdog;
 use crate::{ErrorsReturned, Library, Result, ThreadLevel};
@@ -48,7 +48,7 @@ impl CallInfo {
             comm: id
                 .and_then(|id| handles::resolve(handles::Table::Comm, id))
                 .unwrap_or(0),
-            on_devices: id.filter(|&id| id < 0).map(|id| {
+            on_devices: id.filter(|&id| is_mesh_comm(id)).map(|id| {
                 let device = call.device().unwrap_or(-1);
                 (-id - 1, device, call.device_rank())
             }),
@@ -101,7 +101,7 @@ unsafe fn describe(frame: *const c_void, name: &'static str) -> String {
     // On a device communicator, the call's rank there too (found once per thread).
     let on_devices = crate::library()
         .ok()
-        .and_then(|library| OnDevices::of(&call, library).ok().flatten());
+        .and_then(|library| super::on_mesh_comm(&call, library).ok().flatten());
     let call = match on_devices {
         Some(on) => call.on_device_rank(on.rank()),
         None => call,

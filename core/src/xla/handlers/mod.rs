@@ -9,9 +9,6 @@ mod call;
 pub mod checked;
 mod deferred;
 mod device;
-mod device_groups;
-mod device_messages;
-mod device_ranks;
 mod entry;
 pub mod handles;
 mod hlo;
@@ -26,8 +23,8 @@ pub mod start_verdict;
 #[cfg(test)]
 mod tests;
 
+pub use crate::xla::mesh::register as register_mesh_comm;
 pub use call::Call;
-pub use device_ranks::register as register_device_comm;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
     Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, OP_USER, PEER_ANY,
@@ -104,4 +101,17 @@ declare_ops! {
     hlo_ragged_all_to_all: HloRaggedAllToAll (
         input, output, input_offsets, send_sizes, output_offsets, recv_sizes
     ) -> (y) { groups: Devices, origin: Shown },
+}
+
+/// The call's device as a rank of its MeshComm, if its `comm` is one.
+fn on_mesh_comm(
+    call: &Call,
+    library: &'static dyn Library,
+) -> Result<Option<crate::xla::mesh::OnDevices>> {
+    match call.optional_i64("comm") {
+        Some(id) if crate::xla::mesh::is_mesh_comm(id) => {
+            crate::xla::mesh::OnDevices::at(library, id, call.device()?).map(Some)
+        }
+        _ => Ok(None),
+    }
 }

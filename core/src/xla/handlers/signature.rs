@@ -3,9 +3,9 @@
 //! decoded into the typed value an op body reads. The ops' signatures themselves are
 //! declared once, in the table in `mod.rs`; Python reads them through `_native`.
 
-use super::device_ranks::ON_DEVICES;
 use super::handles::{resolve, Table};
 use super::Call;
+use crate::xla::mesh::ON_DEVICES;
 use crate::{Comm, Peer, ReduceOp, Result};
 
 /// Portable encodings shared with the Python lowerings, which import them from `_native`:

@@ -1,0 +1,59 @@
+//! The MeshComms this process made: communicators whose ranks are devices (a mesh's, in
+//! mesh order), so that jaxmpi's ops run inside a `shard_map` whose processes drive
+//! several devices each. A program carries one as a negative `comm` id (MPI
+//! communicators' ids are positive: `handlers/handles.rs`), the one place that rule
+//! lives in Rust (`is_mesh_comm`).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::{Error, Result};
+
+/// A MeshComm's groups of devices (global ids, in rank order); each device is in one at
+/// most (several: one communicator per slice of a mesh, as `Split` gives).
+type Groups = Arc<Vec<Vec<i64>>>;
+
+fn registered() -> MutexGuard<'static, Vec<Groups>> {
+    static REGISTERED: Mutex<Vec<Groups>> = Mutex::new(Vec::new());
+    REGISTERED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether a program's `comm` id names a MeshComm.
+pub fn is_mesh_comm(id: i64) -> bool {
+    id < 0
+}
+
+/// Registers the MeshComm of `groups` and returns the id programs carry (the same for the
+/// same groups, and in every run that registers them in the same order).
+pub fn register(groups: Vec<Vec<i64>>) -> Result<i64> {
+    let mut seen = HashSet::new();
+    if let Some(device) = groups.iter().flatten().find(|&&d| !seen.insert(d)) {
+        return Err(Error::invalid_argument(
+            "MeshComm",
+            format!("device {device} is a rank of two of its groups"),
+        ));
+    }
+    if groups.iter().any(Vec::is_empty) {
+        return Err(Error::invalid_argument("MeshComm", "a group has no device"));
+    }
+    let mut registered = registered();
+    let index = match registered.iter().position(|g| **g == groups) {
+        Some(index) => index,
+        None => {
+            registered.push(Arc::new(groups));
+            registered.len() - 1
+        }
+    };
+    Ok(-(index as i64) - 1)
+}
+
+/// The groups of the MeshComm `id`.
+pub fn groups(id: i64) -> Result<Groups> {
+    let index = usize::try_from(-(id + 1)).unwrap_or(usize::MAX);
+    registered().get(index).cloned().ok_or_else(|| {
+        Error::invalid_argument(
+            "comm",
+            format!("= {id} names no MeshComm this process has made"),
+        )
+    })
+}

@@ -1,0 +1,301 @@
+//! What a device brings to a meeting of its group (`Seat`), and how a meeting's messages
+//! move. A seat holds the device's buffers (`Span`s: operands and results, for the
+//! collectives of `collectives.rs`, which plan the meeting's messages from every seat at
+//! once as `Piece`s) and the halves of the messages it sends and receives (for ops whose
+//! messages only each device can name: point to point, rooted, variable counts). The
+//! last device to arrive moves everything the meeting holds:
+//!
+//! - a message between two devices of this process is a copy, with no MPI;
+//! - a message to or from another process is an MPI message on the group's communicator
+//!   among processes. Every process lists those in (from, to) order: MPI delivers the
+//!   messages between two processes on one communicator and tag in the order they were
+//!   sent, so each receive matches its own send, whatever device of a process sent it.
+//!
+//! Point to point (`Traffic::PointToPoint`), a send and its receive may come in different
+//! meetings (a send, then the receive): between devices of this process, the message
+//! waits in this process's mailbox (`mailbox.rs`), copied there at the send (what MPI
+//! calls buffering).
+
+use std::sync::{Arc, Mutex};
+
+use super::group::Group;
+use super::mailbox;
+use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
+
+/// One buffer of a device's call: an operand or a result.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub ptr: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+}
+
+impl Span {
+    pub fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+
+    /// # Safety
+    /// The span must be a live buffer of the call that made it, which is still running.
+    pub unsafe fn buf<'a>(&self) -> Buf<'a> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Buf::from_raw(self.ptr as *const u8, self.count, self.dtype) }
+    }
+
+    /// # Safety
+    /// As `buf`, and nobody else writes it meanwhile.
+    pub unsafe fn buf_mut<'a>(&self) -> BufMut<'a> {
+        // SAFETY: forwarded from the caller.
+        unsafe { BufMut::from_raw(self.ptr as *mut u8, self.count, self.dtype) }
+    }
+}
+
+/// One side of a message, as the device at that side sees it: `bytes` at `at` in its
+/// memory (read by a send, written by a receive). `tag: None` receives any tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Half {
+    pub from: usize,
+    pub to: usize,
+    pub at: usize,
+    pub bytes: usize,
+    pub tag: Option<i32>,
+}
+
+/// What one device brings to a meeting. When the op is started, not completed, the
+/// requests its messages left in flight come back in `started`, for its own wait.
+#[derive(Clone, Debug, Default)]
+pub struct Seat {
+    pub args: Vec<Span>,
+    pub rets: Vec<Span>,
+    pub sends: Vec<Half>,
+    pub receives: Vec<Half>,
+    pub started: Option<Arc<Mutex<Vec<Request>>>>,
+}
+
+impl Seat {
+    /// A seat of buffers, for a collective that plans the meeting's messages itself.
+    pub fn of_buffers(args: Vec<Span>, rets: Vec<Span>) -> Seat {
+        Seat {
+            args,
+            rets,
+            ..Seat::default()
+        }
+    }
+
+    /// A seat of messages, which complete in its meeting.
+    pub fn of_messages(sends: Vec<Half>, receives: Vec<Half>) -> Seat {
+        Seat {
+            sends,
+            receives,
+            ..Seat::default()
+        }
+    }
+}
+
+/// One whole message of a plan: `bytes` from position `from` to position `to`, at `send`
+/// in the sender's memory and `recv` in the receiver's (each known, and used, only where
+/// that side is local).
+#[derive(Clone, Copy, Debug)]
+pub struct Piece {
+    pub from: usize,
+    pub to: usize,
+    pub bytes: usize,
+    pub send: usize,
+    pub recv: usize,
+}
+
+/// Moves every piece this process sends or receives, as the halves of the local devices'
+/// messages. Every process lists the pieces in the same order, so the pieces between the
+/// same two devices match in that order.
+pub fn exchange(
+    group: &Group,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    pieces: &[Piece],
+) -> Result<()> {
+    let mut seats = vec![Seat::default(); group.local.len()];
+    for piece in pieces.iter().filter(|p| p.bytes > 0) {
+        let half = |at| Half {
+            from: piece.from,
+            to: piece.to,
+            at,
+            bytes: piece.bytes,
+            tag: Some(0),
+        };
+        if group.is_local(piece.from) {
+            seats[group.slot(piece.from)].sends.push(half(piece.send));
+        }
+        if group.is_local(piece.to) {
+            seats[group.slot(piece.to)].receives.push(half(piece.recv));
+        }
+    }
+    move_messages(group, library, backend, &seats, Traffic::Collective)
+}
+
+/// Which communicator the messages of an op travel on, and whether they may cross
+/// meetings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    /// A collective: every message's two halves are in one meeting (or on two processes).
+    Collective,
+    /// Sends and receives: a message between this process's devices may wait for its
+    /// receive in the mailbox, or a started receive for its send.
+    PointToPoint,
+}
+
+/// Moves the messages of every seat of this meeting (this process's devices of `group`,
+/// in slot order). Seats that were started leave their messages in flight.
+pub fn move_messages(
+    group: &Group,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    seats: &[Seat],
+    traffic: Traffic,
+) -> Result<()> {
+    let local = |p: usize| group.is_local(p);
+    let owner = |position: usize| &seats[group.slot(position)];
+    let mut sends: Vec<Half> = seats.iter().flat_map(|p| p.sends.iter().copied()).collect();
+    let mut receives: Vec<Half> = seats
+        .iter()
+        .flat_map(|p| p.receives.iter().copied())
+        .collect();
+    let key = group as *const Group as usize;
+
+    // Between this process's devices: a copy, from this meeting's send, the mailbox, or
+    // into a started receive's buffer.
+    let mut sent_here = vec![false; sends.len()];
+    for receive in receives.iter().filter(|r| local(r.from)) {
+        let matching = (0..sends.len()).find(|&i| {
+            !sent_here[i] && sends[i].from == receive.from && sends[i].to == receive.to && {
+                receive.tag.is_none() || receive.tag == sends[i].tag
+            }
+        });
+        match (matching, traffic) {
+            (Some(i), _) => {
+                sent_here[i] = true;
+                deliver(&sends[i], receive)?;
+            }
+            (None, Traffic::Collective) => return Err(unmatched(receive)),
+            (None, Traffic::PointToPoint) => {
+                if mailbox::take(key, receive)? {
+                    continue;
+                }
+                let Some(started) = &owner(receive.to).started else {
+                    return Err(mailbox::nothing_sent(receive));
+                };
+                let request = mailbox::await_send(key, receive, library, backend)?;
+                started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(request);
+            }
+        }
+    }
+    for (i, send) in sends.iter().enumerate() {
+        if local(send.to) && !sent_here[i] {
+            match traffic {
+                Traffic::PointToPoint => mailbox::put(key, send, library, backend)?,
+                Traffic::Collective => return Err(unmatched(send)),
+            }
+        }
+    }
+
+    // Between processes: MPI, receives posted first, each list in (from, to) order.
+    sends.retain(|s| !local(s.to));
+    receives.retain(|r| !local(r.from));
+    if sends.is_empty() && receives.is_empty() {
+        return Ok(());
+    }
+    let comm = match traffic {
+        Traffic::Collective => group.comm(library)?,
+        Traffic::PointToPoint => group.p2p_comm(library)?,
+    };
+    sends.sort_by_key(|h| (h.from, h.to));
+    receives.sort_by_key(|h| (h.from, h.to));
+    let mut waited = Vec::new();
+    let mut outcome = Ok(());
+    let halves = receives
+        .iter()
+        .map(|r| (r, true))
+        .chain(sends.iter().map(|s| (s, false)));
+    for (half, receive) in halves {
+        let device = owner(if receive { half.to } else { half.from });
+        match start(group, backend, comm, half, receive) {
+            Ok(request) => match &device.started {
+                Some(started) => started
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(request),
+                None => waited.push(request),
+            },
+            Err(err) => {
+                outcome = Err(err);
+                break;
+            }
+        }
+    }
+    // Transfers complete before their buffers are handed back, even after an error (a
+    // started op's, at its wait).
+    for mut request in waited {
+        let done = backend.wait(&mut request);
+        if outcome.is_ok() {
+            outcome = done.map(|_| ());
+        }
+    }
+    outcome
+}
+
+/// A copy from a send of this process to its receive.
+pub(super) fn deliver(send: &Half, receive: &Half) -> Result<()> {
+    fits(send.bytes, receive)?;
+    // SAFETY: both are live buffers of this process's calls, as long as they say.
+    unsafe { std::ptr::copy(send.at as *const u8, receive.at as *mut u8, send.bytes) };
+    Ok(())
+}
+
+fn start(
+    group: &Group,
+    backend: &dyn Backend,
+    comm: Comm,
+    half: &Half,
+    receive: bool,
+) -> Result<Request> {
+    if receive {
+        // SAFETY: a live result of a call of this meeting, which only this receive
+        // writes until it is waited for (in `move_messages`).
+        let buf = unsafe { BufMut::from_raw(half.at as *mut u8, half.bytes, Dtype::U8) };
+        let source = Peer::Rank(group.rank_of(half.from));
+        // SAFETY: as above.
+        unsafe { backend.irecv(comm, buf, source, half.tag) }
+    } else {
+        // SAFETY: a live operand, unchanged until the wait in `move_messages`.
+        let buf = unsafe { Buf::from_raw(half.at as *const u8, half.bytes, Dtype::U8) };
+        let dest = Peer::Rank(group.rank_of(half.to));
+        // SAFETY: as above.
+        unsafe { backend.isend(comm, buf, dest, half.tag.unwrap_or(0)) }
+    }
+}
+
+pub(super) fn fits(bytes: usize, receive: &Half) -> Result<()> {
+    if bytes > receive.bytes {
+        return Err(Error::invalid_argument(
+            "message",
+            format!(
+                "rank {} sent {bytes} bytes to rank {}, which receives at most {} (the \
+                 message would be truncated)",
+                receive.from, receive.to, receive.bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn unmatched(half: &Half) -> Error {
+    Error::unsupported(
+        "collective",
+        format!(
+            "internal error: the message from rank {} to rank {} has no other side",
+            half.from, half.to
+        ),
+    )
+}

@@ -1,0 +1,35 @@
+//! The device-rank layer: collectives among JAX devices, several of which may share a
+//! process, for both routes that reach them: XLA's collectives as jaxmpi's HLO pass hands
+//! them over (`handlers/hlo.rs`, an adapter per opcode) and jaxmpi's ops on a MeshComm
+//! (`comm.rs`, the call's device as a rank). Nothing here reads an XLA call frame: a call
+//! arrives as its device, how it names its group, and its buffers.
+//!
+//! - `group.rs`: a group of devices, the processes it spans, their communicators;
+//! - `place.rs`: a call's group and position, found once per thread;
+//! - `room.rs`: where a process's devices of one group meet, call after call;
+//! - `messages.rs`, `mailbox.rs`: a meeting's messages (copies inside a process, MPI
+//!   between processes);
+//! - `collectives.rs`: each collective once; `ordered.rs`: reductions whose bits do not
+//!   follow the layout; `ragged.rs`: XLA's ragged all-to-all;
+//! - `mesh_comms.rs`, `comm.rs`, `on_devices.rs`: MeshComms, and an op's call on one.
+//!
+//! `docs/reference/device-ranks.md` follows a psum and a MeshComm allreduce through it.
+
+pub mod collectives;
+mod comm;
+mod group;
+mod mailbox;
+mod mesh_comms;
+mod messages;
+mod on_devices;
+mod ordered;
+mod place;
+pub mod ragged;
+mod room;
+
+pub use collectives::AllToAll;
+pub use comm::{OnDevices, ON_DEVICES};
+pub use group::Group;
+pub use mesh_comms::{is_mesh_comm, register};
+pub use messages::{Seat, Span};
+pub use place::{placed, Naming, Place};

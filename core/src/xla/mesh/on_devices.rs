@@ -1,0 +1,361 @@
+//! `OnDevices` as the `Backend` an op's body calls: its collectives through
+//! `collectives.rs`, like XLA's; the rest as the halves of its messages.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use super::collectives::{self, AllToAll, Scratch};
+use super::comm::{span, OnDevices};
+use super::messages::{Half, Seat, Span, Traffic};
+use super::ordered;
+use crate::{
+    Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, NativeStatus, Partition,
+    PartitionMut, Peer, Progress, ReduceOp, Request, Result, Started, Status,
+};
+
+/// Where a reduction's operand is: its own buffer, or the result's (in place).
+fn operand(send: &Input, recv: &BufMut) -> Span {
+    match send {
+        Input::Data(buf) => span(buf.ptr(), buf.count(), buf.dtype()),
+        Input::InPlace => result(recv),
+    }
+}
+
+fn result(recv: &BufMut) -> Span {
+    span(recv.ptr(), recv.count(), recv.dtype())
+}
+
+/// A MeshComm's ops start their messages through `Backend::start` only (its `send` and
+/// `recv`, starting); nothing calls `isend`/`irecv` on it directly.
+fn not_direct(what: &'static str) -> Error {
+    Error::unsupported(
+        what,
+        "internal error: a MeshComm starts its messages through Backend::start",
+    )
+}
+
+impl Backend for OnDevices {
+    fn reduce_local(&self, src: Buf, dst: BufMut, op: ReduceOp) -> Result<()> {
+        self.library.backend().reduce_local(src, dst, op)
+    }
+
+    fn barrier(&self, _: Comm) -> Result<()> {
+        self.collective(Vec::new(), Vec::new(), |group, library, backend, _| {
+            collectives::barrier(group, library, backend)
+        })
+    }
+
+    fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+        let (x, y) = (operand(&send, &recv), result(&recv));
+        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+            collectives::all_reduce(group, library, backend, seats, op)
+        })
+    }
+
+    fn reduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
+        let root = self.rank_named(root, "root")?;
+        let (x, y) = (operand(&send, &recv), result(&recv));
+        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+            collectives::reduce(group, library, backend, seats, op, root)
+        })
+    }
+
+    fn scan(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+        self.prefix(&send, &recv, self.rank..self.size(), 0..self.rank + 1, op)
+    }
+
+    fn exscan(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
+        self.prefix(&send, &recv, self.rank + 1..self.size(), 0..self.rank, op)
+    }
+
+    fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
+        let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
+        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+            collectives::reduce_scatter(group, library, backend, seats, &[1], op)
+        })
+    }
+
+    /// On a MeshComm every rank binds the result, the root's holding its message already
+    /// (the result aliases the operand), so the root sends whatever side its body names.
+    fn bcast(&self, _: Comm, buf: Broadcast, root: i32) -> Result<()> {
+        let root = self.rank_named(root, "root")?;
+        let buffer = match &buf {
+            Broadcast::Root(buf) => span(buf.ptr(), buf.count(), buf.dtype()),
+            Broadcast::Receiver(buf) => result(buf),
+        };
+        self.collective(
+            Vec::new(),
+            vec![buffer],
+            |group, library, backend, seats| {
+                collectives::bcast(group, library, backend, seats, root)
+            },
+        )
+    }
+
+    /// Away from the root, a result bound on a MeshComm is zeros.
+    fn gather(&self, _: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+        let root = self.rank_named(root, "root")?;
+        let b = send.len_bytes();
+        let at_root = self.rank == root;
+        let seat = Seat::of_messages(
+            vec![self.to(root, send.ptr() as usize, b)],
+            if at_root {
+                (0..self.size())
+                    .map(|p| self.from(p, recv.ptr() as usize + p * b, b))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        );
+        if !at_root {
+            self.fill_zeros(recv)?;
+        }
+        self.run(seat, Traffic::Collective)
+    }
+
+    fn allgather(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
+        let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
+        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+            collectives::all_gather(group, library, backend, seats, &[1])
+        })
+    }
+
+    fn scatter(&self, _: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+        let root = self.rank_named(root, "root")?;
+        let b = recv.len_bytes();
+        let sends = if self.rank == root {
+            (0..self.size())
+                .map(|q| self.to(q, send.ptr() as usize + q * b, b))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let seat = Seat::of_messages(sends, vec![self.from(root, recv.ptr() as usize, b)]);
+        self.run(seat, Traffic::Collective)
+    }
+
+    fn alltoall(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
+        let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
+        let form = AllToAll::Array { outer: 1 };
+        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+            collectives::all_to_all(group, library, backend, seats, form)
+        })
+    }
+
+    fn gatherv(&self, _: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+        let root = self.rank_named(root, "root")?;
+        let receives = if self.rank == root {
+            self.blocks_in(&recv)
+        } else {
+            Vec::new()
+        };
+        let seat = Seat::of_messages(
+            vec![self.to(root, send.ptr() as usize, send.len_bytes())],
+            receives,
+        );
+        self.run(seat, Traffic::Collective)
+    }
+
+    fn allgatherv(&self, _: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
+        let seat = Seat::of_messages(
+            (0..self.size())
+                .map(|q| self.to(q, send.ptr() as usize, send.len_bytes()))
+                .collect(),
+            self.blocks_in(&recv),
+        );
+        self.run(seat, Traffic::Collective)
+    }
+
+    fn scatterv(&self, _: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
+        let root = self.rank_named(root, "root")?;
+        let sends = if self.rank == root {
+            self.blocks_out(&send)
+        } else {
+            Vec::new()
+        };
+        let seat = Seat::of_messages(
+            sends,
+            vec![self.from(root, recv.ptr() as usize, recv.len_bytes())],
+        );
+        self.run(seat, Traffic::Collective)
+    }
+
+    fn alltoallv(&self, _: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
+        let seat = Seat::of_messages(self.blocks_out(&send), self.blocks_in(&recv));
+        self.run(seat, Traffic::Collective)
+    }
+
+    fn send(&self, _: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
+        let Some(to) = self.peer(dest, "dest")? else {
+            return Ok(());
+        };
+        let seat = Seat::of_messages(
+            vec![Half {
+                tag: Some(tag),
+                ..self.to(to, buf.ptr() as usize, buf.len_bytes())
+            }],
+            Vec::new(),
+        );
+        self.run(seat, Traffic::PointToPoint)
+    }
+
+    fn recv(&self, _: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
+        let Some(from) = self.peer(source, "source")? else {
+            return Ok(received(None, None, 0));
+        };
+        let seat = Seat::of_messages(
+            Vec::new(),
+            vec![Half {
+                tag,
+                ..self.from(from, buf.ptr() as usize, buf.len_bytes())
+            }],
+        );
+        self.run(seat, Traffic::PointToPoint)?;
+        if self.starting.is_some() {
+            return Ok(Status::not_yet());
+        }
+        Ok(received(Some(from), tag, buf.count()))
+    }
+
+    fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
+        let to = self.peer(envelope.dest, "dest")?;
+        let from = self.peer(envelope.source, "source")?;
+        // In place, the outgoing message is copied aside before the receive overwrites it.
+        let aside: Vec<u8>;
+        let (at, bytes) = match &sendbuf {
+            Input::Data(buf) => (buf.ptr() as usize, buf.len_bytes()),
+            Input::InPlace => {
+                // SAFETY: this call's own result, `len_bytes` long.
+                aside = unsafe {
+                    std::slice::from_raw_parts(recvbuf.ptr(), recvbuf.len_bytes()).to_vec()
+                };
+                (aside.as_ptr() as usize, aside.len())
+            }
+        };
+        let seat = Seat::of_messages(
+            to.map(|to| Half {
+                tag: Some(envelope.sendtag),
+                ..self.to(to, at, bytes)
+            })
+            .into_iter()
+            .collect(),
+            from.map(|from| Half {
+                tag: envelope.recvtag,
+                ..self.from(from, recvbuf.ptr() as usize, recvbuf.len_bytes())
+            })
+            .into_iter()
+            .collect(),
+        );
+        self.run(seat, Traffic::PointToPoint)?;
+        Ok(received(from, envelope.recvtag, recvbuf.count()))
+    }
+
+    unsafe fn isend(&self, _: Comm, _: Buf, _: Peer, _: i32) -> Result<Request> {
+        Err(not_direct("isend"))
+    }
+    unsafe fn irecv(&self, _: Comm, _: BufMut, _: Peer, _: Option<i32>) -> Result<Request> {
+        Err(not_direct("irecv"))
+    }
+    /// Point to point, the messages between processes stay in flight until the wait, and
+    /// a receive from a device of this process whose send comes later waits for it there;
+    /// a collective completes at its start (as in progress mode `at-start`).
+    unsafe fn start(&self, ops: &mut dyn FnMut(&dyn Backend) -> Result<()>) -> Result<Started> {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let starting = OnDevices {
+            starting: Some(requests.clone()),
+            group: self.group.clone(),
+            ..*self
+        };
+        let outcome = ops(&starting);
+        let requests = std::mem::take(&mut *requests.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Err(err) = outcome {
+            for mut request in requests {
+                let _ = self.library.backend().wait(&mut request);
+            }
+            return Err(err);
+        }
+        Ok(Started {
+            requests,
+            keep: Vec::new(),
+        })
+    }
+    // The requests `start` returns are the host library's own.
+    fn test(&self, request: &mut Request) -> Result<Progress> {
+        self.library.backend().test(request)
+    }
+    fn wait(&self, request: &mut Request) -> Result<Progress> {
+        self.library.backend().wait(request)
+    }
+    fn abandon(&self, request: Request) -> Result<()> {
+        self.library.backend().abandon(request)
+    }
+}
+
+impl OnDevices {
+    /// A scan: this rank's operand to the ranks `to`, whose prefixes hold it; then `recv =
+    /// x_first op (... op x_last)` over the ranks `from`, in rank order.
+    fn prefix(
+        &self,
+        send: &Input,
+        recv: &BufMut,
+        to: Range<usize>,
+        from: Range<usize>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (x, y) = (operand(send, recv), result(recv));
+        let b = y.bytes();
+        let mut scratch = Scratch::new(self.size() * b);
+        let block = |p: usize| scratch.span(p * b, y.count, y.dtype);
+        let blocks: Vec<Span> = (0..self.size()).map(block).collect();
+        let seat = Seat::of_messages(
+            to.map(|q| self.to(q, x.ptr, b)).collect(),
+            from.clone()
+                .map(|p| self.from(p, blocks[p].ptr, b))
+                .collect(),
+        );
+        self.run(seat, Traffic::Collective)?;
+        let n = from.len();
+        ordered::fold(
+            self.library.backend(),
+            n,
+            |i| blocks[from.start + i],
+            &y,
+            op,
+        )
+    }
+
+    /// A v-op's blocks as the messages this rank sends, block q to rank q.
+    fn blocks_out(&self, send: &Partition) -> Vec<Half> {
+        let size = send.buf.dtype().size();
+        let base = send.buf.ptr() as usize;
+        (send.blocks.counts.iter().zip(send.blocks.displs))
+            .enumerate()
+            .map(|(q, (&count, &displ))| self.to(q, base + displ * size, count * size))
+            .collect()
+    }
+
+    /// A v-op's blocks as the messages this rank receives, block p from rank p.
+    fn blocks_in(&self, recv: &PartitionMut) -> Vec<Half> {
+        let size = recv.buf.dtype().size();
+        let base = recv.buf.ptr() as usize;
+        (recv.blocks.counts.iter().zip(recv.blocks.displs))
+            .enumerate()
+            .map(|(p, (&count, &displ))| self.from(p, base + displ * size, count * size))
+            .collect()
+    }
+}
+
+/// What a receive on a MeshComm reports: the rank it named, the tag it asked
+/// for, the elements of its buffer (jaxmpi's receives take whole messages).
+fn received(from: Option<usize>, tag: Option<i32>, count: usize) -> Status {
+    Status {
+        source: from.map_or(Peer::Null, |r| Peer::Rank(r as i32)),
+        tag,
+        error: 0,
+        count,
+        native: NativeStatus {
+            bytes: [0; 32],
+            len: 0,
+        },
+    }
+}
