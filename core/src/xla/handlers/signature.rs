@@ -88,14 +88,14 @@ pub struct Signature {
     /// operands the transfer reads, passed through to the wait (`Call::starting`).
     pub started: &'static str,
     /// Why the op cannot run on GPU buffers, "" where it can: its row's `host_only`
-    /// reason. Only the ops that can have a handler for CUDA (`DEVICE_HANDLERS`); a
-    /// lowering for CUDA of one that cannot refuses with this reason. Its started form
-    /// cannot either ([`NON_BLOCKING`]).
+    /// reason. An op that can has a handler for CUDA (`DEVICE_HANDLERS`); a lowering for
+    /// CUDA of one that cannot refuses with this reason. No started form runs there
+    /// ([`NON_BLOCKING`]).
     pub host_only: &'static str,
 }
 
 // Why an op cannot run on GPU buffers (a row's `host_only`), as a lowering for CUDA says it.
-/// Every started form, and the wait: requests are not built for GPU buffers.
+/// Every started form, and the wait: non-blocking ops are not built for GPU buffers yet.
 pub const NON_BLOCKING: &str = "non-blocking ops on GPU arrays are not supported yet: use the \
     blocking op, or move the array to the host first";
 /// Counts computed inside jit: operands the handler reads on the CPU.
