@@ -46,6 +46,8 @@ step "ruff: lint and format" ruff "$CHECKS/ruff.sh"
 step "mypy" mypy "$CHECKS/mypy.sh"
 # python/jaxmpi imports one way, from the public API down to the runtime, without a cycle.
 step "python: import layers" import-layers python3 "$ROOT/ci/import_layers.py"
+# No Rust folder's files import each other in a circle (ci/checks/rust_import_cycles.py).
+step "rust: no import circle inside a folder" rust-import-cycles python3 "$CHECKS/rust_import_cycles.py"
 step "scripts: run bits in git" run-bits "$CHECKS/run_bits.sh"
 # A test file added to tests/python runs on every build, with no list to touch.
 step "tests: the suite's selection" selection "$CHECKS/selection.sh"

@@ -119,7 +119,7 @@ PY
     ENV=()
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" serialized
     result=$(outcome 0 "process 0 REFUSED" "process 1 REFUSED" \
-        "2 devices of this process are ranks" "MPI runs at MPI_THREAD_SERIALIZED")
+        "2 devices of this process take part in one collective" "MPI runs at MPI_THREAD_SERIALIZED")
     verdict "MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming it, $build" "$result"
 
     ENV=(JAXMPI_TIMEOUT=3)

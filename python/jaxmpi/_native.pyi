@@ -64,6 +64,7 @@ class _Signature(TypedDict):
     attrs: list[tuple[str, str]]
     started: str
     starts: str
+    host_only: str
 
 class _Constants(TypedDict):
     PEER_ANY: int

@@ -11,8 +11,8 @@ use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
     checked, handles, in_flight, nonblocking, pending, ragged, register_mesh_comm, start_verdict,
-    Kind, DEVICE_HANDLERS, HANDLERS, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES, STARTED_RESULTS,
-    TAG_ANY, USER_OP,
+    Kind, DEVICE_HANDLERS, HANDLERS, NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
+    STARTED_RESULTS, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -197,8 +197,9 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
-/// (target name, capsule) for every FFI handler of `platform` ("cpu" or "CUDA"). Asking for
-/// CUDA installs the CUDA device runtime; it loads libcuda only when a GPU op first runs.
+/// (target name, capsule) for every FFI handler of `platform` ("cpu" or "CUDA": the ops that
+/// run on GPU buffers only). Asking for CUDA installs the CUDA device runtime; it loads
+/// libcuda only when a GPU op first runs.
 #[pyfunction]
 #[pyo3(signature = (platform="cpu"))]
 fn handlers<'py>(
@@ -415,10 +416,11 @@ fn op_supports(name: &str, dtype: &str) -> PyResult<bool> {
 
 /// Every op's declaration (core/src/xla/handlers/mod.rs), from which the Python lowerings
 /// derive their attributes: {name: {"operands": [...], "results": [...], "attrs": [(name,
-/// kind), ...], "started": name of its started form or "", "starts": ""}}, and for each
-/// started form its own entry: {..., "results": ["request", ...], "attrs": the op's and
-/// ("results", "int"), "started": "", "starts": the op's name}. A `reduce_op` attribute
-/// is followed by its `user_op` address.
+/// kind), ...], "started": name of its started form or "", "starts": "", "host_only": why
+/// it cannot run on GPU buffers or ""}}, and for each started form its own entry: {...,
+/// "results": ["request", ...], "attrs": the op's and ("results", "int"), "started": "",
+/// "starts": the op's name, "host_only": why no started form runs there}. A `reduce_op`
+/// attribute is followed by its `user_op` address.
 #[pyfunction]
 fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let all = PyDict::new(py);
@@ -436,6 +438,7 @@ fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         entry.set_item("attrs", attrs.clone())?;
         entry.set_item("started", signature.started)?;
         entry.set_item("starts", "")?;
+        entry.set_item("host_only", signature.host_only)?;
         all.set_item(signature.name, entry)?;
         if signature.started.is_empty() {
             continue;
@@ -451,6 +454,7 @@ fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         started.set_item("attrs", attrs)?;
         started.set_item("started", "")?;
         started.set_item("starts", signature.name)?;
+        started.set_item("host_only", NON_BLOCKING)?;
         all.set_item(signature.started, started)?;
     }
     Ok(all)

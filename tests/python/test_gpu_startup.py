@@ -10,6 +10,7 @@ the plugin is also found for real and the process's own start-up is checked."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -265,32 +266,91 @@ def _lowered_for_cuda(fn, *args) -> str:
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def test_every_blocking_op_lowers_for_cuda_to_its_own_target():
-    x = jnp.arange(4.0)
+def _cuda_calls(size: int, rank: int) -> dict:
+    """A call of each op jaxmpi lowers, by the op's name in the table: (the public function,
+    its arguments). Rooted ops are rooted here (only lowered: no MPI call is made)."""
+    x, rows = jnp.arange(4.0), jnp.ones((size, 4))
+    ones = [1] * size
+    return {
+        "allreduce": (jaxmpi.allreduce, (x, jaxmpi.SUM), {}),
+        "reduce": (jaxmpi.reduce, (x, jaxmpi.SUM, rank), {}),
+        "scan": (jaxmpi.scan, (x, jaxmpi.SUM), {}),
+        "exscan": (jaxmpi.exscan, (x, jaxmpi.SUM), {}),
+        "reduce_scatter": (jaxmpi.reduce_scatter, (rows, jaxmpi.SUM), {}),
+        "bcast": (jaxmpi.bcast, (x, rank), {}),
+        "gather": (jaxmpi.gather, (x, rank), {}),
+        "allgather": (jaxmpi.allgather, (x,), {}),
+        "scatter": (jaxmpi.scatter, (rows, rank), {}),
+        "alltoall": (jaxmpi.alltoall, (rows,), {}),
+        "gatherv": (jaxmpi.gatherv, (x[:1], ones, rank), {}),
+        "allgatherv": (jaxmpi.allgatherv, (x[:1], ones), {}),
+        "scatterv": (jaxmpi.scatterv, (rows, ones, rank), {}),
+        "alltoallv": (jaxmpi.alltoallv, (rows, ones, ones), {}),
+        "send": (jaxmpi.send, (x, rank), {}),
+        "recv": (jaxmpi.recv, (x,), {"source": rank}),
+        "sendrecv": (jaxmpi.sendrecv, (x, x), {"source": rank, "dest": rank}),
+        "barrier": (jaxmpi.barrier, (), {}),
+        # Counts computed inside jit.
+        "ragged_alltoallv": (
+            jaxmpi.alltoallv,
+            (rows, jnp.ones(size, jnp.int32), jnp.ones(size, jnp.int32)),
+            {"recv_capacity": size},
+        ),
+    }
+
+
+def _waited(start, *args, **kwargs):
+    return jaxmpi.wait(start(*args, **kwargs))
+
+
+def _call_lowered_for_cuda(function, args: tuple) -> str:
+    """`function(*args)` lowered for CUDA, its array arguments traced (counts computed
+    inside jit stay so) and the others fixed."""
+    arrays = [i for i, a in enumerate(args) if isinstance(a, jax.Array)]
+
+    def call(*traced):
+        return function(*(dict(zip(arrays, traced)).get(i, a) for i, a in enumerate(args)))
+
+    return _lowered_for_cuda(call, *(args[i] for i in arrays))
+
+
+def test_every_op_lowers_for_cuda_to_its_own_target_or_refuses_saying_why():
+    """What lowers for CUDA is what the table declares runs there (no `host_only` reason);
+    every other op (a started one: its wait is never reached) refuses with its reason."""
     comm = jaxmpi.COMM_WORLD
     size, rank = comm.Get_size(), comm.Get_rank()
-    ops = {
-        "allreduce": lambda a: jaxmpi.allreduce(a, jaxmpi.SUM),
-        "bcast": lambda a: jaxmpi.bcast(a, 0),
-        "allgather": lambda a: jaxmpi.allgather(a),
-        "alltoall": lambda a: jaxmpi.alltoall(jnp.tile(a, (size, 1))),
-        "sendrecv": lambda a: jaxmpi.sendrecv(a, a, source=rank, dest=rank),
-        "barrier": lambda a: (jaxmpi.barrier(), a)[1],
+    calls = _cuda_calls(size, rank)
+    # The HLO pass's ops have no primitive (the pass writes their calls), and the wait
+    # lowers only after a started op.
+    lowered_by_jaxmpi = {
+        name for name, s in primitives.SIGNATURES.items() if name in primitives.PRIMITIVES
     }
-    for name, fn in ops.items():
-        assert f"@jaxmpi_{name}(" in _lowered_for_cuda(fn, x), name
+    assert set(calls) == {
+        name for name in lowered_by_jaxmpi if not primitives.SIGNATURES[name]["starts"]
+    } - {"wait"}, "a new op: give it a call here"
+    lowered, refused = set(), set()
+    for name, (function, args, kwargs) in calls.items():
+        forms = {name: functools.partial(function, **kwargs)}
+        started = primitives.SIGNATURES[name]["started"]
+        if started:
+            forms[started] = functools.partial(_waited, getattr(jaxmpi, started), **kwargs)
+        for target, call in forms.items():
+            why = primitives.SIGNATURES[target]["host_only"]
+            if not why:
+                assert f"@jaxmpi_{target}(" in _call_lowered_for_cuda(call, args), target
+                lowered.add(target)
+                continue
+            with pytest.raises(NotImplementedError, match=re.escape(f"jaxmpi.{target}: {why}")):
+                _call_lowered_for_cuda(call, args)
+            refused.add(target)
+    runs_on_gpus = {name for name, s in primitives.SIGNATURES.items() if not s["host_only"]}
+    assert lowered == runs_on_gpus, lowered ^ runs_on_gpus
+    assert len(lowered) == 18 and len(refused) == 15, (lowered, refused)
     # Lowering for a platform this process lacks claims no dispatch platform, and leaves
     # nothing for the exit's drain to wait on there: the CPU keeps running MPI ops.
     jax.effects_barrier()
-    assert float(jax.jit(lambda a: jaxmpi.allreduce(a, jaxmpi.SUM))(x)[1]) == size
-
-
-def test_non_blocking_ops_refuse_to_lower_for_cuda_saying_why():
     x = jnp.arange(4.0)
-    rank = jaxmpi.COMM_WORLD.Get_rank()
-    expected = re.escape(f"jaxmpi.irecv: {primitives.NON_BLOCKING}")
-    with pytest.raises(NotImplementedError, match=expected):
-        _lowered_for_cuda(lambda a: jaxmpi.wait(jaxmpi.irecv(a, source=rank)), x)
+    assert float(jax.jit(lambda a: jaxmpi.allreduce(a, jaxmpi.SUM))(x)[1]) == size
 
 
 # --- This process's own start-up, where JAX's CUDA plugin is installed ---------------------
@@ -299,6 +359,22 @@ with_cuda_plugin = pytest.mark.skipif(
     os.environ.get("JAXMPI_TEST_CUDA_PLUGIN") != "1",
     reason="JAX's CUDA plugin is installed only in ci/gpu_startup.sh's runs",
 )
+
+
+@with_cuda_plugin
+def test_cuda_registers_exactly_the_ops_that_run_on_gpus():
+    """The handlers registered for CUDA at import (this process has JAX's CUDA plugin): one
+    for each op that lowers there, none for an op that cannot run there (a started op, the
+    wait, run-time counts, the HLO pass's collectives, which run on XLA:CPU only)."""
+    assert gpu.cuda["plugin"]
+    registered = {target for target, _ in _native.handlers("CUDA")}
+    on_host = {target for target, _ in _native.handlers("cpu")}
+    runs_on_gpus = {name for name, s in primitives.SIGNATURES.items() if not s["host_only"]}
+    assert registered == {f"jaxmpi_{name}" for name in runs_on_gpus}, registered
+    assert registered < on_host and len(on_host) == len(primitives.SIGNATURES) == 40
+    for name in ("hlo_all_reduce", "ragged_alltoallv", "wait", "iallreduce", "isend"):
+        assert f"jaxmpi_{name}" in on_host - registered, name
+        assert primitives.SIGNATURES[name]["host_only"], name
 
 
 @with_cuda_plugin

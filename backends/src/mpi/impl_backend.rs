@@ -11,7 +11,7 @@ use super::abi::Abi;
 use super::count_agnostic::Direction;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
-use super::{collectives, p2p, reductions, starting, vector};
+use super::{collectives, p2p, reductions, requests, starting, vector};
 use crate::chunks;
 
 impl<A: Abi> Backend for MpiLibrary<A> {
@@ -129,12 +129,12 @@ impl<A: Abi> Backend for MpiLibrary<A> {
         Ok(mode.finish())
     }
     fn test(&self, request: &mut Request) -> Result<Progress> {
-        p2p::test(self, request)
+        requests::test(self, request)
     }
     fn wait(&self, request: &mut Request) -> Result<Progress> {
-        p2p::wait(self, request)
+        requests::wait(self, request)
     }
     fn abandon(&self, request: Request) -> Result<()> {
-        p2p::abandon(self, request)
+        requests::abandon(self, request)
     }
 }

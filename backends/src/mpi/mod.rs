@@ -3,8 +3,9 @@
 //! `library.rs` loads and initializes it; `impl_library.rs` and `impl_backend.rs` implement
 //! core's two traits, the ops living in the file of their kind (`reductions`,
 //! `collectives`, `vector`, `p2p`); those call the MPI functions of `count_agnostic.rs`,
-//! which pick classic or large-count functions (`counts.rs`). `handles.rs` converts values,
-//! `abi/` holds each family's constants.
+//! which pick classic or large-count functions (`counts.rs`), or their non-blocking twins
+//! in starting mode (`starting.rs`); `requests.rs` completes the requests either way.
+//! `handles.rs` converts values, `abi/` holds each family's constants.
 
 pub mod abi;
 mod collectives;
@@ -22,6 +23,7 @@ mod own_reductions;
 mod p2p;
 mod quirks;
 mod reductions;
+mod requests;
 mod starting;
 mod vector;
 

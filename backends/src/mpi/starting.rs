@@ -19,6 +19,7 @@ use jaxmpi_core::{Dtype, Error, Request, Result, Started};
 
 use super::abi::Abi;
 use super::library::MpiLibrary;
+use super::requests;
 
 thread_local! {
     static STARTED: RefCell<Option<Started>> = const { RefCell::new(None) };
@@ -80,7 +81,7 @@ impl<A: Abi> Drop for Mode<'_, A> {
             return;
         };
         for mut request in started.requests {
-            let _ = super::p2p::wait(self.lib, &mut request);
+            let _ = requests::wait(self.lib, &mut request);
         }
     }
 }

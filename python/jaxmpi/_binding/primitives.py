@@ -32,7 +32,8 @@ PRIMITIVES: dict[str, Primitive] = {}
 STARTED: dict[str, Primitive] = {}
 
 # The handlers, one FFI target per op and platform; CUDA's only where jaxlib has CUDA
-# (asking for them installs the extension's CUDA runtime).
+# (asking for them installs the extension's CUDA runtime), and only of the ops that run on
+# GPU buffers (those whose declaration gives no `host_only` reason).
 for _platform in ("cpu", "CUDA") if cuda["plugin"] else ("cpu",):
     for _target, _capsule in _native.handlers(_platform):
         jax_shim.register_ffi_target(_target, _capsule, platform=_platform)
@@ -150,16 +151,6 @@ def _host_only(name: str, why: str):
     return refuse
 
 
-RUN_TIME_COUNTS = (
-    "counts computed inside jit are read by the CPU at run time; on GPU arrays, use static "
-    "counts (without recv_capacity=)"
-)
-NON_BLOCKING = (
-    "non-blocking ops on GPU arrays are not supported yet: use the blocking op, or move the "
-    "array to the host first"
-)
-
-
 class Definition(NamedTuple):
     """An op's row of the table below: what its started form is derived from."""
 
@@ -172,9 +163,7 @@ class Definition(NamedTuple):
 DEFINITIONS: dict[str, Definition] = {}
 
 
-def define(
-    name: str, shapes, aliases=_none, unread=_none, shape_params=(), host_only: str = ""
-) -> Primitive:
+def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> Primitive:
     """A primitive `jaxmpi_<name>` lowered to the FFI handler of the same name, passing the
     attributes its declaration lists. `shapes(*avals, **params)` is its shape rule;
     `shape_params` name the parameters only Python's rules use (they never reach the
@@ -183,8 +172,9 @@ def define(
     their shape matters). Those stay operands for JAX (its AD and batching rules see them)
     but are left out of the XLA call: XLA then never computes them, never keeps them alive
     for the call, and places the fresh result wherever is cheapest (in a loop, straight
-    into the carry). `host_only`: why the op refuses to lower for GPU arrays (it reads
-    operands on the CPU, or is not built for device memory); empty: it lowers there too."""
+    into the carry). For GPU arrays it lowers to the op's CUDA handler; an op that has
+    none refuses, saying its declaration's `host_only` reason (it reads operands on the
+    CPU, or is not built for device memory)."""
     target = f"jaxmpi_{name}"
     primitive = jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
     encoders = [
@@ -208,6 +198,7 @@ def define(
         return jax_shim.lower_ordered_ffi_call(ctx, target, operands, kept, attrs, aliased)
 
     jax_shim.register_lowering(primitive, lowering, platform="cpu")
+    host_only = SIGNATURES[name]["host_only"]
     cuda = _host_only(name, host_only) if host_only else lowering
     jax_shim.register_lowering(primitive, cuda, platform="cuda")
     PRIMITIVES[name] = primitive
@@ -353,7 +344,6 @@ ragged_alltoallv = define(
     "ragged_alltoallv",
     lambda x, output, *counts, **_: _like(output),
     lambda **_: {1: 0},
-    host_only=RUN_TIME_COUNTS,
 )
 
 # --- Started forms -------------------------------------------------------------------------
@@ -393,7 +383,7 @@ def _define_started(op: str) -> Primitive:
         return row.unread(**params)
 
     name = SIGNATURES[op]["started"]
-    return define(name, shapes, aliases, unread, row.shape_params, host_only=NON_BLOCKING)
+    return define(name, shapes, aliases, unread, row.shape_params)
 
 
 def start(op: str, /, *operands, **params) -> tuple[Any, list, list]:
@@ -444,7 +434,6 @@ wait = define(
     ],
     lambda *, results, **_: {1 + i: i for i in range(results)},
     shape_params=("results", "buffers", "op", "op_params"),
-    host_only=NON_BLOCKING,
 )
 
 # The transpose of allreduce-SUM under mpi4jax's convention: the identity on each rank,

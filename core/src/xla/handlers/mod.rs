@@ -27,8 +27,8 @@ pub use crate::xla::mesh::register as register_mesh_comm;
 pub use call::Call;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, OP_USER, PEER_ANY,
-    PEER_NULL, STARTED_RESULTS, TAG_ANY, USER_OP,
+    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, HLO_PASS,
+    NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, RUN_TIME_COUNTS, STARTED_RESULTS, TAG_ANY, USER_OP,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
@@ -50,6 +50,9 @@ use signature::{declare_ops, started_name, Attr};
 // op's own, then the operands the transfer reads, passed through), and `after`, any
 // number of arrays it never reads that XLA must compute before it; it returns the op's
 // results, now complete (aliased). So the op's non-blocking form is this one word here.
+//
+// `host_only REASON`: the op cannot run on GPU buffers (REASON, in `signature.rs`, is what a
+// lowering for CUDA says); it gets no CUDA handler. No started form runs there either.
 declare_ops! {
     allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree } started iallreduce,
     reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32, tree: Tree } started ireduce,
@@ -80,27 +83,31 @@ declare_ops! {
         tree: Tree, recv_tree: Tree,
     },
     barrier: Barrier () -> () { comm: Comm },
-    wait: Wait (request, buffers, after) -> (results) { comm: Comm },
+    wait: Wait (request, buffers, after) -> (results) { comm: Comm } host_only NON_BLOCKING,
     // Counts computed inside jit: operands, read at run time (`ragged.rs`); `output` is
     // the result's initial contents (aliased: rows nobody sends to stay as they are).
     ragged_alltoallv: RaggedAlltoallv (x, output, send_displs, send_counts, recv_displs, recv_counts)
-        -> (y) { comm: Comm, origin: i32, tree: Tree },
+        -> (y) { comm: Comm, origin: i32, tree: Tree } host_only RUN_TIME_COUNTS,
     // XLA's collectives, as the HLO pass (`xla/hlo`) rewrites them (`hlo.rs`): on every
     // device of a sharded program, with their devices' groups instead of a communicator,
     // and the JAX operation they came from. `x`/`y`: one or more arrays (all-reduce and
     // all-to-all take several); `outer`: per array, the slices outside the collective's
     // dimension. ragged_all_to_all's result starts as `output` (aliased where the pass
     // found it safe).
-    hlo_all_reduce: HloAllReduce (x) -> (y) { groups: Devices, op: ReduceOp, origin: Shown },
-    hlo_all_gather: HloAllGather (x) -> (y) { groups: Devices, outer: Sizes, origin: Shown },
+    hlo_all_reduce: HloAllReduce (x) -> (y) { groups: Devices, op: ReduceOp, origin: Shown }
+        host_only HLO_PASS,
+    hlo_all_gather: HloAllGather (x) -> (y) { groups: Devices, outer: Sizes, origin: Shown }
+        host_only HLO_PASS,
     hlo_reduce_scatter: HloReduceScatter (x) -> (y) {
         groups: Devices, outer: Sizes, op: ReduceOp, origin: Shown,
-    },
-    hlo_all_to_all: HloAllToAll (x) -> (y) { groups: Devices, outer: Sizes, origin: Shown },
-    hlo_collective_permute: HloCollectivePermute (x) -> (y) { pairs: Devices, origin: Shown },
+    } host_only HLO_PASS,
+    hlo_all_to_all: HloAllToAll (x) -> (y) { groups: Devices, outer: Sizes, origin: Shown }
+        host_only HLO_PASS,
+    hlo_collective_permute: HloCollectivePermute (x) -> (y) { pairs: Devices, origin: Shown }
+        host_only HLO_PASS,
     hlo_ragged_all_to_all: HloRaggedAllToAll (
         input, output, input_offsets, send_sizes, output_offsets, recv_sizes
-    ) -> (y) { groups: Devices, origin: Shown },
+    ) -> (y) { groups: Devices, origin: Shown } host_only HLO_PASS,
 }
 
 /// The call's device as a rank of its MeshComm, if its `comm` is one.

@@ -87,7 +87,24 @@ pub struct Signature {
     /// [`STARTED_RESULTS`]; its results are the request value, the op's results, and the
     /// operands the transfer reads, passed through to the wait (`Call::starting`).
     pub started: &'static str,
+    /// Why the op cannot run on GPU buffers, "" where it can: its row's `host_only`
+    /// reason. An op that can has a handler for CUDA (`DEVICE_HANDLERS`); a lowering for
+    /// CUDA of one that cannot refuses with this reason. No started form runs there
+    /// ([`NON_BLOCKING`]).
+    pub host_only: &'static str,
 }
+
+// Why an op cannot run on GPU buffers (a row's `host_only`), as a lowering for CUDA says it.
+/// Every started form, and the wait: non-blocking ops are not built for GPU buffers yet.
+pub const NON_BLOCKING: &str = "non-blocking ops on GPU arrays are not supported yet: use the \
+    blocking op, or move the array to the host first";
+/// Counts computed inside jit: operands the handler reads on the CPU.
+pub const RUN_TIME_COUNTS: &str = "counts computed inside jit are read by the CPU at run \
+    time; on GPU arrays, use static counts (without recv_capacity=)";
+/// XLA's collectives as the HLO pass rewrites them: JAX runs the pass on XLA:CPU's modules
+/// only (on GPUs XLA runs its collectives over NCCL).
+pub const HLO_PASS: &str = "XLA's collectives rewritten by jaxmpi's HLO pass, which runs \
+    on XLA:CPU only";
 
 impl Signature {
     /// Whether the op moves data between ranks of a communicator without naming a peer:
@@ -134,7 +151,7 @@ impl Counts {
 }
 
 /// The devices of an XLA collective (`hlo.rs`), by global id, as the HLO pass wrote them
-/// (`device_groups.rs` reads them): a view of the call's attribute, which XLA keeps for as
+/// (`xla/mesh/place.rs` reads them): a view of the call's attribute, which XLA keeps for as
 /// long as the program, so a call finds its group without copying them.
 #[derive(Clone, Copy, Debug)]
 pub struct Devices {
@@ -360,7 +377,8 @@ impl Attr for Shown {
 /// body) and its exported handlers (for XLA).
 macro_rules! declare_ops {
     ($($op:ident: $attrs:ident ($($arg:ident),*) -> ($($ret:ident),*)
-        { $($field:ident: $ty:ty),* $(,)? } $(started $started:ident)?),* $(,)?) => {
+        { $($field:ident: $ty:ty),* $(,)? } $(host_only $why:ident)? $(started $started:ident)?),*
+        $(,)?) => {
         /// Each op's attributes, typed.
         pub mod attrs {
             use super::signature::{Address, Attr, Attrs, Counts, Devices, Shown, Sizes, Tree};
@@ -389,6 +407,7 @@ macro_rules! declare_ops {
             results: &[$(stringify!($ret)),*],
             attrs: &[$(AttrDecl { name: stringify!($field), kind: <$ty as Attr>::KIND }),*],
             started: started_name!($($started)?),
+            host_only: signature::host_only_reason!($($why)?),
         }),*];
 
         /// `jaxmpi_<op>` for every op: the FFI target names the Python lowerings call.
@@ -420,32 +439,16 @@ macro_rules! declare_ops {
             )*
         }
 
-        /// The same targets for GPU buffers: each call runs on XLA's stream through the
-        /// installed device runtime.
+        /// The same targets for GPU buffers, of the ops that run there (no `host_only`
+        /// reason; no started form): each call runs on XLA's stream through the installed
+        /// device runtime.
         pub mod exported_device {
             use super::*;
             $(
-                /// # Safety
-                /// Called by XLA with a valid call frame.
-                pub unsafe extern "C" fn $op(frame: *mut CallFrame) -> *mut FfiError {
-                    fn body(
-                        call: &Call,
-                        library: &dyn Library,
-                        _host: &dyn Backend,
-                        attrs: &attrs::$attrs,
-                    ) -> Result<()> {
-                        let comm = signature::Attrs::comm(attrs);
-                        device::on_device(call, library, comm, &mut |backend| {
-                            ops::$op(call, library, backend, attrs)
-                        })
-                    }
-                    // SAFETY: XLA passes a valid frame.
-                    unsafe { handle(frame, stringify!($op), false, Platform::Gpu, body) }
-                }
-                $(
+                signature::on_gpu! { [$($why)?]
                     /// # Safety
                     /// Called by XLA with a valid call frame.
-                    pub unsafe extern "C" fn $started(frame: *mut CallFrame) -> *mut FfiError {
+                    pub unsafe extern "C" fn $op(frame: *mut CallFrame) -> *mut FfiError {
                         fn body(
                             call: &Call,
                             library: &dyn Library,
@@ -454,13 +457,13 @@ macro_rules! declare_ops {
                         ) -> Result<()> {
                             let comm = signature::Attrs::comm(attrs);
                             device::on_device(call, library, comm, &mut |backend| {
-                                nonblocking::start(call, library, backend, attrs, ops::$op)
+                                ops::$op(call, library, backend, attrs)
                             })
                         }
                         // SAFETY: XLA passes a valid frame.
-                        unsafe { handle(frame, stringify!($started), true, Platform::Gpu, body) }
+                        unsafe { handle(frame, stringify!($op), false, Platform::Gpu, body) }
                     }
-                )?
+                }
             )*
         }
 
@@ -469,14 +472,52 @@ macro_rules! declare_ops {
             (concat!("jaxmpi_", stringify!($op)), exported::$op as Handler),
             $((concat!("jaxmpi_", stringify!($started)), exported::$started as Handler),)?
         )*];
-        /// (FFI target name, handler) for every op on GPU buffers (same names).
-        pub const DEVICE_HANDLERS: &[(&str, Handler)] = &[$(
-            (concat!("jaxmpi_", stringify!($op)), exported_device::$op as Handler),
-            $((concat!("jaxmpi_", stringify!($started)), exported_device::$started as Handler),)?
-        )*];
+        /// (FFI target name, handler) for every op that runs on GPU buffers (the host
+        /// handler's name): the CUDA table.
+        pub const DEVICE_HANDLERS: &[(&str, Handler)] =
+            signature::gpu_handlers!([] $($op [$($why)?])*);
     };
 }
 pub(super) use declare_ops;
+
+/// The items that follow for an op that runs on GPU buffers (`[]`: its row gives no
+/// `host_only` reason); nothing for one that cannot.
+macro_rules! on_gpu {
+    ([] $($item:item)*) => {
+        $($item)*
+    };
+    ([$why:ident] $($item:item)*) => {};
+}
+pub(super) use on_gpu;
+
+/// `DEVICE_HANDLERS`' entries, `op [reason]` by `op [reason]`: one for each op without a
+/// `host_only` reason, in declaration order.
+macro_rules! gpu_handlers {
+    ([$($entry:expr,)*]) => {
+        &[$($entry),*]
+    };
+    ([$($entry:expr,)*] $op:ident [] $($rest:tt)*) => {
+        signature::gpu_handlers!(
+            [$($entry,)* (concat!("jaxmpi_", stringify!($op)), exported_device::$op as Handler),]
+            $($rest)*
+        )
+    };
+    ([$($entry:expr,)*] $op:ident [$why:ident] $($rest:tt)*) => {
+        signature::gpu_handlers!([$($entry,)*] $($rest)*)
+    };
+}
+pub(super) use gpu_handlers;
+
+/// An op's `host_only` reason in its signature: "" where it has none (it runs on GPUs).
+macro_rules! host_only_reason {
+    () => {
+        ""
+    };
+    ($why:ident) => {
+        $why
+    };
+}
+pub(super) use host_only_reason;
 
 /// An op's `started` name in its signature: "" where it has none.
 macro_rules! started_name {

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::sync::Mutex;
 
-use super::{DEVICE_HANDLERS, HANDLERS};
+use super::{DEVICE_HANDLERS, HANDLERS, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, SIGNATURES};
 use crate::xla::ffi::*;
 
 static LAST_ERROR: Mutex<Option<(i32, String)>> = Mutex::new(None);
@@ -150,15 +150,40 @@ fn a_call_without_a_backend_returns_an_error_naming_the_op() {
 }
 
 #[test]
-fn device_handlers_serve_the_same_targets_as_the_host_ones() {
+fn the_cuda_table_holds_exactly_the_ops_that_run_on_gpu_buffers() {
     fn names(table: &[(&'static str, Handler)]) -> Vec<&'static str> {
         table.iter().map(|(n, _)| *n).collect()
     }
-    assert_eq!(names(HANDLERS), names(DEVICE_HANDLERS));
-    assert!(HANDLERS
+    // Those without a `host_only` reason, in declaration order; no started form (the
+    // host table holds those after their op).
+    let on_gpus: Vec<String> = SIGNATURES
         .iter()
-        .zip(DEVICE_HANDLERS)
-        .all(|((_, host), (_, device))| *host as usize != *device as usize));
+        .filter(|s| s.host_only.is_empty())
+        .map(|s| format!("jaxmpi_{}", s.name))
+        .collect();
+    assert_eq!(names(DEVICE_HANDLERS), on_gpus);
+    for (name, device) in DEVICE_HANDLERS {
+        let host = HANDLERS
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("a host handler");
+        assert_ne!(host.1 as usize, *device as usize, "{name}");
+    }
+    // Every op and started form has a host handler; the 18 blocking ops of
+    // communicators run on GPUs too, and nothing else: the wait, ragged_alltoallv (run-time
+    // counts), the 14 started forms and the 6 ops of the HLO pass cannot.
+    let started = SIGNATURES.iter().filter(|s| !s.started.is_empty()).count();
+    assert_eq!(HANDLERS.len(), SIGNATURES.len() + started);
+    assert_eq!((DEVICE_HANDLERS.len(), started), (18, 14));
+    for signature in SIGNATURES {
+        let reason = match signature.name {
+            "wait" => NON_BLOCKING,
+            "ragged_alltoallv" => RUN_TIME_COUNTS,
+            name if name.starts_with("hlo_") => HLO_PASS,
+            _ => "",
+        };
+        assert_eq!(signature.host_only, reason, "{}", signature.name);
+    }
 }
 
 /// Attributes as a lowering passes them: int64 scalars and int64 arrays, by name.

@@ -10,11 +10,13 @@
 //!
 //! `wire.rs` reads and writes the protobuf bytes keeping every field it does not name,
 //! `proto.rs` names the fields it does, `groups.rs` turns XLA's replica groups into global
-//! device ids, `rewrite.rs` replaces each collective, `order.rs` threads the token.
+//! device ids, `rewrite.rs` replaces each collective, `order.rs` threads the token, and
+//! `pass.rs` runs them on a whole module.
 
 mod config;
 mod groups;
 mod order;
+mod pass;
 mod proto;
 mod rewrite;
 #[cfg(test)]
@@ -23,7 +25,8 @@ mod wire;
 
 use std::fmt;
 
-pub use rewrite::{rewrite_module, Rewritten, TARGETS};
+pub use pass::{rewrite_module, Rewritten};
+pub use rewrite::TARGETS;
 
 /// Why a module cannot run over jaxmpi: compiling it fails with this, before anything runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

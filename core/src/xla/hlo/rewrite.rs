@@ -1,15 +1,14 @@
 //! What each XLA collective becomes: the `jaxmpi_hlo_*` handler it calls and the
 //! attributes that handler reads (its devices' groups, the reduction, the physical layout
 //! of the dimension it works along), and whether its result may take the operand's
-//! memory. `order.rs` then puts the calls in the module, in one order.
+//! memory. `order.rs` then puts the calls in the module, in one order; `pass.rs` runs the
+//! two on a whole module.
 
 use std::collections::HashMap;
 
 use super::config::Config;
 use super::groups::{self, DeviceAssignment, Mode};
-use super::order::Module;
-use super::proto::{instruction, module, Computation, Instruction, Shape};
-use super::wire::Message;
+use super::proto::{instruction, Computation, Instruction, Shape};
 use super::Refusal;
 use crate::{Dtype, ReduceOp};
 
@@ -40,14 +39,6 @@ const OTHER_COMMUNICATION: [&str; 12] = [
     "async-start",
 ];
 
-/// The result of the pass on one module.
-pub struct Rewritten {
-    /// The new module, serialized.
-    pub module: Vec<u8>,
-    /// How many collectives now call jaxmpi.
-    pub collectives: usize,
-}
-
 /// A collective as a call: its handler, attributes, and the results that take their
 /// operand's memory (`(result index, operand index)`).
 pub struct Call {
@@ -61,71 +52,6 @@ pub fn target_of(opcode: &str) -> Option<&'static str> {
         .iter()
         .find(|(op, _)| *op == opcode)
         .map(|(_, t)| *t)
-}
-
-/// Whether a module can hold a collective at all (the pass sees every CPU module; most
-/// hold none, and this costs a scan of the bytes, not a parse).
-fn mentions_collective(bytes: &[u8]) -> bool {
-    const NEEDLES: [&[u8]; 5] = [
-        b"all-reduce",
-        b"all-gather",
-        b"reduce-scatter",
-        b"all-to-all",
-        b"collective-",
-    ];
-    NEEDLES
-        .iter()
-        .any(|needle| bytes.windows(needle.len()).any(|w| w == *needle))
-}
-
-/// Rewrites every collective of `bytes` (a serialized `HloModuleProto`) into jaxmpi calls;
-/// `None` when it has none.
-pub fn rewrite_module(bytes: &[u8]) -> Result<Option<Rewritten>, Refusal> {
-    if !mentions_collective(bytes) {
-        return Ok(None);
-    }
-    let mut whole = Message::parse(bytes)?;
-    if whole.has(module::SCHEDULE) {
-        return Err(Refusal::module(
-            "the module is already scheduled (the pass must run before XLA's scheduler)",
-        ));
-    }
-    let computations = whole
-        .all_bytes(module::COMPUTATIONS)
-        .map(Computation::parse)
-        .collect::<Result<Vec<_>, _>>()?;
-    let assignment = DeviceAssignment::of_module(&whole)?;
-    let entry = whole.int(module::ENTRY_COMPUTATION_ID);
-    let mut program = Module::new(computations, entry)?;
-    let calls = program.translate(|inst, computation, all, loop_body| {
-        let Some(assignment) = assignment.as_ref() else {
-            return Err(refusal(inst, "the module has no device assignment"));
-        };
-        translate(inst, computation, assignment, all, loop_body)
-    })?;
-    if calls.is_empty() {
-        return Ok(None);
-    }
-    program.thread(&calls)?;
-    let at = whole
-        .fields
-        .iter()
-        .position(|f| f.number == module::COMPUTATIONS)
-        .unwrap_or(whole.fields.len());
-    whole.remove(module::COMPUTATIONS);
-    let encoded: Vec<_> = program
-        .into_computations()
-        .iter()
-        .map(|c| super::wire::Field {
-            number: module::COMPUTATIONS,
-            value: super::wire::Value::Bytes(c.encode()),
-        })
-        .collect();
-    whole.fields.splice(at..at, encoded);
-    Ok(Some(Rewritten {
-        module: whole.encode(),
-        collectives: calls.len(),
-    }))
 }
 
 pub fn refusal(inst: &Instruction, reason: impl Into<String>) -> Refusal {

@@ -3,8 +3,8 @@
 //! memory, and each refusal. (The modules JAX really makes are run in
 //! tests/python/test_jax_collectives.py.)
 
+use super::pass::rewrite_module;
 use super::proto::{computation, instruction, module, shape, Computation, Instruction, Shape};
-use super::rewrite::rewrite_module;
 use super::wire::Message;
 
 fn array(element_type: i64, dims: &[i64]) -> Shape {

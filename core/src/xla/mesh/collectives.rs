@@ -12,9 +12,11 @@
 //! Layouts: per array, `outer` slices lie outside the dimension the collective works
 //! along; within a slice, the group's blocks are back to back.
 
+use super::buffers::{at, copy, move_bytes, seat, Scratch};
 use super::group::Group;
-use super::messages::{exchange, Piece, Seat, Span};
+use super::messages::{exchange, Piece};
 use super::ordered;
+use super::seat::{Seat, Span};
 use crate::{Backend, BufMut, Dtype, Envelope, Error, Input, Library, Peer, ReduceOp, Result};
 
 /// How a MeshComm's and the pass's reductions combine (`JAXMPI_MESH_REDUCTIONS`).
@@ -42,53 +44,6 @@ pub fn reductions() -> Result<Reductions> {
     choice
         .clone()
         .map_err(|why| Error::invalid_argument("JAXMPI_MESH_REDUCTIONS", why))
-}
-
-/// Copies `from` to `to` unless they are the same memory.
-pub fn copy(from: &Span, to: &Span) {
-    if from.ptr != to.ptr && from.bytes() > 0 {
-        // SAFETY: both are live buffers of calls now running, `bytes` long.
-        unsafe { std::ptr::copy(from.ptr as *const u8, to.ptr as *mut u8, from.bytes()) };
-    }
-}
-
-/// The seat of local `position` (seats come in the order of `group.local`).
-pub fn seat<'s>(group: &Group, seats: &'s [Seat], position: usize) -> &'s Seat {
-    &seats[group.slot(position)]
-}
-
-/// An address inside a seat's buffer, where that position is local (else 0, never used).
-pub fn at(
-    group: &Group,
-    seats: &[Seat],
-    position: usize,
-    pick: impl Fn(&Seat) -> Span,
-    offset: usize,
-) -> usize {
-    if group.is_local(position) {
-        pick(seat(group, seats, position)).ptr + offset
-    } else {
-        0
-    }
-}
-
-/// Memory of this process's own, aligned for any element type.
-pub struct Scratch(Vec<u128>);
-
-impl Scratch {
-    pub fn new(bytes: usize) -> Scratch {
-        Scratch(vec![0; bytes.div_ceil(16)])
-    }
-
-    /// The scratch as a buffer of `count` elements of `dtype`, starting `offset` bytes in.
-    pub fn span(&mut self, offset: usize, count: usize, dtype: Dtype) -> Span {
-        debug_assert!(offset + count * dtype.size() <= self.0.len() * 16);
-        Span {
-            ptr: self.0.as_mut_ptr() as usize + offset,
-            count,
-            dtype,
-        }
-    }
 }
 
 /// The input of an MPI reduction from `x` into `y`: in place when they are one buffer.
@@ -280,14 +235,6 @@ pub fn reduce_scatter(
         }
     }
     Ok(())
-}
-
-/// Copies `bytes` between buffers of this meeting's calls or scratch.
-fn move_bytes(from: usize, to: usize, bytes: usize) {
-    if bytes > 0 && from != to {
-        // SAFETY: callers name live buffers of the meeting's calls or their scratch.
-        unsafe { std::ptr::copy(from as *const u8, to as *mut u8, bytes) };
-    }
 }
 
 /// Every member's array `k` (in `outer` slices) to every member, as block i of each slice.

@@ -8,8 +8,9 @@
 use std::sync::{Arc, Mutex};
 
 use super::group::Group;
-use super::messages::{move_messages, Half, Seat, Span, Traffic};
+use super::messages::{move_messages, Traffic};
 use super::place::{placed, Naming};
+use super::seat::{Half, Seat, Span};
 use crate::{Backend, Dtype, ReduceOp};
 use crate::{Comm, Error, Library, LibraryInfo, Peer, Request, Result, ThreadLevel};
 

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use super::messages::Seat;
 use super::room::Room;
+use super::seat::Seat;
 use crate::xla::devices;
 use crate::{Comm, Error, Library, Result, ThreadLevel};
 

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use super::messages::{deliver, fits, Half};
+use super::seat::{deliver, fits, Half};
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
 
 /// (group, from, to, tag).

@@ -6,15 +6,18 @@
 //!
 //! - `group.rs`: a group of devices, the processes it spans, their communicators;
 //! - `place.rs`: a call's group and position, found once per thread;
-//! - `room.rs`: where a process's devices of one group meet, call after call;
+//! - `room.rs`, `seat.rs`: where a process's devices of one group meet, call after call,
+//!   and what each brings;
 //! - `messages.rs`, `mailbox.rs`: a meeting's messages (copies inside a process, MPI
 //!   between processes);
-//! - `collectives.rs`: each collective once; `ordered.rs`: reductions whose bits do not
-//!   follow the layout; `ragged.rs`: XLA's ragged all-to-all;
+//! - `collectives.rs`: each collective once, `buffers.rs` what they do with buffers;
+//!   `ordered.rs`: reductions whose bits do not follow the layout; `ragged.rs`: XLA's
+//!   ragged all-to-all;
 //! - `mesh_comms.rs`, `comm.rs`, `on_devices.rs`: MeshComms, and an op's call on one.
 //!
 //! `docs/reference/device-ranks.md` follows a psum and a MeshComm allreduce through it.
 
+mod buffers;
 pub mod collectives;
 mod comm;
 mod group;
@@ -26,10 +29,11 @@ mod ordered;
 mod place;
 pub mod ragged;
 mod room;
+mod seat;
 
 pub use collectives::AllToAll;
 pub use comm::{OnDevices, ON_DEVICES};
 pub use group::Group;
 pub use mesh_comms::{is_mesh_comm, register};
-pub use messages::{Seat, Span};
 pub use place::{placed, Naming, Place};
+pub use seat::{Seat, Span};

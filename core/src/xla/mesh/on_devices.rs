@@ -4,10 +4,12 @@
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use super::collectives::{self, AllToAll, Scratch};
+use super::buffers::Scratch;
+use super::collectives::{self, AllToAll};
 use super::comm::{span, OnDevices};
-use super::messages::{Half, Seat, Span, Traffic};
+use super::messages::Traffic;
 use super::ordered;
+use super::seat::{Half, Seat, Span};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, NativeStatus, Partition,
     PartitionMut, Peer, Progress, ReduceOp, Request, Result, Started, Status,

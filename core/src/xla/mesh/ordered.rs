@@ -5,9 +5,10 @@
 //! all-gather of the chunks: each member sends and receives about twice its operand,
 //! whatever the group's size, in 2 (n - 1) messages.
 
-use super::collectives::{at, copy, seat, Scratch};
+use super::buffers::{at, copy, seat, Scratch};
 use super::group::Group;
-use super::messages::{exchange, Piece, Seat, Span};
+use super::messages::{exchange, Piece};
+use super::seat::{Seat, Span};
 use crate::{Backend, Library, ReduceOp, Result};
 
 /// Member q's chunk of `count` elements: (first element, elements).

@@ -7,9 +7,10 @@
 //! how many, or that it failed: every member hears from every member, so all agree on the
 //! lowest failing member before any row moves, with no call of MPI's more.
 
-use super::collectives::copy;
+use super::buffers::copy;
 use super::group::Group;
-use super::messages::{exchange, Piece, Seat, Span};
+use super::messages::{exchange, Piece};
+use super::seat::{Seat, Span};
 use crate::{Backend, Dtype, Error, Library, Result};
 
 /// The operands, by their place in a seat's `args`.

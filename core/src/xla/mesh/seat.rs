@@ -1,0 +1,99 @@
+//! What a device brings to a meeting of its group: its buffers (`Span`s), for the
+//! collectives that plan every device's messages at once, and the halves of the messages
+//! it sends and receives, for ops whose messages only each device can name.
+
+use std::sync::{Arc, Mutex};
+
+use crate::{Buf, BufMut, Dtype, Error, Request, Result};
+
+/// One buffer of a device's call: an operand or a result.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub ptr: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+}
+
+impl Span {
+    pub fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+
+    /// # Safety
+    /// The span must be a live buffer of the call that made it, which is still running.
+    pub unsafe fn buf<'a>(&self) -> Buf<'a> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Buf::from_raw(self.ptr as *const u8, self.count, self.dtype) }
+    }
+
+    /// # Safety
+    /// As `buf`, and nobody else writes it meanwhile.
+    pub unsafe fn buf_mut<'a>(&self) -> BufMut<'a> {
+        // SAFETY: forwarded from the caller.
+        unsafe { BufMut::from_raw(self.ptr as *mut u8, self.count, self.dtype) }
+    }
+}
+
+/// One side of a message, as the device at that side sees it: `bytes` at `at` in its
+/// memory (read by a send, written by a receive). `tag: None` receives any tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Half {
+    pub from: usize,
+    pub to: usize,
+    pub at: usize,
+    pub bytes: usize,
+    pub tag: Option<i32>,
+}
+
+/// What one device brings to a meeting. When the op is started, not completed, the
+/// requests its messages left in flight come back in `started`, for its own wait.
+#[derive(Clone, Debug, Default)]
+pub struct Seat {
+    pub args: Vec<Span>,
+    pub rets: Vec<Span>,
+    pub sends: Vec<Half>,
+    pub receives: Vec<Half>,
+    pub started: Option<Arc<Mutex<Vec<Request>>>>,
+}
+
+impl Seat {
+    /// A seat of buffers, for a collective that plans the meeting's messages itself.
+    pub fn of_buffers(args: Vec<Span>, rets: Vec<Span>) -> Seat {
+        Seat {
+            args,
+            rets,
+            ..Seat::default()
+        }
+    }
+
+    /// A seat of messages, which complete in its meeting.
+    pub fn of_messages(sends: Vec<Half>, receives: Vec<Half>) -> Seat {
+        Seat {
+            sends,
+            receives,
+            ..Seat::default()
+        }
+    }
+}
+
+/// A copy from a send of this process to its receive.
+pub(super) fn deliver(send: &Half, receive: &Half) -> Result<()> {
+    fits(send.bytes, receive)?;
+    // SAFETY: both are live buffers of this process's calls, as long as they say.
+    unsafe { std::ptr::copy(send.at as *const u8, receive.at as *mut u8, send.bytes) };
+    Ok(())
+}
+
+pub(super) fn fits(bytes: usize, receive: &Half) -> Result<()> {
+    if bytes > receive.bytes {
+        return Err(Error::invalid_argument(
+            "message",
+            format!(
+                "rank {} sent {bytes} bytes to rank {}, which receives at most {} (the \
+                 message would be truncated)",
+                receive.from, receive.to, receive.bytes
+            ),
+        ));
+    }
+    Ok(())
+}
