@@ -100,7 +100,7 @@ def suite_files(path: Path) -> bool:
 
 
 KINDS: dict[str, Kind] = {
-    # The first build at 1 and 2 ranks, the other family, the oldest and newest JAX.
+    # The first build at 2 ranks, the other family, the oldest and newest JAX.
     "whole": Kind(lambda t: t.suite, suite_files),
     # Another MPI: what the library can change (its family's tables and errors, threads,
     # how it is found and started, transfers of every kind).
@@ -113,9 +113,9 @@ KINDS: dict[str, Kind] = {
         suite_files,
     ),
     # A JAX between the oldest and newest, over the first build's MPI: the dtype does not
-    # meet JAX's version.
+    # meet JAX's version; and the first build at 1 rank, where the dtype meets no peer.
     "other-jax": Kind(lambda t: t.suite and not t.more_dtypes, suite_files),
-    # 3 and 4 ranks (odd, and more ranks than cores): what the number of ranks can change.
+    # 3 ranks (odd, and more ranks than cores): what the number of ranks can change.
     "ranks": Kind(
         lambda t: t.suite and not t.has("same_at_every_size") and not t.more_dtypes,
         suite_files,
