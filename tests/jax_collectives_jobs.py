@@ -236,6 +236,20 @@ def main() -> None:
     elif CASE == "pass_auto":
         rank, size = started_by_jaxmpi("auto")
         psum_and_allreduce(rank, size)
+        # A psum of two arrays is one all-reduce of both (a variadic call): its debug line
+        # counts both, 3 + 5 float32.
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        def both(x):
+            a, b = jax.lax.psum((x, jnp.concatenate([x, x[:, :2]], axis=1)), "x")
+            return jnp.concatenate([a, b], axis=1)
+
+        got = shard_map_of(both)(np.arange(3.0) + rank)
+        total = size * np.arange(3.0) + sum(range(size))
+        right = np.array_equal(got, np.concatenate([total, total, total[:2]]))
+        print(f"VARIADIC rank {rank} {'right' if right else f'WRONG {got}'}", flush=True)
     elif CASE == "pass_stuck":
         import jax
         import numpy as np

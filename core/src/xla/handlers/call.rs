@@ -376,21 +376,27 @@ impl<'a> Call<'a> {
         self.text(name).ok()
     }
 
-    /// Bytes of the first data operand: what the call sends; for a receive, which has no
-    /// operand, of its last result: what it can receive (an irecv's first result is its
-    /// request).
-    pub fn operand_bytes(&self) -> usize {
-        Self::data_buffers(&self.frame.args)
-            .next()
-            .or_else(|| Self::data_buffers(&self.frame.rets).last())
-            .map_or(0, |buffer| {
-                let count = Operand {
-                    buffer,
-                    op: self.name,
-                }
-                .count();
-                count * dtype_of(self.name, buffer.dtype).map_or(0, |d| d.size())
-            })
+    /// Bytes of what the call sends: its first data operand, or every one where `variadic`
+    /// (one declared operand that XLA may hand over as several arrays: an all-reduce of a
+    /// gradient's arrays, merged); for a receive, which has no operand, of its last result:
+    /// what it can receive (an irecv's first result is its request).
+    pub fn operand_bytes(&self, variadic: bool) -> usize {
+        let bytes = |buffer: &Buffer| {
+            let count = Operand {
+                buffer,
+                op: self.name,
+            }
+            .count();
+            count * dtype_of(self.name, buffer.dtype).map_or(0, |d| d.size())
+        };
+        let mut args = Self::data_buffers(&self.frame.args).peekable();
+        if args.peek().is_none() {
+            return Self::data_buffers(&self.frame.rets).last().map_or(0, bytes);
+        }
+        match variadic {
+            true => args.map(bytes).sum(),
+            false => args.next().map_or(0, bytes),
+        }
     }
 
     /// The int64 scalar attribute `name`.

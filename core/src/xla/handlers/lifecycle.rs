@@ -57,7 +57,9 @@ impl CallInfo {
                 call.optional_i64(name)
                     .or_else(|| call.device_rank().and(call.per_rank_i64(name).ok()))
             }),
-            bytes: call.operand_bytes(),
+            bytes: call.operand_bytes(
+                Signature::named(call.name()).is_some_and(|(s, _)| s.operands.len() == 1),
+            ),
             origin: call.optional_text("origin").map(str::to_string),
         }
     }
