@@ -1,0 +1,326 @@
+"""The device-rank layer (core/src/xla/mesh/) where issue 50 found it wanting, through
+JAX's own collectives (jaxmpi's pass): a ragged all-to-all whose sizes fail on one device
+only, permutes that mix self-loops and pairs (at 3 x 1 too), many groups over a mesh of
+scrambled devices made at once, collectives in branches that each device takes on its own,
+and a MeshComm beside psum. Expected values are numpy's, from the global input.
+
+A hang must fail, not stall the cell: each program here runs under `within`, which ends
+the process, naming the test, when it takes longer than HANG seconds.
+
+Runs in the layouts' cells (layouts.py starts jax.distributed in the cell's layout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import shard_map
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
+
+import jaxmpi
+from helpers import RANK, assert_array
+
+BLOCKS = P("i")
+HANG = 60  # seconds: every program here takes well under one on 2 cores
+
+
+_capture = None  # pytest's capture of output, to be lifted before a hung process ends
+
+
+@pytest.fixture(autouse=True)
+def _reach_the_log(pytestconfig):
+    global _capture
+    _capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+
+@contextlib.contextmanager
+def within(what: str, seconds: float = HANG):
+    """Ends this process (exit 3, saying so, with every thread's stack) if the block takes
+    longer than `seconds`: a call stuck in MPI cannot be interrupted, and the other ranks
+    would wait on; their own timers end them."""
+
+    def hung() -> None:
+        with contextlib.suppress(Exception):
+            _capture.suspend_global_capture(in_=False)
+        print(f"\nHUNG: {what} took over {seconds} s on rank {RANK}", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, hung)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
+    """Every block this process holds equals that block of `expected`."""
+    for shard in got.addressable_shards:
+        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
+
+
+def smap(body, in_specs=BLOCKS, out_specs=BLOCKS, mesh: Mesh = MESH):
+    return jax.jit(
+        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    )
+
+
+def blocks(rows: int = 2, cols: int = 3, devices: int = N, dtype=np.float32) -> np.ndarray:
+    return (np.arange(devices * rows * cols).reshape(devices * rows, cols) % 13).astype(dtype)
+
+
+def per_block(value: np.ndarray, devices: int = N) -> np.ndarray:
+    return value.reshape(devices, -1, *value.shape[1:])
+
+
+# --- 1. A ragged all-to-all whose sizes fail on one device only ------------------------
+
+
+def ragged_tables():
+    """Device s sends s + t + 1 rows to device t, as test_jax_collectives' ragged test;
+    every input and output has room for the most any device sends or receives."""
+    rows = N * (N - 1) // 2 + N * N + 2
+    sizes = np.array([[s + t + 1 for t in range(N)] for s in range(N)])
+    send_offsets = np.cumsum(np.concatenate([np.zeros((N, 1), int), sizes[:, :-1]], 1), 1)
+    out_offsets = np.cumsum(np.concatenate([np.zeros((1, N), int), sizes[:-1]], 0), 0)
+    return rows, sizes, send_offsets, out_offsets
+
+
+def ragged(x, out, send_offsets, sizes, out_offsets):
+    def body(a, o, so, ss, oo, rs):
+        return jax.lax.ragged_all_to_all(a, o, so[0], ss[0], oo[0], rs[0], axis_name="i")
+
+    def table(values):
+        return put(np.asarray(values, np.int32).reshape(N, N))
+
+    program = smap(body, (P("i"),) * 6)
+    return program(
+        put(x), put(out), table(send_offsets), table(sizes), table(out_offsets), table(sizes.T)
+    )
+
+
+@pytest.mark.parametrize("fault", ["output_offsets", "send_sizes"])
+def test_ragged_sizes_that_fail_on_one_device_end_every_call(fault):
+    """Device 0 alone names rows that do not fit (its output offsets past the receiver's
+    output, or more rows than its input holds): its call fails naming that, every other
+    device's call fails naming device 0, nobody waits; then the layer works on."""
+    if N < 2:
+        pytest.skip("needs 2 devices")
+    rows, sizes, send_offsets, out_offsets = ragged_tables()
+    x = np.arange(N * rows * 2, dtype=np.float32).reshape(N * rows, 2)
+    out = np.full((N * rows, 2), -1.0, np.float32)
+    bad_sizes, bad_out = sizes.copy(), out_offsets.copy()
+    if fault == "output_offsets":
+        bad_out[0, N - 1] = rows - 1  # device 0's rows to the last device: past its end
+        own = "outside its output's"
+    else:
+        bad_sizes[0, N - 1] = rows  # device 0 sends more rows than its input holds
+        own = "outside the input's"
+    with within(f"ragged_all_to_all, bad {fault} on device 0"):
+        try:
+            jax.block_until_ready(ragged(x, out, send_offsets, bad_sizes, bad_out))
+            message = None
+        except Exception as err:  # JAX wraps it in its own type
+            message = str(err)
+        # The layer goes on: the same program with good tables, then a psum.
+        good = ragged(x, out, send_offsets, sizes, out_offsets)
+        total = smap(lambda a: jax.lax.psum(a, "i"))(put(blocks()))
+        jax.block_until_ready((good, total))
+    assert message is not None, "the call with bad sizes returned"
+    others = f"member 0 of the group (device {DEVICES[0].id}) gave sizes or offsets"
+    if RANK == DEVICES[0].process_index:
+        assert own in message and "sent to member" in message, message
+    else:
+        assert others in message, message
+    expected = per_block(out).copy()
+    xs = per_block(x)
+    for s in range(N):
+        for t in range(N):
+            sent = xs[s][send_offsets[s, t] : send_offsets[s, t] + sizes[s, t]]
+            expected[t][out_offsets[s, t] : out_offsets[s, t] + sizes[s, t]] = sent
+    check(good, np.concatenate(expected), "ragged_all_to_all after the failed one")
+    check(total, np.tile(per_block(blocks()).sum(0), (N, 1)), "psum after the failed one")
+
+
+# --- 2. Permutes that mix self-loops and pairs ----------------------------------------
+
+
+def test_flip_along_a_sharded_axis():
+    """GSPMD reverses the blocks with a collective-permute; with N odd the middle device
+    sends to itself while the others swap (3 x 1: {0,2},{1,1},{2,0})."""
+    x = np.arange(N * 4, dtype=np.float32).reshape(N * 2, 2)
+    with within("jnp.flip"):
+        got = jax.jit(lambda v: jnp.flip(v, 0), out_shardings=NamedSharding(MESH, BLOCKS))(put(x))
+        jax.block_until_ready(got)
+    check(got, np.flip(x, 0), "flip")
+
+
+def self_loop_and_reversal(n: int = N) -> list[tuple[int, int]]:
+    """Device 0 to itself, the others reversed: at 3 devices {(0,0),(2,1),(1,2)}."""
+    return [(0, 0)] + [(j, n - j) for j in range(1, n)]
+
+
+@pytest.mark.parametrize(
+    "pairs", ["self-loop and reversal", "incomplete", "self-loop and one pair"]
+)
+def test_ppermute_mixing_self_loops_and_pairs(pairs):
+    perm = {
+        "self-loop and reversal": self_loop_and_reversal(),
+        "incomplete": [(0, N - 1)] + [(j, j) for j in range(1, N - 1)],
+        "self-loop and one pair": [(N - 1, N - 1), (0, N // 2)] if N > 2 else [(1, 1), (0, 0)],
+    }[pairs]
+    x = blocks(dtype=np.float64)
+    with within(f"ppermute {perm}"):
+        got = jax.block_until_ready(smap(lambda a: jax.lax.ppermute(a, "i", perm))(put(x)))
+    xs = per_block(x)
+    expected = np.zeros_like(xs)
+    for source, target in perm:
+        expected[target] = xs[source]
+    check(got, np.concatenate(expected), f"ppermute {perm}")
+
+
+def test_ppermute_with_a_self_loop_in_a_while_loop():
+    """Five steps of the same permute (a self-loop beside a reversal) in a while loop, and
+    a permute in the loop's condition's sum."""
+    perm = self_loop_and_reversal()
+    x = blocks(dtype=np.float32)
+
+    def body(a):
+        def step(carry):
+            k, v = carry
+            return k + 1, jax.lax.ppermute(v, "i", perm) + 1
+
+        return jax.lax.while_loop(lambda c: c[0] < 5, step, (0, a))[1]
+
+    with within("ppermute in a while loop"):
+        got = jax.block_until_ready(smap(body)(put(x)))
+    xs = per_block(x)
+    for _ in range(5):
+        moved = np.zeros_like(xs)
+        for source, target in perm:
+            moved[target] = xs[source]
+        xs = moved + 1
+    check(got, np.concatenate(xs), "ppermute in a while loop")
+
+
+# --- 3. Many groups over a mesh of scrambled devices, made at once --------------------
+
+
+@pytest.mark.parametrize("shape", ["rows", "columns"])
+def test_psum_over_each_axis_of_a_scrambled_mesh(shape):
+    """A 2-D mesh of every device in a random order (rows span processes), a psum along
+    each axis: each axis's groups are made at once, each device's thread making its own,
+    over the same processes (two rows given one MPI_Comm_create_group tag hung). Twenty
+    calls of each of four orders, each a fresh compile."""
+    if N < 4 or N % 2 or PROCESSES < 2:
+        pytest.skip(
+            f"needs an even number of devices, 4 or more, over 2 or more processes "
+            f"({PROCESSES} x {LOCAL})"
+        )
+    dims = (2, N // 2) if shape == "rows" else (N // 2, 2)
+    x = blocks()
+    spec = P(("a", "b"))
+    rng = np.random.default_rng(50)
+    for _ in range(4):
+        index = rng.permutation(N)
+        mesh = Mesh(np.array(DEVICES)[index].reshape(dims), ("a", "b"))
+        program = smap(
+            lambda v: (jax.lax.psum(v, "a"), jax.lax.psum(v, "b")), spec, (spec, spec), mesh
+        )
+        with within(f"psums over a mesh of devices {index.tolist()}"):
+            outs = [program(put(x * (k + 1), spec, mesh)) for k in range(20)]
+            jax.block_until_ready(outs)
+        # Block (r, c) of the mesh holds the global array's block r * cols + c.
+        xs = per_block(x).reshape(*dims, 2, 3)
+        over_a = np.broadcast_to(xs.sum(0, keepdims=True), xs.shape).reshape(N * 2, 3)
+        over_b = np.broadcast_to(xs.sum(1, keepdims=True), xs.shape).reshape(N * 2, 3)
+        for k, (a, b) in enumerate(outs):
+            check(a, over_a * (k + 1), f"psum over a, order {index.tolist()}, call {k}")
+            check(b, over_b * (k + 1), f"psum over b, order {index.tolist()}, call {k}")
+
+
+# --- 4. Branches each device takes on its own, holding collectives --------------------
+
+
+def test_branches_taken_per_device_each_holding_a_psum():
+    """The predicate is the device's index on the mesh's local axis: the devices of one
+    local index take one branch, and each branch's psum over the process axis joins exactly
+    the devices that take it."""
+    if LOCAL > 1:
+        mesh = Mesh(np.array(DEVICES).reshape(PROCESSES, LOCAL), ("proc", "local"))
+    elif N % 2 == 0:
+        mesh = Mesh(np.array(DEVICES).reshape(2, N // 2), ("proc", "local"))
+    else:
+        pytest.skip(f"no 2-D mesh of {N} devices")
+    rows, cols = mesh.devices.shape
+    if cols < 2:
+        pytest.skip("needs 2 or more devices on the local axis")
+    spec = P(("proc", "local"))
+    x = blocks()
+
+    def body(a):
+        first = jax.lax.axis_index("local") == 0
+        return jax.lax.cond(
+            first,
+            lambda v: jax.lax.psum(v, "proc") + 1,
+            lambda v: jax.lax.psum(v * 2, "proc"),
+            a,
+        )
+
+    program = smap(body, spec, spec, mesh)
+    with within("psums in branches taken per device"):
+        compiled = program.lower(put(x, spec, mesh)).compile().as_text()
+        got = jax.block_until_ready(program(put(x, spec, mesh)))
+    # Each branch holds its own rewritten psum (not a select of both run by every device).
+    assert " conditional(" in compiled, compiled
+    assert compiled.count('custom_call_target="jaxmpi_hlo_all_reduce"') == 2, compiled
+    xs = per_block(x).reshape(rows, cols, 2, 3)
+    summed = np.broadcast_to(xs.sum(0, keepdims=True), xs.shape).copy()
+    summed[:, 0] += 1
+    summed[:, 1:] *= 2
+    check(got, summed.reshape(N * 2, 3), "psum in per-device branches")
+
+
+# --- 5. A MeshComm allreduce beside psum in one loop ----------------------------------
+
+
+def test_mesh_comm_allreduce_beside_psum_in_a_loop():
+    """100 steps of a loop whose body holds jaxmpi's allreduce on a MeshComm and JAX's
+    psum (under gloo too: tests/mesh_comm_jobs.sh's beside_psum)."""
+    comm = jaxmpi.MeshComm(MESH)
+    x = blocks(dtype=np.float64)
+
+    def body(a):
+        def step(k, v):
+            return jaxmpi.allreduce(v, jaxmpi.SUM, comm=comm) / N + jax.lax.psum(v, "i") / N - v
+
+        return jax.lax.fori_loop(0, 100, step, a)
+
+    with within("MeshComm allreduce beside psum, 100 steps"):
+        got = jax.block_until_ready(smap(body)(put(x)))
+    xs = per_block(x)
+    for _ in range(100):
+        xs = 2 * np.broadcast_to(xs.mean(0), xs.shape) - xs
+    np.testing.assert_allclose(
+        np.asarray(got.addressable_shards[0].data),
+        np.concatenate(xs)[got.addressable_shards[0].index],
+        rtol=1e-9,
+        atol=1e-9,
+    )
