@@ -4,7 +4,7 @@ and, given one, the stock MPIwrapper plug-in, in one run at 2 ranks of one devic
 of `--devices` CPU devices each (where XLA's MPI backend does not run):
 
 - `psum`, `all_gather`, `psum_scatter`, `all_to_all` and `ppermute` inside shard_map at 1,
-  4 Ki and 4 Mi float32 per device (`psum_scatter` and `all_to_all` take that much per
+  4 Ki, 64 Ki and 4 Mi float32 per device (`psum_scatter` and `all_to_all` take that much per
   member of the group), each a jitted `fori_loop`, next to the jaxmpi op doing the same
   (`allreduce`, `allgather`, `reduce_scatter`, `alltoall`, `sendrecv`) in the same processes
   (one device per process: jaxmpi's ops take no more);
@@ -17,6 +17,7 @@ of `--devices` CPU devices each (where XLA's MPI backend does not run):
     python benches/bench_jax_collectives.py [--rounds 3] [--mpiwrapper LIB] [--launcher CMD]
                                             [--devices 1] [--imports 20]
                                             [--part all|collectives|import]
+                                            [--routes gloo,mpi,jaxmpi]
                                             [--json OUT.json] [--plot OUT.png]
 
 (`benches/setup_mpiwrapper.sh` builds the stock MPIwrapper, for --mpiwrapper.)
@@ -41,8 +42,8 @@ import subprocess
 import sys
 import time
 
-SIZES = {"1": 1, "4 Ki": 4096, "4 Mi": 4 * 1024 * 1024}
-STEPS = {"1": 400, "4 Ki": 200, "4 Mi": 10}
+SIZES = {"1": 1, "4 Ki": 4096, "64 Ki": 65536, "4 Mi": 4 * 1024 * 1024}
+STEPS = {"1": 400, "4 Ki": 200, "64 Ki": 60, "4 Mi": 10}
 IMPLEMENTATIONS = {
     "gloo": "gloo",
     "mpi": "MPI via jaxmpi",
@@ -255,6 +256,8 @@ def _collectives(args) -> None:
     stock = ["mpiwrapper", "mpiwrapper-multiple"] if args.mpiwrapper else []
     # XLA's MPI backend takes one CPU device per process.
     implementations = ["gloo", "mpi", "jaxmpi", *stock] if args.devices == 1 else ["gloo", "jaxmpi"]
+    if args.routes:
+        implementations = [i for i in implementations if i in args.routes.split(",")]
     best: dict[tuple[str, str, str], float] = {}
     for round_ in range(args.rounds):
         print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr)
@@ -395,6 +398,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1, help="CPU devices per process")
     parser.add_argument("--part", choices=["all", "collectives", "import"], default="all")
     parser.add_argument("--mpiwrapper", help="a stock libmpiwrapper.so to compare with")
+    parser.add_argument(
+        "--routes", help="only these routes, comma-separated (say jaxmpi: the pass and the ops)"
+    )
     parser.add_argument("--json", help="write the collectives' best times there")
     parser.add_argument("--plot", help="draw them against size there (PNG)")
     parser.add_argument(

@@ -8,9 +8,14 @@ MeshComm. `benches/bench_mesh_comm.sh` runs it at 4 x 1, 2 x 2 and 1 x 4.
     XLA_FLAGS=--xla_force_host_platform_device_count=2 \\
         mpiexec -n 2 python benches/bench_mesh_comm.py [--rounds 7] [--steps 200]
 
-Each case is a jitted `fori_loop` of `--steps` steps; time per step is the slowest
-process's, best of `--rounds` (the cases alternate within a round). Prints one line per
-case on process 0: `RESULT layout halo case microseconds`.
+Also an allreduce of `--allreduce` float32 per device (1 Mi, 4 MiB, by default) on the
+MeshComm, and with one device per process on the MPI communicator: the reference the
+MeshComm's is held to in the other layouts.
+
+Each case is a jitted `fori_loop` of `--steps` steps (`--allreduce-steps` for the
+allreduce); time per step is the slowest process's, best of `--rounds` (the cases
+alternate within a round). Prints one line per case on process 0: `RESULT layout bytes
+case microseconds` (bytes: the halo's, or the allreduce's per device).
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ def _program(step, steps):
     return jax.jit(shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P("x"), **UNCHECKED))
 
 
+def allreduce_on(comm):
+    # Scaled back by the rank count so that the values stay the same step after step.
+    return lambda y: jaxmpi.allreduce(y, jaxmpi.SUM, comm=comm) * (1.0 / N)
+
+
 def _time(program, x) -> float:
     jaxmpi.barrier()
     start = time.perf_counter()
@@ -85,6 +95,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--n", type=int, nargs="+", default=[64, 1024, 16384])
+    parser.add_argument("--allreduce", type=int, default=1 << 20, help="float32 per device")
+    parser.add_argument("--allreduce-steps", type=int, default=10)
     args = parser.parse_args()
     cases = {
         "MeshComm sendrecv": halo_on(COMM, lambda r: (r - 1) % N, lambda r: (r + 1) % N),
@@ -107,9 +119,30 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, program in programs.items():
                 best[name] = min(best[name], _time(program, x) / args.steps)
-        if jax.process_index() == 0:
-            for name, seconds in best.items():
-                print(f"RESULT {LAYOUT} {4 * n} {name} {seconds * 1e6:.1f}", flush=True)
+        _report(best, 4 * n)
+    reductions = {"MeshComm allreduce": allreduce_on(COMM)}
+    if jax.local_device_count() == 1:
+        reductions["MPI comm allreduce"] = allreduce_on(None)
+    x = jax.make_array_from_callback(
+        (N * args.allreduce,),
+        NamedSharding(MESH, P("x")),
+        lambda index: np.ones(args.allreduce, np.float32),
+    )
+    steps = args.allreduce_steps
+    programs = {name: _program(step, steps) for name, step in reductions.items()}
+    for program in programs.values():
+        program(x).block_until_ready()
+    best = dict.fromkeys(programs, float("inf"))
+    for _ in range(args.rounds):
+        for name, program in programs.items():
+            best[name] = min(best[name], _time(program, x) / steps)
+    _report(best, 4 * args.allreduce)
+
+
+def _report(best: dict, size: int) -> None:
+    if jax.process_index() == 0:
+        for name, seconds in best.items():
+            print(f"RESULT {LAYOUT} {size} {name} {seconds * 1e6:.1f}", flush=True)
 
 
 if __name__ == "__main__":

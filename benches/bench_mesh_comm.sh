@@ -43,9 +43,16 @@ for (halo, layout, case), micros in sorted(best.items()):
 print()
 print("| halo bytes | 2x2 MeshComm / 4x1 MeshComm | 2x2 MeshComm / 4x1 MPI comm | 2x2 gloo / 2x2 MeshComm | 1x4 MeshComm / 4x1 MeshComm |")
 print("|---:|---:|---:|---:|---:|")
-for halo in sorted({k[0] for k in best}):
+for halo in sorted({k[0] for k in best if k[2] == "MeshComm sendrecv"}):
     m22, m41 = best[(halo, "2x2", "MeshComm sendrecv")], best[(halo, "4x1", "MeshComm sendrecv")]
     c41, g22 = best[(halo, "4x1", "MPI comm sendrecv")], best[(halo, "2x2", "ppermute over gloo")]
     m14 = best[(halo, "1x4", "MeshComm sendrecv")]
     print(f"| {halo} | {m22 / m41:.2f}x | {m22 / c41:.2f}x | {g22 / m22:.1f}x | {m14 / m41:.2f}x |")
+print()
+print("| allreduce bytes per device | 4x1 MeshComm / 4x1 MPI comm | 2x2 MeshComm / 4x1 MPI comm | 1x4 MeshComm / 4x1 MPI comm |")
+print("|---:|---:|---:|---:|")
+for size in sorted({k[0] for k in best if k[2] == "MeshComm allreduce"}):
+    ref = best[(size, "4x1", "MPI comm allreduce")]
+    ratios = [best[(size, layout, "MeshComm allreduce")] / ref for layout in ("4x1", "2x2", "1x4")]
+    print(f"| {size} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
 PY

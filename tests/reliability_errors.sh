@@ -2,7 +2,7 @@
 # Whole-job reliability checks that pytest inside one job cannot make: a receive that is
 # never matched ends the job under JAXMPI_TIMEOUT with a diagnostic (MPICH and Open MPI);
 # concurrent calls under MPI_THREAD_SERIALIZED are refused clearly; JAXMPI_DEBUG prints a
-# line per call from inside jit; bad values of the two variables are refused at import.
+# line per call from inside jit; bad values of the variables are refused at import.
 # Usage: tests/reliability_errors.sh   (from anywhere; uses .venvs/mpich and .venvs/openmpi
 # with the jaxmpi they have installed, or the one on PYTHONPATH). About 40 s.
 set -u -o pipefail
@@ -76,5 +76,8 @@ expect "a bad JAXMPI_DEBUG is refused at import" "ValueError: JAXMPI_DEBUG='yes'
     env JAXMPI_DEBUG=yes "$py" -c "import jaxmpi"
 expect "a bad JAXMPI_PROGRESS is refused at import" "ValueError: JAXMPI_PROGRESS='fast'" \
     env JAXMPI_PROGRESS=fast "$py" -c "import jaxmpi"
+expect "a bad JAXMPI_MESH_REDUCTIONS is refused at import" \
+    "ValueError: JAXMPI_MESH_REDUCTIONS='exact'" \
+    env JAXMPI_MESH_REDUCTIONS=exact "$py" -c "import jaxmpi"
 echo "$failed failed"
 ((failed == 0))

@@ -1,6 +1,6 @@
 """Communicators whose ranks are devices: `MeshComm`, for jaxmpi's ops inside a
-`shard_map` whose processes drive several devices each (the handlers' side is
-core/src/xla/handlers/device_ranks.rs)."""
+`shard_map` whose processes drive several devices each (the Rust side is the device-rank
+layer, core/src/xla/mesh/, which JAX's own collectives take too)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ class MeshComm:
     give: its ranks are the slice's devices, ordered along `axis_names` (so
     `MeshComm(mesh, "x")` is the ranks along axis `x`, `jax.lax.axis_index("x")`).
 
-    Between two devices of one process a message is a copy; between processes, MPI. A
-    reduction combines the ranks' operands in rank order on every layout, so its result
-    is the same, bit for bit, on 4 processes of 1 device, 2 of 2 or 1 of 4.
+    Between two devices of one process a message is a copy; between processes, MPI: a
+    collective is the devices of each process combining their parts, then one MPI
+    collective among the processes. So a reduction's last bits follow the layout; with
+    `JAXMPI_MESH_REDUCTIONS=ordered` every element is combined in rank order instead, the
+    same bits on 4 processes of 1 device, 2 of 2 or 1 of 4.
 
     One trace serves every device of a process, so nothing rank-dependent may be decided
     at trace time: `Get_rank()` is the rank as a traced value (inside `shard_map`), peers

@@ -184,7 +184,9 @@ def test_started_collectives():
         request = jaxmpi.iallreduce(b, jaxmpi.SUM, comm=COMM)
         return jaxmpi.wait(request) + jaxmpi.wait(jaxmpi.ibcast(b, 0, comm=COMM))
 
-    check_reduced(smap(body)(put(x)), np.broadcast_to(folded(x) + x[0], x.shape), "iallreduce, ibcast")
+    check_reduced(
+        smap(body)(put(x)), np.broadcast_to(folded(x) + x[0], x.shape), "iallreduce, ibcast"
+    )
 
 
 def test_ragged_alltoallv_moves_particles():

@@ -17,6 +17,13 @@ ONE_PROCESS_PER_DEVICE = (
 )
 
 
+def is_mesh_comm(comm: int) -> bool:
+    """Whether a program's communicator id names a MeshComm (negative; an MPI
+    communicator's is positive): the one place of the rule in Python, as
+    `core/src/xla/mesh/mesh_comms.rs::is_mesh_comm` is in Rust."""
+    return comm < 0
+
+
 def check_sharded(
     op: str, comm: int | None, devices: int, shared_by: int, named: tuple | None
 ) -> None:
@@ -26,7 +33,7 @@ def check_sharded(
     on `comm` in a program that some of the communicator's ranks run and others never do
     (`named`: the program's devices, if known). On a MeshComm, one block per device, and
     the communicator's devices are the program's."""
-    if comm is not None and comm < 0:  # a MeshComm: its ranks are the devices
+    if comm is not None and is_mesh_comm(comm):  # its ranks are the devices
         _check_one_block_per_device(op, devices, shared_by)
         _check_mesh_comm_devices(op, comm, devices, named)
         return

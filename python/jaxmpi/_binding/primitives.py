@@ -71,8 +71,8 @@ if cuda["jax_option"] is not None and jax_shim.backends_started():
 def _comm_id(handle: int) -> np.int64:
     """A program carries a communicator as a small id, the same in every run (its handle
     differs between runs and ranks: see core/src/xla/handlers/handles.rs); a MeshComm's
-    handle is its id already (negative: core/src/xla/handlers/device_ranks.rs)."""
-    return np.int64(handle if handle < 0 else _native.handle_id("comm", handle))
+    handle is its id already (negative: core/src/xla/mesh/mesh_comms.rs)."""
+    return np.int64(handle if placement.is_mesh_comm(handle) else _native.handle_id("comm", handle))
 
 
 def _peer(value) -> np.int64 | np.ndarray:
@@ -210,7 +210,7 @@ def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> P
 
 # Whether this rank is the root: what the rooted ops' shape rules and aliasing depend on.
 # None on a MeshComm, where one trace serves every device: each binds the root's result
-# (and reads its operand), the body deciding at run time (core: device_ranks.rs).
+# (and reads its operand), the body deciding at run time (core: xla/mesh/on_devices.rs).
 _AT_ROOT = ("at_root",)
 
 

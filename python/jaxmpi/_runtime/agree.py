@@ -76,6 +76,13 @@ SETTINGS = (
         why="checked and unchecked ranks do not send the same messages",
     ),
     Setting(
+        "JAXMPI_MESH_REDUCTIONS",
+        refuse=True,
+        # The default reduces among processes with MPI's own collectives; ordered with
+        # messages between devices: ranks in different modes would wait in different calls.
+        why="the two modes make different MPI calls for a reduction among devices",
+    ),
+    Setting(
         "JAXMPI_TIMEOUT",
         refuse=False,
         # Only decides how a hang ends: one rank's watchdog ends the whole job through

@@ -62,8 +62,8 @@ def _agree_with_mpi4py() -> None:
 
 
 def _check_environment() -> None:
-    """JAXMPI_TIMEOUT, JAXMPI_DEBUG and JAXMPI_DISPATCH are read by the handlers, which cannot raise a
-    clear error at import; a bad value is refused here."""
+    """JAXMPI_TIMEOUT, JAXMPI_DEBUG, JAXMPI_DISPATCH and JAXMPI_MESH_REDUCTIONS are read by
+    the handlers, which cannot raise a clear error at import; a bad value is refused here."""
     timeout = os.environ.get("JAXMPI_TIMEOUT", "").strip()
     try:
         seconds = float(timeout) if timeout else 0.0
@@ -87,6 +87,13 @@ def _check_environment() -> None:
         raise ValueError(
             f"JAXMPI_DISPATCH={dispatch!r}: expected fast (no runtime token between jitted "
             "calls; the default on CPU) or ordered (JAX's ordered effect)"
+        )
+    reductions = os.environ.get("JAXMPI_MESH_REDUCTIONS", "")
+    if reductions not in ("", "fast", "ordered"):
+        raise ValueError(
+            f"JAXMPI_MESH_REDUCTIONS={reductions!r}: expected fast (MPI's own reductions "
+            "between processes; the default) or ordered (every element combined in rank "
+            "order: the same bits in every layout of devices)"
         )
     progress = os.environ.get("JAXMPI_PROGRESS", "").strip().lower()
     if progress not in ("", "thread", "none", "at-start"):

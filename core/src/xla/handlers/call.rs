@@ -171,7 +171,7 @@ impl<'a> Call<'a> {
         })
     }
 
-    /// The same call, as rank `rank` of a device communicator.
+    /// The same call, as rank `rank` of a MeshComm.
     pub fn on_device_rank(self, rank: usize) -> Self {
         Call {
             rank_on_devices: Some(rank),
@@ -179,23 +179,20 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The call's rank on its device communicator, where it runs on one.
+    /// The call's rank on its MeshComm, where it runs on one.
     pub fn device_rank(&self) -> Option<usize> {
         self.rank_on_devices
     }
 
     /// The int64 attribute `name`, or, where it is one per rank (an array: a peer on a
-    /// device communicator), this call's rank's.
+    /// MeshComm), this call's rank's.
     pub fn per_rank_i64(&self, name: &str) -> Result<i64> {
         if self.find_attr(name, AttrType::ARRAY).is_none() {
             return self.scalar_i64(name);
         }
         let values = self.array_i64(name)?;
         let rank = self.rank_on_devices.ok_or_else(|| {
-            self.bad_attr(
-                name,
-                "is given per rank, but the op runs on no device communicator",
-            )
+            self.bad_attr(name, "is given per rank, but the op runs on no MeshComm")
         })?;
         values.get(rank).copied().ok_or_else(|| {
             self.bad_attr(

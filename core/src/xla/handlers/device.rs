@@ -100,7 +100,7 @@ pub fn on_device(
     if call.optional_i64("comm").is_some_and(is_mesh_comm) {
         return Err(Error::unsupported(
             call.name(),
-            "device communicators (MeshComm) take CPU devices only so far: on GPUs, run one \
+            "a MeshComm takes CPU devices only so far: on GPUs, run one \
              process per GPU with an MPI communicator",
         ));
     }

@@ -33,7 +33,7 @@ const DESCRIBED: [&str; 6] = ["root", "dest", "source", "tag", "sendtag", "recvt
 /// One call as a user would name it: its communicator, peers or root, tags and size.
 pub struct CallInfo {
     comm: usize,
-    /// On a device communicator: its id, and the call's device and rank there.
+    /// On a MeshComm: its id, and the call's device and rank there.
     on_devices: Option<(i64, i64, Option<usize>)>,
     attrs: [Option<i64>; DESCRIBED.len()],
     bytes: usize,
@@ -52,7 +52,7 @@ impl CallInfo {
                 let device = call.device().unwrap_or(-1);
                 (-id - 1, device, call.device_rank())
             }),
-            // A peer given per rank (on a device communicator): the call's rank's.
+            // A peer given per rank (on a MeshComm): the call's rank's.
             attrs: DESCRIBED.map(|name| {
                 call.optional_i64(name)
                     .or_else(|| call.device_rank().and(call.per_rank_i64(name).ok()))
@@ -100,7 +100,7 @@ unsafe fn describe(frame: *const c_void, name: &'static str) -> String {
     let Ok(call) = (unsafe { Call::new(frame as *mut CallFrame, name) }) else {
         return name.to_string();
     };
-    // On a device communicator, the call's rank there too (found once per thread).
+    // On a MeshComm, the call's rank there too (found once per thread).
     let on_devices = crate::library()
         .ok()
         .and_then(|library| super::on_mesh_comm(&call, library).ok().flatten());
@@ -153,7 +153,7 @@ fn is_collective(name: &str) -> bool {
 }
 
 /// Runs `body`, the op of `call`, on its decoded attributes, with everything every call
-/// needs around it. `on_devices`: the call's device as a rank of its device communicator,
+/// needs around it. `on_devices`: the call's device as a rank of its MeshComm,
 /// where it runs on one (checked mode compares the calls of its ranks, devices).
 /// `platform`: where its buffers live.
 pub(super) fn run<A: Attrs>(

@@ -28,7 +28,7 @@ pub(super) fn start<A: Attrs>(
     attrs: &A,
     body: Body<A>,
 ) -> Result<()> {
-    // None on a device communicator, whose communicators among processes return errors
+    // None on a MeshComm, whose communicators among processes return errors
     // from the start.
     let comm = attrs.comm();
     let collective = Signature::named(call.name()).is_some_and(|(s, _)| s.is_collective());

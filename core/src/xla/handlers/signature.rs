@@ -257,7 +257,7 @@ impl Attr for Comm {
         }
         Ok(Comm(handle(call, name, Table::Comm)?))
     }
-    /// None on a device communicator: no MPI handle, and its communicators among
+    /// None on a MeshComm: no MPI handle, and its communicators among
     /// processes return errors from the start.
     fn as_comm(&self) -> Option<Comm> {
         (*self != ON_DEVICES).then_some(*self)

@@ -26,6 +26,7 @@ pub struct Group {
     pub local: Vec<usize>,
     /// The tag its communicators are made with (`Tag`).
     tag: i32,
+    even: bool,
     comm: Mutex<Option<Comm>>,
     /// A second communicator among the same processes, for the messages of jaxmpi's
     /// point-to-point ops on a MeshComm: a user's pending send there can never match a
@@ -47,6 +48,8 @@ impl Group {
             }
         }
         let local: Vec<usize> = (0..owners.len()).filter(|&i| owners[i] == me).collect();
+        let held = |p: &i32| owners.iter().filter(|&o| o == p).count();
+        let even = processes.iter().all(|p| held(p) == held(&processes[0]));
         Ok(Group {
             devices: devices.to_vec(),
             room: Room::new(local.len()),
@@ -54,6 +57,7 @@ impl Group {
             processes,
             local,
             tag,
+            even,
             comm: Mutex::new(None),
             p2p: Mutex::new(None),
         })
@@ -93,9 +97,11 @@ impl Group {
         (0..self.owners.len()).filter(move |&p| self.owners[p] == owner)
     }
 
-    /// Each process holds as many positions as every other.
+    /// Each process holds as many positions as every other: then the processes exchange
+    /// equal blocks, by MPI's own collectives (known alike on every process: from the
+    /// owners, not from this process's count).
     pub fn even(&self) -> bool {
-        self.local.len() * self.processes.len() == self.owners.len()
+        self.even
     }
 
     /// The slot of `position` among this process's positions (its place at meetings).

