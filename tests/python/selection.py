@@ -129,6 +129,9 @@ KINDS: dict[str, Kind] = {
     "sharded-ranks": Kind(lambda t: not t.has("same_at_every_size"), imports_sharding),
     # JAX's collectives through jaxmpi's pass, in one layout of devices per process.
     "layouts": Kind(lambda t: True, imports_layouts),
+    # JAXMPI_MESH_REDUCTIONS=ordered: the MeshComm's results compared bit for bit with the
+    # rank-order fold (the other cells compare reductions to rounding).
+    "ordered": Kind(lambda t: True, lambda path: path.name == "test_mesh_comm.py"),
 }
 
 
