@@ -324,3 +324,21 @@ def test_mesh_comm_allreduce_beside_psum_in_a_loop():
         rtol=1e-9,
         atol=1e-9,
     )
+
+
+def test_checked_mode_compares_the_calls_of_the_pass(checked):
+    """Checked mode covers JAX's collectives through the pass: processes whose psums
+    differ (in dtype, here) all fail before any data moves, each naming every call."""
+    if PROCESSES == 1:
+        pytest.skip("one process compiles one program: its devices' calls cannot differ")
+    x = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
+    with within("a psum in checked mode"):
+        got = smap(lambda b: jax.lax.psum(b, "i"))(put(x))
+        check(got, np.broadcast_to(x.sum(0), x.shape), "psum, checked")
+    dtype = np.float32 if jax.process_index() == 0 else np.int32
+    differ = smap(lambda b: jax.lax.psum(b.astype(dtype), "i").astype(np.float32))
+    with within("psums whose dtype differs between processes"):
+        with pytest.raises(Exception, match="do not make the same call") as info:
+            jax.block_until_ready(differ(put(x)))
+    assert "hlo_all_reduce float32[3] SUM" in str(info.value), info.value
+    assert "hlo_all_reduce int32[3] SUM" in str(info.value), info.value

@@ -1,11 +1,13 @@
 //! XLA's collectives, as the HLO pass (`xla/hlo`) hands them over: an adapter per HLO
 //! opcode, run on every device of the program, from the call frame to the device-rank
-//! layer (`xla/mesh`), which runs every collective among devices.
+//! layer (`xla/mesh`), which runs every collective among devices. In checked mode the
+//! group's devices first compare their calls, as the ranks of a communicator do.
 
 use super::attrs;
 use super::call::Operand;
-use super::Call;
-use crate::xla::mesh::{self, collectives, AllToAll, Group, Naming, Seat, Span};
+use super::{checked, Call};
+use crate::xla::mesh::{self, collectives, AllToAll, Group, Naming, OnDevices, Seat, Span};
+use crate::xla::mesh::ON_DEVICES;
 use crate::{Backend, Error, Library, Result};
 
 fn span(operand: &Operand) -> Result<Span> {
@@ -38,6 +40,10 @@ fn on_group(
     let Some((group, position)) = mesh::placed(library, naming, call.device()?)? else {
         return Ok(None);
     };
+    if checked::enabled() {
+        let ranks = OnDevices::in_group(crate::library()?, group.clone(), position);
+        checked::collective(call, &ranks, ON_DEVICES)?;
+    }
     group
         .meet(library, position, seat_of(call)?, |seats| {
             run(&group, seats)

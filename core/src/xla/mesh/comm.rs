@@ -42,6 +42,17 @@ impl OnDevices {
         })
     }
 
+    /// The device at `position` of `group` as a rank of it: for what the devices of one of
+    /// XLA's collectives agree on before it (checked mode).
+    pub fn in_group(library: &'static dyn Library, group: Arc<Group>, position: usize) -> Self {
+        OnDevices {
+            library,
+            group,
+            rank: position,
+            starting: None,
+        }
+    }
+
     /// This call's rank: its device's place in its group.
     pub fn rank(&self) -> usize {
         self.rank
