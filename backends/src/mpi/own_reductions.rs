@@ -3,9 +3,9 @@
 //!   element is widened to f32, combined and rounded back, which gives the same result as
 //!   native half-precision arithmetic;
 //! - MIN/MAX on every float type, so that a NaN on any rank gives NaN, as XLA's (and
-//!   numpy's) minimum/maximum do: MPI's MPI_MIN/MPI_MAX (MPICH, Open MPI, Intel MPI) are
-//!   `a < b ? a : b`, which keeps or drops a NaN by which operand holds it, so a `pmax`
-//!   over devices would answer by where the NaN sits;
+//!   numpy's) minimum/maximum do: MPI's own MPI_MIN/MPI_MAX keep or drop a NaN by which
+//!   rank holds it (MPICH, Open MPI) or drop it (Intel MPI 2021), so a `pmax` over
+//!   devices would answer by where the NaN sits (benches/RESULTS.md, issue 50);
 //! - unsigned MIN/MAX, for libraries whose own compare them as signed (see `quirks`).
 
 use std::ffi::{c_int, c_void};
