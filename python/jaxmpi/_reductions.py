@@ -61,7 +61,8 @@ def allreduce(x: PyTree, op: OpArg, *, comm: CommArg = None) -> PyTree:
         x: This rank's array, any shape and supported dtype. Or a pytree of them, moved as
             one: one MPI call per dtype.
         op: The reduction: `jaxmpi.SUM`, `PROD`, `MIN`, `MAX`, `LAND`, `LOR`, `LXOR`,
-            `BAND`, `BOR`, `BXOR`, or an mpi4py `MPI.Op`.
+            `BAND`, `BOR`, `BXOR`, or an mpi4py `MPI.Op`. MIN and MAX on floats give NaN
+            where any rank's element is NaN, as `jnp.minimum`/`jnp.maximum` do.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.
         token: Refused with a RuntimeError, as mpi4jax >= 0.8 refuses it: calls are

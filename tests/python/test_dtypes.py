@@ -10,6 +10,7 @@ import pytest
 
 import jaxmpi
 from helpers import (
+    FLOAT_DTYPES,
     MODES,
     MPI,
     OP_DTYPES,
@@ -155,6 +156,37 @@ def test_half_precision_special_values(dtype):
     assert_array(got_max, inf, "MAX")
     assert_array(got_min, inf, "MIN")
     assert_array(got_sum, np.array([np.inf, -np.inf, SIZE]).astype(jnp.dtype(dtype)), "SUM")
+
+
+# ---------------------------------------------------------------------------------------
+# NaN in MIN and MAX
+# ---------------------------------------------------------------------------------------
+
+
+def nan_inputs(holder: int, dtype) -> list[np.ndarray]:
+    """Every rank's input: rank `holder`'s all NaN where the others hold 1.5 + rank, +inf,
+    -inf, and (every rank) NaN."""
+    rows = [[1.5 + r, np.inf, -np.inf, np.nan] for r in range(SIZE)]
+    rows[holder] = [np.nan] * 4
+    return [np.array(row).astype(jnp.dtype(dtype)) for row in rows]
+
+
+@pytest.mark.parametrize("flavor", ["jaxmpi", "mpi4py"])
+@pytest.mark.parametrize("reduction", list(REDUCTIONS))
+@pytest.mark.parametrize("op", ["MIN", "MAX"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_min_max_give_nan_whichever_rank_holds_it(dtype, op, reduction, flavor):
+    """As np.minimum/np.maximum (and XLA on one device), a NaN on any rank gives NaN.
+    MPI's own MPI_MIN/MPI_MAX keep or drop it by which operand holds it: each rank holds
+    it in turn."""
+    if flavor == "mpi4py" and MPI is None:
+        pytest.skip("needs mpi4py")
+    run, expected = REDUCTIONS[reduction]
+    mpi_op = jaxmpi_op(op) if flavor == "jaxmpi" else mpi4py_op(op)
+    for holder in range(SIZE):
+        inputs = nan_inputs(holder, dtype)
+        got = run(inputs[RANK], mpi_op)
+        assert_array(got, expected(op, inputs), f"{op} {reduction}, NaN on rank {holder}")
 
 
 # ---------------------------------------------------------------------------------------

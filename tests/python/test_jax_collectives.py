@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
 
 import jaxmpi
-from helpers import ALL_DTYPES, RANK, SIZE, assert_array
+from helpers import ALL_DTYPES, FLOAT_DTYPES, RANK, SIZE, assert_array
 from jaxmpi._binding import hlo_pass, jax_collectives
 
 
@@ -137,6 +137,26 @@ def test_every_collective_that_moves_data_and_psum_scatter_of_every_dtype(dtype)
         wide = blocks.astype(np.complex128 if dtype.startswith("complex") else np.float64)
         total = wide.sum(0).astype(x.dtype)
         check(got[3], total, f"psum_scatter {dtype}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_pmax_and_pmin_give_nan_wherever_it_is(dtype):
+    """A NaN on any one device makes pmax and pmin NaN on every device, as XLA's max and
+    min over the stacked blocks on one device give. MPI's own MAX and MIN keep or drop a
+    NaN by which operand holds it, and so do reductions among a process's devices that
+    use them: each device holds the NaN in turn, against a number and an infinity."""
+    both = smap(lambda a: (jax.lax.pmax(a, "i"), jax.lax.pmin(a, "i")), out_specs=(BLOCKS,) * 2)
+    on_one_device = {"pmax": jax.jit(lambda b: b.max(0)), "pmin": jax.jit(lambda b: b.min(0))}
+    for holder in range(N):
+        x = per_block(blocks_of(dtype)).copy()
+        x[:, 1, 0], x[:, 1, 1] = np.inf, -np.inf
+        x[holder, 0, 0] = x[holder, 1, 0] = x[holder, 1, 1] = np.nan
+        x = np.concatenate(x)
+        got = dict(zip(("pmax", "pmin"), both(put(x))))
+        for name, out in got.items():
+            total = np.asarray(on_one_device[name](jnp.asarray(per_block(x))))
+            assert np.isnan(total[0, 0]) and np.isnan(total[1, :2]).all(), total
+            check(out, np.tile(total, (N, 1)), f"{name} {dtype}, NaN on device {holder}")
 
 
 def test_a_sum_of_booleans_is_an_int32_sum():

@@ -99,6 +99,28 @@ def test_scan_exscan_and_reduce_scatter():
     check(got, np.broadcast_to(x.max(0), x.shape), "allreduce MAX")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_and_min_give_nan_wherever_it_is(dtype):
+    """As np.maximum and np.minimum: a NaN on any one rank (device), against a number and
+    an infinity, gives NaN on every rank, whichever rank holds it."""
+    max_min = smap(
+        lambda b: (
+            jaxmpi.allreduce(b, jaxmpi.MAX, comm=COMM),
+            jaxmpi.allreduce(b, jaxmpi.MIN, comm=COMM),
+        ),
+        out_specs=(BLOCKS, BLOCKS),
+    )
+    for holder in range(N):
+        x = rows(dtype)
+        x[:, 1], x[:, 2] = np.inf, -np.inf
+        x[holder, :3] = np.nan
+        got_max, got_min = max_min(put(x))
+        for got, op in ((got_max, np.maximum), (got_min, np.minimum)):
+            expected = folded(x, op)
+            assert np.isnan(expected[:3]).all(), expected
+            check(got, np.broadcast_to(expected, x.shape), f"{op.__name__}, NaN on {holder}")
+
+
 def test_allgather_and_alltoall():
     x = rows()
     got = smap(lambda b: jaxmpi.allgather(b[0], comm=COMM)[None])(put(x))

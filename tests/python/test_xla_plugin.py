@@ -83,6 +83,37 @@ def test_psum_pmax_pmin_of_every_dtype_xla_reduces_in_one_program():
             assert_array(next(got), np.min(real, axis=0).astype(kind), f"pmin {dtype}")
 
 
+def nan_values(rank: int, dtype: str, holder: int) -> np.ndarray:
+    """`values`, with +inf and -inf in the last two elements, and NaN in the last three
+    on rank `holder`."""
+    x = values(rank, dtype)
+    x[3:] = np.inf, -np.inf
+    if rank == holder:
+        x[2:] = np.nan
+    return x
+
+
+def test_pmax_and_pmin_give_nan_whichever_rank_holds_it():
+    """As XLA on one device: a NaN on any rank makes pmax and pmin NaN. XLA's MPI backend
+    reduces with MPI_MAX/MPI_MIN, which keep or drop a NaN by which rank holds it; the
+    plug-in hands them to jaxmpi's own ops."""
+    floats = ("bfloat16", "float32", "float64")
+
+    def body(*xs):
+        return tuple(f(x, "x") for x in xs for f in (jax.lax.pmax, jax.lax.pmin))
+
+    for holder in range(SIZE):
+        got = iter(sharded(body, *(nan_values(RANK, d, holder) for d in floats)))
+        for dtype in floats:
+            everyone = np.stack(
+                [nan_values(r, dtype, holder).astype(np.float64) for r in range(SIZE)]
+            )
+            for name, reducer in (("pmax", np.max), ("pmin", np.min)):
+                expected = reducer(everyone, axis=0).astype(values(0, dtype).dtype)
+                assert np.isnan(expected[2:]).all(), expected
+                assert_array(next(got), expected, f"{name} {dtype}, NaN on rank {holder}")
+
+
 def test_all_gather_psum_scatter_all_to_all_and_ppermute():
     table = np.arange(SIZE * 4, dtype=np.float32).reshape(SIZE, 4)
     mine = table[RANK] + 100 * RANK

@@ -54,6 +54,25 @@ fn direct_stages_reductions_that_run_host_code_and_passes_the_rest() {
         .unwrap();
     assert_eq!(recv, send);
     assert_eq!((count(&stats.staged), count(&stats.direct)), (1, 1));
+    // MIN/MAX on float32 are jaxmpi's own ops (they propagate NaN): host code too.
+    let mut recv = vec![0u8; send.len()];
+    direct
+        .allreduce(
+            mpi.world(),
+            Input::Data(input(&send)),
+            output(&mut recv),
+            ReduceOp::Max,
+        )
+        .unwrap();
+    assert_eq!(recv, send);
+    assert_eq!(
+        (
+            count(&stats.staged_host_code),
+            count(&stats.staged),
+            count(&stats.direct)
+        ),
+        (2, 2, 1)
+    );
 }
 
 #[test]

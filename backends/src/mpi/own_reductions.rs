@@ -2,6 +2,10 @@
 //! - float16 and bfloat16, for which no MPI family has predefined reductions: each
 //!   element is widened to f32, combined and rounded back, which gives the same result as
 //!   native half-precision arithmetic;
+//! - MIN/MAX on every float type, so that a NaN on any rank gives NaN, as XLA's (and
+//!   numpy's) minimum/maximum do: MPI's own MPI_MIN/MPI_MAX keep or drop a NaN by which
+//!   rank holds it (MPICH, Open MPI) or drop it (Intel MPI 2021), so a `pmax` over
+//!   devices would answer by where the NaN sits (benches/RESULTS.md, issue 50);
 //! - unsigned MIN/MAX, for libraries whose own compare them as signed (see `quirks`).
 
 use std::ffi::{c_int, c_void};
@@ -22,8 +26,9 @@ trait Element: Copy {
     fn combine<const OP: u8>(a: Self, b: Self) -> Self;
 }
 
-/// MIN/MAX that propagate NaN, as numpy's minimum/maximum do.
-fn pick<T: PartialOrd + Copy>(a: T, b: T, a_wins: bool, a_is_nan: bool) -> T {
+/// MIN/MAX that propagate NaN whichever operand holds it: `a` where it is NaN or wins,
+/// else `b` (NaN or not). Written as one select, which the compiler vectorizes.
+fn pick<T: Copy>(a: T, b: T, a_wins: bool, a_is_nan: bool) -> T {
     if a_is_nan || a_wins {
         a
     } else {
@@ -31,17 +36,27 @@ fn pick<T: PartialOrd + Copy>(a: T, b: T, a_wins: bool, a_is_nan: bool) -> T {
     }
 }
 
+macro_rules! float_element {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            fn combine<const OP: u8>(a: Self, b: Self) -> Self {
+                match OP {
+                    SUM => a + b,
+                    PROD => a * b,
+                    MIN => pick(a, b, a < b, a.is_nan()),
+                    _ => pick(a, b, a > b, a.is_nan()),
+                }
+            }
+        }
+    )*};
+}
+float_element!(f32, f64);
+
 macro_rules! half_element {
     ($t:ty) => {
         impl Element for $t {
             fn combine<const OP: u8>(a: Self, b: Self) -> Self {
-                let (x, y) = (a.to_f32(), b.to_f32());
-                <$t>::from_f32(match OP {
-                    SUM => x + y,
-                    PROD => x * y,
-                    MIN => pick(x, y, x < y, x.is_nan()),
-                    _ => pick(x, y, x > y, x.is_nan()),
-                })
+                <$t>::from_f32(f32::combine::<OP>(a.to_f32(), b.to_f32()))
             }
         }
     };
@@ -101,6 +116,8 @@ pub fn callback(dtype: Dtype, op: ReduceOp) -> Option<UserFunction> {
     let callbacks = match dtype {
         Dtype::F16 => table::<f16>(),
         Dtype::BF16 => table::<bf16>(),
+        Dtype::F32 => table::<f32>(),
+        Dtype::F64 => table::<f64>(),
         Dtype::U8 => table::<u8>(),
         Dtype::U16 => table::<u16>(),
         Dtype::U32 => table::<u32>(),
@@ -110,12 +127,16 @@ pub fn callback(dtype: Dtype, op: ReduceOp) -> Option<UserFunction> {
     Some(callbacks[index])
 }
 
-/// The (dtype, op) pairs a library needs from jaxmpi.
+/// The (dtype, op) pairs a library needs from jaxmpi. float32/float64 SUM and PROD stay
+/// the library's: they propagate NaN already.
 pub fn needed(unsigned_min_max: bool) -> Vec<(Dtype, ReduceOp)> {
     let mut pairs: Vec<_> = [Dtype::F16, Dtype::BF16]
         .into_iter()
         .flat_map(|d| OPS.map(|op| (d, op)))
         .collect();
+    for dtype in [Dtype::F32, Dtype::F64] {
+        pairs.extend([(dtype, ReduceOp::Min), (dtype, ReduceOp::Max)]);
+    }
     if unsigned_min_max {
         for dtype in [Dtype::U8, Dtype::U16, Dtype::U32, Dtype::U64] {
             pairs.extend([(dtype, ReduceOp::Min), (dtype, ReduceOp::Max)]);
@@ -176,6 +197,45 @@ mod tests {
         assert!(y[0].is_nan());
     }
 
+    /// Each position of a NaN (`in`, `inout`, both) against a number and an infinity.
+    fn min_max_propagate_nan<T>(dtype: Dtype, nan: T, values: [T; 2])
+    where
+        T: Copy + PartialEq + std::fmt::Debug + Into<f64>,
+    {
+        for op in [ReduceOp::Min, ReduceOp::Max] {
+            for value in values {
+                for (x, y) in [(nan, value), (value, nan), (nan, nan)] {
+                    let (mut input, mut inout) = (vec![x, value], vec![y, value]);
+                    apply(dtype, op, &mut input, &mut inout);
+                    let got: f64 = inout[0].into();
+                    assert!(got.is_nan(), "{dtype} {op:?} of {x:?} and {y:?}: {got}");
+                    assert_eq!(inout[1], value, "{dtype} {op:?} of {value:?} with itself");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn float_min_max_propagate_nan_from_either_operand() {
+        min_max_propagate_nan(Dtype::F32, f32::NAN, [-1.5, f32::INFINITY]);
+        min_max_propagate_nan(Dtype::F64, f64::NAN, [1e300, f64::NEG_INFINITY]);
+        min_max_propagate_nan(Dtype::F16, f16::NAN, [f16::ONE, f16::NEG_INFINITY]);
+        min_max_propagate_nan(Dtype::BF16, bf16::NAN, [bf16::MIN, bf16::INFINITY]);
+    }
+
+    #[test]
+    fn float_min_max_without_nan_are_min_max() {
+        let (mut x, mut y) = (vec![1.0f64, -0.5, f64::INFINITY], vec![2.0f64, -3.0, 7.0]);
+        apply(Dtype::F64, ReduceOp::Max, &mut x, &mut y);
+        assert_eq!(y, [2.0, -0.5, f64::INFINITY]);
+        let (mut x, mut y) = (
+            vec![1.0f32, -0.5, f32::NEG_INFINITY],
+            vec![2.0f32, -3.0, 7.0],
+        );
+        apply(Dtype::F32, ReduceOp::Min, &mut x, &mut y);
+        assert_eq!(y, [1.0, -3.0, f32::NEG_INFINITY]);
+    }
+
     #[test]
     fn unsigned_min_max_compare_as_unsigned() {
         let (mut x, mut y) = (vec![196u8, 3], vec![42u8, 250]);
@@ -189,9 +249,17 @@ mod tests {
     #[test]
     fn callbacks_exist_only_where_jaxmpi_provides_an_op() {
         assert!(callback(Dtype::F16, ReduceOp::Band).is_none());
-        assert!(callback(Dtype::F32, ReduceOp::Sum).is_none());
+        assert!(callback(Dtype::I32, ReduceOp::Max).is_none());
         assert!(callback(Dtype::BF16, ReduceOp::Min).is_some());
-        assert_eq!(needed(false).len(), 8);
-        assert_eq!(needed(true).len(), 16);
+        assert_eq!(needed(false).len(), 12);
+        assert_eq!(needed(true).len(), 20);
+        // The library's own SUM/PROD propagate NaN: only MIN/MAX are replaced.
+        for dtype in [Dtype::F32, Dtype::F64] {
+            let ops: Vec<_> = needed(false)
+                .into_iter()
+                .filter_map(|(d, op)| (d == dtype).then_some(op))
+                .collect();
+            assert_eq!(ops, [ReduceOp::Min, ReduceOp::Max]);
+        }
     }
 }
