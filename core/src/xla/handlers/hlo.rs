@@ -6,8 +6,8 @@
 use super::attrs;
 use super::call::Operand;
 use super::{checked, Call};
-use crate::xla::mesh::{self, collectives, AllToAll, Group, Naming, OnDevices, Seat, Span};
 use crate::xla::mesh::ON_DEVICES;
+use crate::xla::mesh::{self, collectives, AllToAll, Group, Naming, OnDevices, Seat, Span};
 use crate::{Backend, Error, Library, Result};
 
 fn span(operand: &Operand) -> Result<Span> {
