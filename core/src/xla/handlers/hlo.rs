@@ -7,7 +7,9 @@ use super::attrs;
 use super::call::Operand;
 use super::{checked, Call};
 use crate::xla::mesh::ON_DEVICES;
-use crate::xla::mesh::{self, collectives, AllToAll, Group, Naming, OnDevices, Seat, Span};
+use crate::xla::mesh::{
+    self, collectives, reductions, AllToAll, Group, Naming, OnDevices, Seat, Span,
+};
 use crate::{Backend, Error, Library, Result};
 
 fn span(operand: &Operand) -> Result<Span> {
@@ -66,7 +68,7 @@ pub fn hlo_all_reduce(
     a: &attrs::HloAllReduce,
 ) -> Result<()> {
     on_group(call, library, groups(call, &a.groups), |group, seats| {
-        collectives::all_reduce(group, library, backend, seats, a.op)
+        reductions::all_reduce(group, library, backend, seats, a.op)
     })
     .map(|_| ())
 }
@@ -90,7 +92,7 @@ pub fn hlo_reduce_scatter(
     a: &attrs::HloReduceScatter,
 ) -> Result<()> {
     on_group(call, library, groups(call, &a.groups), |group, seats| {
-        collectives::reduce_scatter(group, library, backend, seats, &a.outer.0, a.op)
+        reductions::reduce_scatter(group, library, backend, seats, &a.outer.0, a.op)
     })
     .map(|_| ())
 }

@@ -10,9 +10,9 @@
 //!   and what each brings;
 //! - `messages.rs`, `mailbox.rs`: a meeting's messages (copies inside a process, MPI
 //!   between processes);
-//! - `collectives.rs`: each collective once, `buffers.rs` what they do with buffers;
-//!   `ordered.rs`: reductions whose bits do not follow the layout; `ragged.rs`: XLA's
-//!   ragged all-to-all;
+//! - `reductions.rs`, `collectives.rs`: each collective once (those that combine, those
+//!   that move), `buffers.rs` what they do with buffers; `ordered.rs`: reductions whose
+//!   bits do not follow the layout; `ragged.rs`: XLA's ragged all-to-all;
 //! - `mesh_comms.rs`, `comm.rs`, `on_devices.rs`: MeshComms, and an op's call on one.
 //!
 //! `docs/reference/device-ranks.md` follows a psum and a MeshComm allreduce through it.
@@ -28,6 +28,7 @@ mod on_devices;
 mod ordered;
 mod place;
 pub mod ragged;
+pub mod reductions;
 mod room;
 mod seat;
 

@@ -9,6 +9,7 @@ use super::collectives::{self, AllToAll};
 use super::comm::{span, OnDevices};
 use super::messages::Traffic;
 use super::ordered;
+use super::reductions;
 use super::seat::{Half, Seat, Span};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, NativeStatus, Partition,
@@ -50,7 +51,7 @@ impl Backend for OnDevices {
     fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (operand(&send, &recv), result(&recv));
         self.collective(vec![x], vec![y], |group, library, backend, seats| {
-            collectives::all_reduce(group, library, backend, seats, op)
+            reductions::all_reduce(group, library, backend, seats, op)
         })
     }
 
@@ -58,7 +59,7 @@ impl Backend for OnDevices {
         let root = self.rank_named(root, "root")?;
         let (x, y) = (operand(&send, &recv), result(&recv));
         self.collective(vec![x], vec![y], |group, library, backend, seats| {
-            collectives::reduce(group, library, backend, seats, op, root)
+            reductions::reduce(group, library, backend, seats, op, root)
         })
     }
 
@@ -73,7 +74,7 @@ impl Backend for OnDevices {
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
         self.collective(vec![x], vec![y], |group, library, backend, seats| {
-            collectives::reduce_scatter(group, library, backend, seats, &[1], op)
+            reductions::reduce_scatter(group, library, backend, seats, &[1], op)
         })
     }
 

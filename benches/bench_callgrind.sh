@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Instructions one jaxmpi call costs inside its handler, before and after a change, in one
+# run: `valgrind --tool=callgrind` counting only inside the exported allreduce handler
+# (--toggle-collect), over a jitted fori_loop of 1-element jaxmpi.allreduce on 1 rank of
+# PyPI MPICH, at 1,000 and 11,000 calls; the slope is the cost per call. Each revision's
+# extension is built in a worktree of its own (`cargo build --release -p jaxmpi-python`)
+# and loaded in place of the installed one.
+# Usage: benches/bench_callgrind.sh BEFORE [AFTER]   (revisions; AFTER: the working tree)
+set -eu -o pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+before=$1 after=${2:-}
+work=${TMPDIR:-/tmp}/jaxmpi-callgrind
+mkdir -p "$work"
+py=$ROOT/.venvs/mpich/bin/python
+
+# extension REV: the path of REV's built extension ("" for the working tree).
+extension() {
+    local rev=$1 tree=$ROOT
+    if [[ -n $rev ]]; then
+        tree=$work/tree-$(git -C "$ROOT" rev-parse --short "$rev")
+        [[ -d $tree ]] || git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null 2>&1
+    fi
+    (cd "$tree" && CARGO_TARGET_DIR=$tree/target cargo build --release -p jaxmpi-python -q) >&2
+    echo "$tree"
+}
+
+cat >"$work/loop.py" <<'PY'
+import sys
+import jax
+import jax.numpy as jnp
+import jaxmpi
+calls = int(sys.argv[1])
+run = jax.jit(lambda x: jax.lax.fori_loop(0, calls, lambda _, y: jaxmpi.allreduce(y, jaxmpi.SUM), x))
+print(float(run(jnp.ones(1))))
+PY
+
+# count TREE CALLS: instructions inside the handler for CALLS calls, with TREE's extension
+# and Python package in place of the installed ones.
+count() {
+    local tree=$1 calls=$2 site=$work/site-$(basename "$1")-$2
+    rm -rf "$site" && mkdir -p "$site"
+    cp -r "$tree/python/jaxmpi" "$site/"
+    cp "$tree/target/release/lib_native.so" "$site/jaxmpi/_native.abi3.so"
+    (cd "$work" && env -i HOME="$HOME" PATH="$ROOT/.venvs/mpich/bin:$PATH" JAX_PLATFORMS=cpu \
+        PYTHONPATH="$site" valgrind --tool=callgrind --callgrind-out-file="$work/out.$$" \
+        --toggle-collect='jaxmpi_core::xla::handlers::exported::allreduce*' \
+        "$py" "$work/loop.py" "$calls" >/dev/null 2>&1)
+    callgrind_annotate "$work/out.$$" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
+    rm -f "$work/out.$$"
+}
+
+echo "| build | 1,000 calls | 11,000 calls | per call (slope) |"
+echo "|---|---:|---:|---:|"
+for rev in "$before" "$after"; do
+    tree=$(extension "$rev")
+    small=$(count "$tree" 1000)
+    large=$(count "$tree" 11000)
+    echo "| ${rev:-working tree} | $small | $large | $(python3 -c "print(f'{($large - $small) / 10000:.1f}')") |"
+done
