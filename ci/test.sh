@@ -93,12 +93,15 @@ suite_cells nonblocking-agent
 suite_cells layouts
 
 # Across 2 simulated hosts (ci/hosts.sh; needs root): the ops on both PyPI wheels, node-local
-# ranks at 2 x 2, then settings the ranks disagree on, a lost host and a cut link.
+# ranks at 2 x 2, then 16 device ranks (2 hosts x 4 processes x 2 devices: JAX's
+# collectives through the pass and a MeshComm's allreduce and halo, ~8-10 s), settings the
+# ranks disagree on, a lost host and a cut link.
 GROUP=multihost
 # shellcheck source=multihost.sh source-path=SCRIPTDIR
 source "$ROOT/ci/multihost.sh"
 selected "multihost " && multihost_cells # the cluster only where a cell of it is wanted
-step "across hosts: settings, lost host, cut link" multihost-faults "$ROOT/tests/multihost_faults.sh"
+step "across hosts: 16 device ranks, settings, lost host, cut link" multihost-faults \
+    "$ROOT/tests/multihost_faults.sh"
 
 # Under Slurm (ci/slurm.sh: 2 nodes on the simulated hosts; needs root): srun, sbatch and
 # salloc + mpiexec/mpirun on both PyPI wheels, the wrong --mpi, --export, then scancel,

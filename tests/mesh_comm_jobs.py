@@ -1,5 +1,6 @@
-"""Jobs for tests/mesh_comm_jobs.sh: jaxmpi's ops on a MeshComm over every device of the
-job, whatever the devices per process (XLA_FLAGS sets them), one case per run.
+"""Jobs for tests/mesh_comm_jobs.sh (and `hosts` for tests/multihost_faults.sh): jaxmpi's
+ops on a MeshComm over every device of the job, whatever the devices per process (XLA_FLAGS
+sets them), one case per run.
 
     debug   an allreduce and a sendrecv; JAXMPI_DEBUG's lines name each call's MeshComm
             rank and device
@@ -10,11 +11,19 @@ job, whatever the devices per process (XLA_FLAGS sets them), one case per run.
     beside_psum  a MeshComm allreduce and JAX's psum in one jitted loop of 100 steps, on the
             route COLLECTIVES names (jaxmpi's pass, the default, or gloo): prints
             "BESIDE right" or what it got
+    hosts   across simulated hosts (tests/multihost_faults.sh: 2 hosts x 4 processes x 2
+            devices): JAX's psum, all_gather and ppermute through jaxmpi's pass, a MeshComm
+            allreduce and a halo step (jaxmpi.sendrecv), on a 1-D mesh of every device and
+            a (processes, devices) one, whose "d" groups stay inside a process and "p"
+            groups cross hosts; each checked against numpy on integer-valued floats (sums
+            exact in any order). Prints "HOST process P on NAME: D devices, ROUTE" and,
+            per check, "CHECK name right, process P" or "CHECK name WRONG, process P: ..."
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 case = sys.argv[1]
@@ -25,6 +34,7 @@ if case == "serialized":  # before jaxmpi, which would initialize MPI at MULTIPL
     from mpi4py import MPI  # noqa: F401  (initializes MPI at that level)
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
@@ -61,6 +71,107 @@ def beside_psum(x):
     return jax.lax.fori_loop(0, 100, step, x)
 
 
+def check(name, got, want):
+    """One line per check: every addressable shard of `got` against `want`'s block."""
+    wrong = [
+        f"{s.index}: {np.asarray(s.data).ravel().tolist()} != {want[s.index].ravel().tolist()}"
+        for s in got.addressable_shards
+        if not np.array_equal(np.asarray(s.data), want[s.index])
+    ]
+    verdict = f"WRONG, process {me}: {'; '.join(wrong)[:400]}" if wrong else f"right, process {me}"
+    say(f"CHECK {name} {verdict}")
+
+
+def say(line):
+    """One line in one write: the launcher forwards each process's writes as they come, so
+    print's two (text, then newline) could interleave with another process's line."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def hosts():
+    """The checks of the `hosts` case (see the docstring); k values a device."""
+    k = 4
+    ring = [(r, (r + 1) % n) for r in range(n)]
+
+    def line(x):  # a block of k on each of the n devices of axis "i"
+        left = jaxmpi.sendrecv(
+            x[-1:], x[-1:], lambda r: (r - 1) % n, lambda r: (r + 1) % n, comm=comm
+        )
+        right = jaxmpi.sendrecv(
+            x[:1], x[:1], lambda r: (r + 1) % n, lambda r: (r - 1) % n, comm=comm
+        )
+        halo = jnp.concatenate([left, x, right])
+        return (
+            jax.lax.psum(x, "i"),
+            jax.lax.all_gather(x, "i", tiled=True),
+            jax.lax.ppermute(x, "i", ring),
+            jaxmpi.allreduce(x, jaxmpi.SUM, comm=comm),
+            halo[:-2] + halo[2:] - 2 * halo[1:-1],
+        )
+
+    g = np.arange(n * k, dtype=np.float32) - 7
+    spec = P("i")
+    f = jax.jit(shard_map(line, mesh=mesh, in_specs=spec, out_specs=spec, **UNCHECKED))
+    x = jax.make_array_from_callback(g.shape, NamedSharding(mesh, spec), lambda i: g[i])
+    psum, gathered, permuted, summed, laplace = jax.block_until_ready(f(x))
+    blocks = g.reshape(n, k)
+    check(f"psum 1-D {n}", psum, np.tile(blocks.sum(0), n))
+    check(f"all_gather 1-D {n}", gathered, np.tile(g, n))
+    check(f"ppermute ring 1-D {n}", permuted, np.roll(g, k))
+    check(f"MeshComm allreduce 1-D {n}", summed, np.tile(blocks.sum(0), n))
+    check(f"MeshComm halo sendrecv 1-D {n}", laplace, np.roll(g, 1) + np.roll(g, -1) - 2 * g)
+
+    # (processes, devices): "d" inside a process, "p" across processes and hosts.
+    procs = jax.process_count()
+    grid = Mesh(np.array(devices).reshape(procs, n // procs), ("p", "d"))
+    along_p, along_d = jaxmpi.MeshComm(grid, "p"), jaxmpi.MeshComm(grid, "d")
+    every = jaxmpi.MeshComm(grid)
+    p_ring = [(r, (r + 1) % procs) for r in range(procs)]
+
+    def plane(x):
+        return (
+            jax.lax.psum(x, "d"),
+            jax.lax.psum(x, "p"),
+            jax.lax.all_gather(x, "p", tiled=True),
+            jax.lax.ppermute(x, "p", p_ring),
+            jaxmpi.allreduce(x, jaxmpi.SUM, comm=along_d),
+            jaxmpi.allreduce(x, jaxmpi.SUM, comm=along_p),
+            jaxmpi.allreduce(x, jaxmpi.SUM, comm=every),
+        )
+
+    spec = P("p", "d")
+    h = g.reshape(procs, n // procs * k) * 3 + 1
+    f = jax.jit(shard_map(plane, mesh=grid, in_specs=spec, out_specs=spec, **UNCHECKED))
+    x = jax.make_array_from_callback(h.shape, NamedSharding(grid, spec), lambda i: h[i])
+    d_sum, p_sum, p_gathered, p_permuted, d_all, p_all, all_all = jax.block_until_ready(f(x))
+    cells = h.reshape(procs, n // procs, k)  # [p, d, :] is device (p, d)'s block
+    per_d = cells.sum(0)  # over "p"
+    per_p = cells.sum(1)  # over "d"
+    want_d = np.tile(per_p, (1, n // procs))
+    want_p = np.tile(per_d.reshape(-1), (procs, 1))
+    want_gather = np.tile(h, (procs, 1))
+    name = f"{procs}x{n // procs}"
+    check(f"psum d 2-D {name}", d_sum, want_d)
+    check(f"psum p 2-D {name}", p_sum, want_p)
+    check(f"all_gather p 2-D {name}", p_gathered, want_gather)
+    check(f"ppermute ring p 2-D {name}", p_permuted, np.roll(h, 1, axis=0))
+    check(f"MeshComm allreduce d 2-D {name}", d_all, want_d)
+    check(f"MeshComm allreduce p 2-D {name}", p_all, want_p)
+    check(
+        f"MeshComm allreduce 2-D {name}", all_all, np.tile(cells.sum((0, 1)), (procs, n // procs))
+    )
+
+
+me = jax.process_index()
+if case == "hosts":
+    from jaxmpi._binding import jax_collectives
+
+    route = jax_collectives.chosen[0]
+    host = socket.gethostname()
+    say(f"HOST process {me} on {host}: {len(jax.local_devices())} devices, {route}")
+    hosts()
+    sys.exit(0)
 if case == "beside_psum":
     body = beside_psum
 f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"), **UNCHECKED))

