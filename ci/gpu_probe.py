@@ -76,7 +76,7 @@ def main(folder: Path) -> int:
             attempt(found, "buffers", lambda: buffers(jax, jnp, gpu(), _native))
             # Again, now that JAX's client and the MPI have started: still one libcuda?
             attempt(found, "driver_after", lambda: dict(_native.cuda_info()))
-        found["counters"] = dict(_native.device_counters())
+        found["counters"] = dict(_native.gpu_counters())
     path = folder / f"rank{rank}.json"
     path.write_text(json.dumps(found, indent=1, default=str))
     return 0

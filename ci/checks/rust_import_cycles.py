@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 # circle that spans files of no entry fails.
 KNOWN: dict[str, tuple[str, ...]] = {
     # cuda.rs re-exports cuda_info.rs, which reads pointer attributes through cuda.rs.
-    "backends/src/device": ("cuda", "cuda_info"),
+    "backends/src/gpu": ("cuda", "cuda_info"),
     # The handlers' folder, being split by concern (FFI plumbing, op bodies, services).
     "core/src/xla/handlers": (
         "call", "checked", "deferred", "entry", "lifecycle", "signature", "start_verdict",

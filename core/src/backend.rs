@@ -3,7 +3,7 @@
 //!
 //! `Library` is the library itself: identity, lifetime, error handling and communicators.
 //! `Backend` is the ops, one method per jaxmpi op; the library's own `Backend` takes host
-//! memory, and device decorators (staging, CUDA-aware) wrap it to take device memory.
+//! memory, and GPU decorators (staging, CUDA-aware) wrap it to take GPU memory.
 //!
 //! Conventions shared by every op:
 //! - counts are elements of the buffer's dtype, as `usize`: a backend must handle counts
@@ -29,18 +29,18 @@ pub trait Library: Send + Sync {
     fn finalize(&self) -> Result<()>;
     /// Whether MPI has been finalized in this process, by anyone (MPI_Finalized).
     fn finalized(&self) -> bool;
-    /// Whether the library can take device (CUDA) pointers directly.
+    /// Whether the library can take GPU (CUDA) pointers directly.
     fn cuda_aware(&self) -> bool;
-    /// Why the process passes device pointers to MPI or stages them, in words.
+    /// Why the process passes GPU pointers to MPI or stages them, in words.
     fn cuda_aware_reason(&self) -> &str;
-    /// Whether, CUDA-aware, device pointers go to MPI only for buffers that legacy CUDA IPC
+    /// Whether, CUDA-aware, GPU pointers go to MPI only for buffers that legacy CUDA IPC
     /// can share (decided automatically), rather than for every buffer (the user's word).
     fn cuda_aware_checks_buffers(&self) -> bool;
     /// Whether reducing `dtype` with `op` runs host code on the buffers (jaxmpi's own
-    /// reductions, user ops): device memory must then be staged, CUDA-aware MPI or not.
+    /// reductions, user ops): GPU memory must then be staged, CUDA-aware MPI or not.
     fn reduces_on_host(&self, dtype: Dtype, op: ReduceOp) -> bool;
     /// Whether an in-place `reduce` at `root` reads the receive buffer on the host (the
-    /// workaround of a library bug), which device memory cannot take.
+    /// workaround of a library bug), which GPU memory cannot take.
     fn reduce_in_place_reads_host(&self, root: i32) -> bool;
     /// Ends the whole job (MPI_Abort on the world communicator), for a call that can never
     /// finish: the launcher then tears down every rank.
@@ -137,7 +137,7 @@ pub struct Envelope {
 }
 
 pub trait Backend: Send + Sync {
-    /// Sets every byte of `dst` to zero (memory an op body fills itself; device backends
+    /// Sets every byte of `dst` to zero (memory an op body fills itself; GPU backends
     /// queue it on their stream).
     fn fill_zeros(&self, dst: BufMut) -> Result<()> {
         if dst.len_bytes() > 0 {
@@ -153,7 +153,7 @@ pub trait Backend: Send + Sync {
         let _ = (src, dst);
         Err(Error::unsupported(
             "reduce_local",
-            format!("{op:?} across the devices of one process is not built for device memory"),
+            format!("{op:?} across the devices of one process is not built for GPU memory"),
         ))
     }
 
@@ -217,7 +217,7 @@ pub trait Backend: Send + Sync {
     /// MPI_Isend for MPI_Send, ...), and what was started is returned, to `test` or `wait`
     /// request by request. A receive returns `Status::not_yet()`. If `ops` fails, whatever
     /// it had started is waited for before the error returns. Backends that cannot start
-    /// ops (device memory) refuse.
+    /// ops (GPU memory) refuse.
     ///
     /// # Safety
     /// Every buffer `ops` hands an op must stay alive, and be touched by nobody but MPI,
@@ -226,7 +226,7 @@ pub trait Backend: Send + Sync {
         let _ = ops;
         Err(Error::unsupported(
             "non-blocking",
-            "starting an op on device memory is not built: the buffers would need staging \
+            "starting an op on GPU memory is not built: the buffers would need staging \
              that lives until the wait",
         ))
     }

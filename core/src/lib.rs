@@ -4,12 +4,12 @@
 //! shares: the values that cross them (`Dtype`, `ReduceOp`, `Comm`, `Peer`, `Status`), the
 //! buffers handed to a backend, the object-safe [`Library`] and [`Backend`] traits each MPI
 //! library implements, the process-wide slot holding the one library chosen at run time,
-//! the device seam, and the single error type. `xla` is the front end XLA calls.
+//! the GPU seam, and the single error type. `xla` is the front end XLA calls.
 
 mod backend;
 mod buffer;
-pub mod device;
 mod error;
+pub mod gpu;
 mod types;
 pub mod xla;
 

@@ -5,13 +5,13 @@
 use std::ffi::c_void;
 use std::path::PathBuf;
 
-use jaxmpi_backends::device::cuda;
+use jaxmpi_backends::gpu::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::handlers::{
     checked, handles, in_flight, nonblocking, pending, ragged, register_mesh_comm, start_verdict,
-    Kind, DEVICE_HANDLERS, HANDLERS, NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
+    Kind, GPU_HANDLERS, HANDLERS, NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
     STARTED_RESULTS, TAG_ANY, USER_OP,
 };
 use jaxmpi_core::xla::{devices, hlo};
@@ -198,7 +198,7 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// (target name, capsule) for every FFI handler of `platform` ("cpu" or "CUDA": the ops that
-/// run on GPU buffers only). Asking for CUDA installs the CUDA device runtime; it loads
+/// run on GPU buffers only). Asking for CUDA installs the CUDA GPU runtime; it loads
 /// libcuda only when a GPU op first runs.
 #[pyfunction]
 #[pyo3(signature = (platform="cpu"))]
@@ -210,7 +210,7 @@ fn handlers<'py>(
         "cpu" => HANDLERS,
         "CUDA" => {
             cuda::install();
-            DEVICE_HANDLERS
+            GPU_HANDLERS
         }
         other => return Err(PyValueError::new_err(format!("unknown platform {other:?}"))),
     };
@@ -242,7 +242,7 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let driver = cuda::load_driver();
     dict.set_item("driver", driver.is_ok())?;
     dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
-    dict.set_item("devices", cuda::device_count().unwrap_or(0))?;
+    dict.set_item("devices", cuda::gpu_count().unwrap_or(0))?;
     dict.set_item("driver_version", cuda::driver_version().ok())?;
     let files = cuda::driver_files().ok();
     dict.set_item("libcuda", files.as_ref().map(|f| f.0.clone()))?;
@@ -251,16 +251,16 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
-/// Makes GPU `ordinal` this thread's current device, before MPI initializes.
+/// Makes GPU `ordinal` this thread's current GPU, before MPI initializes.
 #[pyfunction]
 fn use_gpu(ordinal: i32) -> PyResult<()> {
-    cuda::use_device(ordinal).map_err(to_py)
+    cuda::use_gpu(ordinal).map_err(to_py)
 }
 
-/// What the device decorators did so far: ops direct, staged (and why), chunks, pinned
+/// What the GPU decorators did so far: ops direct, staged (and why), chunks, pinned
 /// allocations and bytes held.
 #[pyfunction]
-fn device_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+fn gpu_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
     for (name, value) in cuda::counters() {
         dict.set_item(name, value)?;
@@ -268,7 +268,7 @@ fn device_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
-/// What the driver says of the allocation holding the device address `address`, and
+/// What the driver says of the allocation holding the GPU address `address`, and
 /// what this process does with such a buffer: {attribute: value or error text,
 /// "mode": "direct" or "staged", "why": ...}.
 #[pyfunction]
@@ -293,8 +293,8 @@ fn cuda_buffer(py: Python<'_>, address: usize) -> PyResult<Bound<'_, PyDict>> {
 /// The GPU this rank's arrays must be on (None: no check).
 #[pyfunction]
 #[pyo3(signature = (ordinal=None))]
-fn set_rank_device(ordinal: Option<i32>) {
-    cuda::set_rank_device(ordinal);
+fn set_rank_gpu(ordinal: Option<i32>) {
+    cuda::set_rank_gpu(ordinal);
 }
 
 /// Runs `f` on the installed library without holding the GIL (a collective waits for the
@@ -540,9 +540,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(handlers, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
-    m.add_function(wrap_pyfunction!(set_rank_device, m)?)?;
+    m.add_function(wrap_pyfunction!(set_rank_gpu, m)?)?;
     m.add_function(wrap_pyfunction!(use_gpu, m)?)?;
-    m.add_function(wrap_pyfunction!(device_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_counters, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(world, m)?)?;
     m.add_function(wrap_pyfunction!(comm_info, m)?)?;

@@ -8,7 +8,7 @@ go through the device path (its counters stay still). Without either, the tests 
 ci/gpu_run.sh fails a GPU run on any skip.
 
 `JAXMPI_TEST_EXPECT` (staged or direct, set by ci/gpu_run.sh per leg) is the way every op
-must go on the GPU, as `jaxmpi._native.device_counters()` counts it: a run that asked for
+must go on the GPU, as `jaxmpi._native.gpu_counters()` counts it: a run that asked for
 CUDA-aware MPI and silently staged (or the reverse) fails every op test.
 """
 
@@ -106,12 +106,12 @@ def chunks(n: int, dtype) -> int:
 @contextlib.contextmanager
 def went(ops: int = 1, *, host_code: bool = False, staged_chunks: int | None = None):
     """Checks that the ops run inside went the expected way (`expected_mode`), from the
-    device counters: `ops` per rank; `host_code`: their reduction runs on the host, so a
+    GPU counters: `ops` per rank; `host_code`: their reduction runs on the host, so a
     CUDA-aware run stages them too; `staged_chunks`: the pipeline's MPI calls, where
     staged. Results must be ready (blocked on) before the block ends."""
-    before = _native.device_counters()
+    before = _native.gpu_counters()
     yield
-    after = _native.device_counters()
+    after = _native.gpu_counters()
     delta = {k: after[k] - before[k] for k in after}
     mode = expected_mode()
     staged = mode == "staged" or (mode == "direct" and host_code)

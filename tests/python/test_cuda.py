@@ -1,5 +1,5 @@
 """Every op on device arrays under jit, checked against values computed with numpy, and
-against the device counters: each op must have gone the way the run asked for (staged, or
+against the GPU counters: each op must have gone the way the run asked for (staged, or
 direct to a CUDA-aware MPI; direct runs stage reductions computed on the host). The data
 differ per test and per rank, and receives land in NaN-filled templates, so a receive
 that writes nothing, or writes what an earlier test left, fails.
@@ -419,10 +419,10 @@ def test_pinned_allocations_stay_flat_over_repeated_calls():
     step = jax.jit(lambda a: (jaxmpi.allreduce(a, jaxmpi.SUM), jaxmpi.sendrecv(a, a, LEFT, RIGHT)))
     x = on_device(data[RANK])
     jax.block_until_ready(step(x))
-    first = _native.device_counters()
+    first = _native.gpu_counters()
     for _ in range(10):
         jax.block_until_ready(step(x))
-    after = _native.device_counters()
+    after = _native.gpu_counters()
     assert after["pinned_allocations"] == first["pinned_allocations"], (first, after)
     assert after["pinned_bytes"] == first["pinned_bytes"], (first, after)
     if expected_mode() == "staged":
@@ -436,7 +436,7 @@ def test_pinned_allocations_stay_flat_over_repeated_calls():
 
 @gpu_only
 def test_non_blocking_ops_refuse_gpu_arrays_at_trace_time():
-    """Not built for device memory yet: a clear refusal naming the op, before any MPI."""
+    """Not built for GPU memory yet: a clear refusal naming the op, before any MPI."""
     x = on_device(np.ones(8, np.float32))
 
     def exchange(a):

@@ -9,7 +9,7 @@ The delays are real: before a send, the payload is computed from the device work
 send reads it); before a receive, the work is a program of its own queued just before the
 receive's program on the same stream, which the receive must wait for (its template is
 never read, so work computed from it would be dropped). Every exchange is also checked
-against the device counters (device_helpers.went). ci/gpu_run.sh runs it at 2 ranks
+against the GPU counters (device_helpers.went). ci/gpu_run.sh runs it at 2 ranks
 sharing one GPU, with JAXMPI_DISPATCH=fast and without."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 faked: the rank's GPU chosen before MPI_Init (`gpu_choice.before_mpi_init`) from what each
 launcher says, checked after it against MPI's node-local rank (`gpu._after_mpi_init`),
 the user's own choice kept, a choice that came too late refused, and every op lowered for
-CUDA. The driver (`_native.cuda_info`, `use_gpu`, `set_rank_device`) is the only fake:
+CUDA. The driver (`_native.cuda_info`, `use_gpu`, `set_rank_gpu`) is the only fake:
 JAX's options are read and set for real, as a GPU user's start-up reads them.
 
 With JAX's real CUDA plugin installed (ci/gpu_startup.sh sets JAXMPI_TEST_CUDA_PLUGIN=1),
@@ -85,7 +85,7 @@ class FakeDriver:
         assert 0 <= ordinal < self.devices, ordinal
         self.current = ordinal
 
-    def set_rank_device(self, ordinal: int | None) -> None:
+    def set_rank_gpu(self, ordinal: int | None) -> None:
         self.rank_device = ordinal
 
 

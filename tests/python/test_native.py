@@ -70,7 +70,7 @@ def test_the_info_dicts_have_exactly_the_keys_the_stub_types():
     assert set(jaxmpi._native.info()) == typed["_LibraryInfo"]
     assert set(jaxmpi._native.constants()) == typed["_Constants"]
     assert set(jaxmpi._native.cuda_info()) == typed["_CudaInfo"]  # no GPU needed to ask
-    assert set(jaxmpi._native.device_counters()) == typed["_DeviceCounters"]
+    assert set(jaxmpi._native.gpu_counters()) == typed["_GpuCounters"]
     assert all(set(s) == typed["_Signature"] for s in jaxmpi._native.signatures().values())
 
 

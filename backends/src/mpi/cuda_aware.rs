@@ -1,7 +1,7 @@
-//! Whether to hand device pointers to MPI (`JAXMPI_CUDA_AWARE`), decided once per process
+//! Whether to hand GPU pointers to MPI (`JAXMPI_CUDA_AWARE`), decided once per process
 //! from the user's setting, the library's own answer and the usual environment hints. No
 //! single source is reliable, so the rule leans towards staging: staging is always correct,
-//! device pointers to an MPI that cannot take them crash.
+//! GPU pointers to an MPI that cannot take them crash.
 //!
 //! The rule, first match wins:
 //! 1. `JAXMPI_CUDA_AWARE=1` or `0`: the user's choice.
@@ -12,8 +12,8 @@
 //! 4. No query: a hint that switches GPU support on (e.g. Cray's `MPICH_GPU_SUPPORT_ENABLED=1`).
 //! 5. Otherwise stage.
 //!
-//! Decided by rules 2-4 (`auto`), device pointers go to MPI only for buffers that legacy
-//! CUDA IPC can share, and the rest are staged: within a node CUDA-aware MPIs move device
+//! Decided by rules 2-4 (`auto`), GPU pointers go to MPI only for buffers that legacy
+//! CUDA IPC can share, and the rest are staged: within a node CUDA-aware MPIs move GPU
 //! buffers with CUDA IPC (`cuIpcGetMemHandle`: Open MPI's smcuda, MPICH's IPC cache, Intel
 //! MPI, older UCX cuda_ipc), which fails on memory from CUDA's virtual memory management
 //! (`cuMemCreate`) and from stream-ordered pools (`cudaMallocAsync`), and XLA's allocator
@@ -48,7 +48,7 @@ pub struct CudaAware {
 }
 
 /// What `auto` does with a CUDA-aware MPI, appended to the reason.
-pub const PER_BUFFER: &str = "; auto passes device pointers only for buffers that legacy CUDA \
+pub const PER_BUFFER: &str = "; auto passes GPU pointers only for buffers that legacy CUDA \
      IPC can share and stages the others (XLA's allocator makes buffers from cuMemCreate or \
      cudaMallocAsync, which CUDA-aware MPIs cannot share between ranks of a node); \
      JAXMPI_CUDA_AWARE=1 passes every buffer";
@@ -91,7 +91,7 @@ pub fn decide(
             return Err(Error::invalid_argument(
                 SETTING,
                 format!(
-                    "unknown value {other:?}; use auto, 1 (pass device pointers) or 0 (stage \
+                    "unknown value {other:?}; use auto, 1 (pass GPU pointers) or 0 (stage \
                      through host memory)"
                 ),
             ))
@@ -132,7 +132,7 @@ pub fn decide(
                 false,
                 format!(
                     "{query} says the library has no CUDA support{ignored} \
-                     ({SETTING}=1 forces device pointers)"
+                     ({SETTING}=1 forces GPU pointers)"
                 ),
             )
         }
@@ -143,7 +143,7 @@ pub fn decide(
             false,
             format!(
                 "the library has no CUDA query and no GPU-support hint is set \
-                 ({SETTING}=1 forces device pointers)"
+                 ({SETTING}=1 forces GPU pointers)"
             ),
         ),
     }

@@ -174,7 +174,7 @@ def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> P
     for the call, and places the fresh result wherever is cheapest (in a loop, straight
     into the carry). For GPU arrays it lowers to the op's CUDA handler; an op that has
     none refuses, saying its declaration's `host_only` reason (it reads operands on the
-    CPU, or is not built for device memory)."""
+    CPU, or is not built for GPU memory)."""
     target = f"jaxmpi_{name}"
     primitive = jax_shim.new_primitive(target, _checked(name, frozenset(shape_params), shapes))
     encoders = [

@@ -152,7 +152,7 @@ def apply(choice: Choice) -> None:
         jax.config.update("jax_cuda_visible_devices", choice.jax_option)
     if choice.gpu is not None:
         _native.use_gpu(choice.gpu)
-    _native.set_rank_device(choice.gpu)
+    _native.set_rank_gpu(choice.gpu)
 
 
 @dataclass

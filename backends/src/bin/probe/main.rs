@@ -268,7 +268,7 @@ fn run(p: &mut Probe, world: &Group, large: bool) {
     p2p::full(p, world);
     memory::run(p, world);
     verdicts::agreement(p, world);
-    verdicts::unusable_device(p, world);
+    verdicts::unusable_gpu(p, world);
     comms::derived(p, world, |p, g| {
         p.ok(&format!("barrier on {}", g.name), p.backend.barrier(g.comm));
         verdicts::agreement(p, g);

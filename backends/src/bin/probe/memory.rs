@@ -1,16 +1,16 @@
 //! Ranks whose buffers live in different memories, in one job: rank 0 stages through a
-//! fake device's host copies (the pipeline of a GPU rank over a non-CUDA-aware MPI), rank 1
-//! passes host memory as a CPU rank does, rank 2 goes the CUDA-aware way (device pointers,
-//! which the fake device's are). allreduce and bcast spanning several staging chunks must
+//! fake GPU's host copies (the pipeline of a GPU rank over a non-CUDA-aware MPI), rank 1
+//! passes host memory as a CPU rank does, rank 2 goes the CUDA-aware way (GPU pointers,
+//! which the fake GPU's are). allreduce and bcast spanning several staging chunks must
 //! give every rank the right data: a rank making one MPI call where another makes one per
-//! chunk would pair calls of different sizes. Then rank 0's device fails mid-pipeline: it
+//! chunk would pair calls of different sizes. Then rank 0's GPU fails mid-pipeline: it
 //! must report it, and every rank's next call must still meet the others'.
 
 use std::sync::atomic::Ordering;
 
 use jaxmpi_backends::chunks::{chunks, CHUNK_BYTES};
-use jaxmpi_backends::device::fake::FakeDevice;
-use jaxmpi_backends::device::{Direct, PinnedPool, Placement, Staged, Stats};
+use jaxmpi_backends::gpu::fake::FakeGpu;
+use jaxmpi_backends::gpu::{Direct, PinnedPool, Placement, Staged, Stats};
 use jaxmpi_core::{Backend, Broadcast, Dtype, Input, ReduceOp};
 
 use crate::array::Array;
@@ -25,14 +25,10 @@ fn kind(rank: i32) -> &'static str {
 }
 
 pub fn run(p: &mut Probe, g: &Group) {
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     let host = p.library.backend();
-    let staged = Staged::new(host, &device, &pool, &stats);
-    let direct = Direct::new(p.library, &device, &pool, &stats, Placement::Any);
+    let staged = Staged::new(host, &gpu, &pool, &stats);
+    let direct = Direct::new(p.library, &gpu, &pool, &stats, Placement::Any);
     let mine: &dyn Backend = match kind(g.rank) {
         "staged" => &staged,
         "direct" => &direct,
@@ -73,7 +69,7 @@ pub fn run(p: &mut Probe, g: &Group) {
         }
         _ => {}
     }
-    failing_device(p, g, mine, &device);
+    failing_gpu(p, g, mine, &gpu);
 }
 
 fn allreduce(
@@ -129,13 +125,13 @@ fn bcast(p: &mut Probe, g: &Group, b: &dyn Backend, dtype: Dtype, n: usize, root
     p.result(&label, result, &expected, &buf);
 }
 
-/// Rank 0's device fails after its first chunk's copy: rank 0 reports it, the others
+/// Rank 0's GPU fails after its first chunk's copy: rank 0 reports it, the others
 /// finish, and a good call after it gives everyone the right sum.
-fn failing_device(p: &mut Probe, g: &Group, b: &dyn Backend, device: &FakeDevice) {
+fn failing_gpu(p: &mut Probe, g: &Group, b: &dyn Backend, gpu: &FakeGpu) {
     let failing = g.rank == 0;
     if failing {
-        let next = device.copies_queued() + 1;
-        device.copies_before_failing.store(next, Ordering::SeqCst);
+        let next = gpu.copies_queued() + 1;
+        gpu.copies_before_failing.store(next, Ordering::SeqCst);
     }
     let label = format!("allreduce on a failing GPU at rank 0, on {}", g.name);
     p.start(&label);
@@ -148,8 +144,7 @@ fn failing_device(p: &mut Probe, g: &Group, b: &dyn Backend, device: &FakeDevice
         ReduceOp::Sum,
     );
     if failing {
-        device
-            .copies_before_failing
+        gpu.copies_before_failing
             .store(usize::MAX, Ordering::SeqCst);
         match result {
             Err(err) => {

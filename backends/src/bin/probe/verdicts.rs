@@ -4,12 +4,12 @@
 //!   every rank says whether it can start; all get Ok, or all get an error, the failing
 //!   ranks their own and the others one naming the lowest failing world rank;
 //! - a rank that takes no verdict still makes the op's MPI calls on host scratch memory
-//!   (`device::unusable`): its peers complete as with a good rank, and it reports its error.
+//!   (`gpu::unusable`): its peers complete as with a good rank, and it reports its error.
 //!
 //! Each part ends with a plain call every rank must meet, so a rank left one call behind
 //! shows as a wrong result (or a hang CI's timeout reports), not as a pass.
 
-use jaxmpi_backends::device::unusable::without_device;
+use jaxmpi_backends::gpu::unusable::without_gpu;
 use jaxmpi_core::xla::handlers::start_verdict::agree;
 use jaxmpi_core::{Backend, Broadcast, Dtype, Error, Input, Peer, ReduceOp, Result};
 
@@ -86,7 +86,7 @@ pub fn agreement(p: &mut Probe, g: &Group) {
     p.ok(&label, agree(p.library, g.comm, None));
 }
 
-/// `op` on host memory where this rank is good, through `without_device` where it is the
+/// `op` on host memory where this rank is good, through `without_gpu` where it is the
 /// failing one: the failing one must say so, the others succeed.
 fn run_as(
     p: &mut Probe,
@@ -99,7 +99,7 @@ fn run_as(
         p.ok(label, result);
         return;
     }
-    match without_device(p.backend, cannot_start(), op) {
+    match without_gpu(p.backend, cannot_start(), op) {
         Ok(()) => p.fail(label, "this rank's own error", "success"),
         Err(err) => {
             let said = err.to_string();
@@ -113,19 +113,16 @@ fn run_as(
 /// (1 << 20) + 5 float32: two staging chunks, the second short.
 const CHUNKED: usize = (1 << 20) + 5;
 
-/// The last rank's device is unusable, and it takes no verdict: it still makes the MPI
+/// The last rank's GPU is unusable, and it takes no verdict: it still makes the MPI
 /// calls of a send, a receive and two collectives that cut the buffer into chunks.
-pub fn unusable_device(p: &mut Probe, g: &Group) {
-    p.start(&format!("unusable device on {}", g.name));
+pub fn unusable_gpu(p: &mut Probe, g: &Group) {
+    p.start(&format!("unusable GPU on {}", g.name));
     let failing_rank = g.size - 1;
     let failing = g.rank == failing_rank;
     let n = 7;
     if g.size >= 2 {
         // The failing rank sends to rank 0, which receives it as from any good rank.
-        let label = format!(
-            "send from an unusable device to a plain recv, on {}",
-            g.name
-        );
+        let label = format!("send from an unusable GPU to a plain recv, on {}", g.name);
         let mut buf = Array::zeroed(Dtype::F32, n);
         if failing {
             run_as(p, &label, true, &mut |b| {
@@ -139,10 +136,7 @@ pub fn unusable_device(p: &mut Probe, g: &Group) {
             }
         }
         // And back: rank 0 sends to the failing rank, which receives it into scratch.
-        let label = format!(
-            "recv on an unusable device from a plain send, on {}",
-            g.name
-        );
+        let label = format!("recv on an unusable GPU from a plain send, on {}", g.name);
         let data = Array::from_fn(Dtype::F32, n, |i| Value::Float(i as f64));
         if failing {
             run_as(p, &label, true, &mut |b| {
@@ -159,7 +153,7 @@ pub fn unusable_device(p: &mut Probe, g: &Group) {
     let ones = Array::from_fn(Dtype::F32, CHUNKED, |_| Value::Float(1.0));
     let mut sum = Array::zeroed(Dtype::F32, CHUNKED);
     let label = format!(
-        "allreduce with an unusable device at the last rank, on {}",
+        "allreduce with an unusable GPU at the last rank, on {}",
         g.name
     );
     run_as(p, &label, failing, &mut |b| {
@@ -171,10 +165,7 @@ pub fn unusable_device(p: &mut Probe, g: &Group) {
         )
     });
     let mut data = Array::from_fn(Dtype::F32, CHUNKED, |i| Value::Float(i as f64));
-    let label = format!(
-        "bcast from an unusable device at the last rank, on {}",
-        g.name
-    );
+    let label = format!("bcast from an unusable GPU at the last rank, on {}", g.name);
     run_as(p, &label, failing, &mut |b| {
         let side = if failing {
             Broadcast::Root(data.buf())
@@ -186,7 +177,7 @@ pub fn unusable_device(p: &mut Probe, g: &Group) {
     // Every rank must be at the same call now: a plain sum gives every rank the size.
     let one = Array::from_fn(Dtype::I32, 1, |_| Value::Int(1));
     let mut total = Array::zeroed(Dtype::I32, 1);
-    let label = format!("allreduce after an unusable device's calls, on {}", g.name);
+    let label = format!("allreduce after an unusable GPU's calls, on {}", g.name);
     let result = p.backend.allreduce(
         g.comm,
         Input::Data(one.buf()),

@@ -1,7 +1,7 @@
 //! The life of one handler call around its op body, the same for every op: attributes
 //! decoded as declared, MPI errors made to return on the call's communicator, checked
 //! mode's and start verdicts' exchanges before a collective (`checked.rs`,
-//! `start_verdict.rs`; a GPU call takes its verdict in the device runtime), and the call
+//! `start_verdict.rs`; a GPU call takes its verdict in the GPU runtime), and the call
 //! tracked by the process's monitor (debug lines, watchdog, exclusivity; see
 //! `monitor.rs`), whose settings are read once per process. With none of them on, a
 //! call pays one atomic load for each.
@@ -23,7 +23,7 @@ use crate::{ErrorsReturned, Library, Result, ThreadLevel};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Platform {
     Cpu,
-    /// Device memory: the body runs through the device runtime (`device.rs`).
+    /// GPU memory: the body runs through the GPU runtime (`gpu.rs`).
     Gpu,
 }
 

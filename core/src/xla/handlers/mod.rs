@@ -2,14 +2,14 @@
 //! `ops.rs` holds each op's body, `entry.rs` the one generic path every exported handler
 //! takes (metadata probe, panics, errors), `lifecycle.rs` what every call does around its
 //! body, `call.rs` the XLA call frame and `signature.rs` how attributes are encoded;
-//! `device.rs` runs a GPU call's body through the device runtime, and `start_verdict.rs`
+//! `gpu.rs` runs a GPU call's body through the GPU runtime, and `start_verdict.rs`
 //! lets a collective's ranks agree that each can start before any calls MPI.
 
 mod call;
 pub mod checked;
 mod deferred;
-mod device;
 mod entry;
+mod gpu;
 pub mod handles;
 mod hlo;
 pub mod in_flight;

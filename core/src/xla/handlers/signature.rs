@@ -88,7 +88,7 @@ pub struct Signature {
     /// operands the transfer reads, passed through to the wait (`Call::starting`).
     pub started: &'static str,
     /// Why the op cannot run on GPU buffers, "" where it can: its row's `host_only`
-    /// reason. An op that can has a handler for CUDA (`DEVICE_HANDLERS`); a lowering for
+    /// reason. An op that can has a handler for CUDA (`GPU_HANDLERS`); a lowering for
     /// CUDA of one that cannot refuses with this reason. No started form runs there
     /// ([`NON_BLOCKING`]).
     pub host_only: &'static str,
@@ -441,8 +441,8 @@ macro_rules! declare_ops {
 
         /// The same targets for GPU buffers, of the ops that run there (no `host_only`
         /// reason; no started form): each call runs on XLA's stream through the installed
-        /// device runtime.
-        pub mod exported_device {
+        /// GPU runtime.
+        pub mod exported_gpu {
             use super::*;
             $(
                 signature::on_gpu! { [$($why)?]
@@ -456,7 +456,7 @@ macro_rules! declare_ops {
                             attrs: &attrs::$attrs,
                         ) -> Result<()> {
                             let comm = signature::Attrs::comm(attrs);
-                            device::on_device(call, library, comm, &mut |backend| {
+                            gpu::on_gpu(call, library, comm, &mut |backend| {
                                 ops::$op(call, library, backend, attrs)
                             })
                         }
@@ -474,7 +474,7 @@ macro_rules! declare_ops {
         )*];
         /// (FFI target name, handler) for every op that runs on GPU buffers (the host
         /// handler's name): the CUDA table.
-        pub const DEVICE_HANDLERS: &[(&str, Handler)] =
+        pub const GPU_HANDLERS: &[(&str, Handler)] =
             signature::gpu_handlers!([] $($op [$($why)?])*);
     };
 }
@@ -490,7 +490,7 @@ macro_rules! on_gpu {
 }
 pub(super) use on_gpu;
 
-/// `DEVICE_HANDLERS`' entries, `op [reason]` by `op [reason]`: one for each op without a
+/// `GPU_HANDLERS`' entries, `op [reason]` by `op [reason]`: one for each op without a
 /// `host_only` reason, in declaration order.
 macro_rules! gpu_handlers {
     ([$($entry:expr,)*]) => {
@@ -498,7 +498,7 @@ macro_rules! gpu_handlers {
     };
     ([$($entry:expr,)*] $op:ident [] $($rest:tt)*) => {
         signature::gpu_handlers!(
-            [$($entry,)* (concat!("jaxmpi_", stringify!($op)), exported_device::$op as Handler),]
+            [$($entry,)* (concat!("jaxmpi_", stringify!($op)), exported_gpu::$op as Handler),]
             $($rest)*
         )
     };

@@ -14,14 +14,14 @@
 //! without it would skip the exchange the others wait in. Python turns it on at import,
 //! on every rank alike, in jobs where a rank can run ops on GPUs. CPU calls take part with
 //! the verdict "can start" (CPU and GPU ranks may share a call): in `lifecycle.rs`, after
-//! checked mode's exchange; GPU calls in the device runtime, after their preparation
-//! (`crate::device`). Off, a call pays one relaxed atomic load.
+//! checked mode's exchange; GPU calls in the GPU runtime, after their preparation
+//! (`crate::gpu`). Off, a call pays one relaxed atomic load.
 //!
 //! Taken by no other call: started collectives (refused on GPU arrays at trace time, and
 //! every rank of a started call starts it alike), MeshComm calls (CPU only), and point to
 //! point, where a message of the verdict's own would break pairs whose other side is a
 //! started isend/irecv on CPU arrays; there a rank that cannot start still makes the op's
-//! MPI calls, on host scratch memory (`crate::device`).
+//! MPI calls, on host scratch memory (`crate::gpu`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::sync::Mutex;
 
-use super::{DEVICE_HANDLERS, HANDLERS, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, SIGNATURES};
+use super::{GPU_HANDLERS, HANDLERS, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, SIGNATURES};
 use crate::xla::ffi::*;
 
 static LAST_ERROR: Mutex<Option<(i32, String)>> = Mutex::new(None);
@@ -57,9 +57,9 @@ fn frame(api: *const Api, extension: *mut ExtensionBase) -> CallFrame {
 
 #[test]
 fn every_handler_answers_the_metadata_probe_with_api_0_1_and_no_traits() {
-    // Device handlers too: non-zero traits would let XLA capture them in a CUDA graph,
+    // GPU handlers too: non-zero traits would let XLA capture them in a CUDA graph,
     // whose replays never call MPI.
-    for (name, handler) in HANDLERS.iter().chain(DEVICE_HANDLERS) {
+    for (name, handler) in HANDLERS.iter().chain(GPU_HANDLERS) {
         let mut metadata = Metadata {
             struct_size: METADATA_STRUCT_SIZE,
             api_version: ApiVersion {
@@ -161,20 +161,20 @@ fn the_cuda_table_holds_exactly_the_ops_that_run_on_gpu_buffers() {
         .filter(|s| s.host_only.is_empty())
         .map(|s| format!("jaxmpi_{}", s.name))
         .collect();
-    assert_eq!(names(DEVICE_HANDLERS), on_gpus);
-    for (name, device) in DEVICE_HANDLERS {
+    assert_eq!(names(GPU_HANDLERS), on_gpus);
+    for (name, gpu) in GPU_HANDLERS {
         let host = HANDLERS
             .iter()
             .find(|(n, _)| n == name)
             .expect("a host handler");
-        assert_ne!(host.1 as usize, *device as usize, "{name}");
+        assert_ne!(host.1 as usize, *gpu as usize, "{name}");
     }
     // Every op and started form has a host handler; the 18 blocking ops of
     // communicators run on GPUs too, and nothing else: the wait, ragged_alltoallv (run-time
     // counts), the 14 started forms and the 6 ops of the HLO pass cannot.
     let started = SIGNATURES.iter().filter(|s| !s.started.is_empty()).count();
     assert_eq!(HANDLERS.len(), SIGNATURES.len() + started);
-    assert_eq!((DEVICE_HANDLERS.len(), started), (18, 14));
+    assert_eq!((GPU_HANDLERS.len(), started), (18, 14));
     for signature in SIGNATURES {
         let reason = match signature.name {
             "wait" => NON_BLOCKING,

@@ -1,18 +1,18 @@
-//! `Staged`: a backend decorator for device buffers over an MPI that only takes host memory.
-//! Inputs are copied device→host on XLA's stream into pooled pinned buffers, the inner
-//! backend runs on the host copies, results are copied host→device on the same stream.
+//! `Staged`: a backend decorator for GPU buffers over an MPI that only takes host memory.
+//! Inputs are copied GPU→host on XLA's stream into pooled pinned buffers, the inner
+//! backend runs on the host copies, results are copied host→GPU on the same stream.
 //! allreduce and bcast are pipelined in the chunks every rank cuts them into (`chunks`),
 //! so that copying chunk k+1 overlaps MPI on chunk k. Point-to-point messages are staged
 //! whole: cutting one message into several would change what a receive matches (any
 //! source, a larger receive buffer) and the status it reports.
 //!
-//! A device failure (a copy, an event, the stream) does not stop an op: this rank still
+//! A GPU failure (a copy, an event, the stream) does not stop an op: this rank still
 //! makes every MPI call of it, so that no other rank is left waiting in a call it never
 //! makes, and the failure is returned at the end (the data this rank sent or received is
 //! then undefined). Host buffers go back to the pool only once the stream is known to be
 //! done with them; after a failure that leaves copies queued, they are kept out of it.
 //! Over `unusable::Unusable` (a rank that could not prepare its part of a call) every
-//! device operation fails: an op then makes its MPI calls on host scratch memory alone.
+//! GPU operation fails: an op then makes its MPI calls on host scratch memory alone.
 
 use std::cell::RefCell;
 
@@ -21,12 +21,12 @@ use jaxmpi_core::{
     Peer, Progress, ReduceOp, Request, Result, Status,
 };
 
-use super::{DeviceMemory, Marker, PinnedBuffer, PinnedPool, Stats};
+use super::{GpuMemory, Marker, PinnedBuffer, PinnedPool, Stats};
 use crate::chunks::{chunks_of, each_chunk, CHUNK_BYTES};
 
 pub struct Staged<'a> {
     inner: &'a dyn Backend,
-    device: &'a dyn DeviceMemory,
+    gpu: &'a dyn GpuMemory,
     pool: &'a PinnedPool,
     stats: &'a Stats,
     chunk_bytes: usize,
@@ -42,8 +42,8 @@ struct Loans<'a> {
 }
 
 impl<'a> Loans<'a> {
-    fn host(&self, device: &dyn DeviceMemory, len: usize) -> *mut u8 {
-        match self.pool.take(device, len) {
+    fn host(&self, gpu: &dyn GpuMemory, len: usize) -> *mut u8 {
+        match self.pool.take(gpu, len) {
             Ok(buffer) => {
                 let ptr = buffer.ptr();
                 self.pinned.borrow_mut().push(buffer);
@@ -72,7 +72,7 @@ impl Drop for Loans<'_> {
     fn drop(&mut self) {
         // Still held: the stream could not be waited for, and copies queued on these
         // buffers may still run. Reused or freed they could be written after; leaking them
-        // is the safe loss (the device is failing anyway).
+        // is the safe loss (the GPU is failing anyway).
         let pinned = std::mem::take(self.pinned.get_mut());
         let pageable = std::mem::take(self.pageable.get_mut());
         let withheld = (pinned.len() + pageable.len()) as u64;
@@ -84,15 +84,15 @@ impl Drop for Loans<'_> {
     }
 }
 
-/// One op being staged: its host buffers and its first device failure.
+/// One op being staged: its host buffers and its first GPU failure.
 struct Op<'s> {
-    device: &'s dyn DeviceMemory,
+    gpu: &'s dyn GpuMemory,
     loans: Loans<'s>,
     failure: RefCell<Option<Error>>,
 }
 
 impl Op<'_> {
-    /// Keeps the first device failure; the op goes on (see the module's note).
+    /// Keeps the first GPU failure; the op goes on (see the module's note).
     fn note<T>(&self, result: Result<T>) -> Option<T> {
         match result {
             Ok(value) => Some(value),
@@ -104,32 +104,32 @@ impl Op<'_> {
     }
 
     fn host(&self, len: usize) -> *mut u8 {
-        self.loans.host(self.device, len)
+        self.loans.host(self.gpu, len)
     }
 
-    /// A host copy of `len` device bytes, queued on the stream.
-    fn copy_in(&self, device: *const u8, len: usize) -> *mut u8 {
+    /// A host copy of `len` GPU bytes, queued on the stream.
+    fn copy_in(&self, gpu: *const u8, len: usize) -> *mut u8 {
         let host = self.host(len);
         if len > 0 {
-            self.note(self.device.copy_to_host_async(host, device, len));
+            self.note(self.gpu.copy_to_host_async(host, gpu, len));
         }
         host
     }
 
-    fn copy_out(&self, host: *const u8, device: *mut u8, len: usize) {
+    fn copy_out(&self, host: *const u8, gpu: *mut u8, len: usize) {
         if len > 0 {
-            self.note(self.device.copy_to_device_async(device, host, len));
+            self.note(self.gpu.copy_to_gpu_async(gpu, host, len));
         }
     }
 
     /// Blocks until the stream has done what was queued (before MPI reads host copies).
     fn synchronize(&self) {
-        self.note(self.device.synchronize());
+        self.note(self.gpu.synchronize());
     }
 
     /// Marks the stream after a chunk's copy; waiting on it later waits for that copy.
     fn mark(&self) -> Option<Marker> {
-        self.note(self.device.mark())
+        self.note(self.gpu.mark())
     }
 
     /// `count` elements at `ptr`, a host buffer of this op's loans.
@@ -148,7 +148,7 @@ impl Op<'_> {
     fn wait(&self, marker: Option<Marker>) {
         match marker {
             Some(marker) => {
-                self.note(self.device.wait(marker));
+                self.note(self.gpu.wait(marker));
             }
             None => self.synchronize(),
         }
@@ -158,13 +158,13 @@ impl Op<'_> {
 impl<'a> Staged<'a> {
     pub fn new(
         inner: &'a dyn Backend,
-        device: &'a dyn DeviceMemory,
+        gpu: &'a dyn GpuMemory,
         pool: &'a PinnedPool,
         stats: &'a Stats,
     ) -> Self {
         Staged {
             inner,
-            device,
+            gpu,
             pool,
             stats,
             chunk_bytes: CHUNK_BYTES,
@@ -180,11 +180,11 @@ impl<'a> Staged<'a> {
     }
 
     /// Runs one staged op: its host buffers go back to the pool once the stream is done;
-    /// a device failure is returned over the op's own outcome.
+    /// a GPU failure is returned over the op's own outcome.
     fn run<R>(&self, body: impl FnOnce(&Op) -> Result<R>) -> Result<R> {
         Stats::bump(&self.stats.staged);
         let op = Op {
-            device: self.device,
+            gpu: self.gpu,
             loans: Loans {
                 pool: self.pool,
                 stats: self.stats,
@@ -194,7 +194,7 @@ impl<'a> Staged<'a> {
             failure: RefCell::default(),
         };
         let outcome = body(&op);
-        if op.note(self.device.synchronize()).is_some() {
+        if op.note(self.gpu.synchronize()).is_some() {
             op.loans.give_back();
         }
         match op.failure.into_inner() {
@@ -260,13 +260,13 @@ impl<'a> Staged<'a> {
 
 impl Backend for Staged<'_> {
     fn fill_zeros(&self, dst: BufMut) -> Result<()> {
-        super::zero_on_stream(self.device, dst)
+        super::zero_on_stream(self.gpu, dst)
     }
     fn barrier(&self, comm: Comm) -> Result<()> {
         self.inner.barrier(comm)
     }
 
-    /// Pipelined: chunk k+1 travels device→host while MPI reduces chunk k, and chunk k
+    /// Pipelined: chunk k+1 travels GPU→host while MPI reduces chunk k, and chunk k
     /// travels back while MPI reduces chunk k+1.
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (dtype, size, len) = (recv.dtype(), recv.dtype().size(), recv.len_bytes());
@@ -283,7 +283,7 @@ impl Backend for Staged<'_> {
                 .map(|&(start, n)| {
                     let at = start * size;
                     if n > 0 {
-                        let copy = self.device.copy_to_host_async(
+                        let copy = self.gpu.copy_to_host_async(
                             staging.wrapping_add(at),
                             source.wrapping_add(at),
                             n * size,
@@ -341,8 +341,8 @@ impl Backend for Staged<'_> {
         })
     }
 
-    /// Pipelined: the root's chunk k+1 travels device→host while chunk k is broadcast;
-    /// elsewhere chunk k travels host→device while chunk k+1 is received.
+    /// Pipelined: the root's chunk k+1 travels GPU→host while chunk k is broadcast;
+    /// elsewhere chunk k travels host→GPU while chunk k+1 is received.
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         let (dtype, size) = (buf.dtype(), buf.dtype().size());
         let (sent, received) = match &buf {
@@ -355,11 +355,11 @@ impl Backend for Staged<'_> {
             let arrived: Vec<Option<Marker>> = pieces
                 .iter()
                 .map(|&(start, n)| {
-                    if let Some(device) = sent.filter(|_| n > 0) {
+                    if let Some(gpu) = sent.filter(|_| n > 0) {
                         let at = start * size;
-                        let copy = self.device.copy_to_host_async(
+                        let copy = self.gpu.copy_to_host_async(
                             host.wrapping_add(at),
-                            device.wrapping_add(at),
+                            gpu.wrapping_add(at),
                             n * size,
                         );
                         o.note(copy);
@@ -378,8 +378,8 @@ impl Backend for Staged<'_> {
                 };
                 Stats::bump(&self.stats.staged_chunks);
                 self.inner.bcast(comm, chunk, root)?;
-                if let Some(device) = received {
-                    o.copy_out(at, device.wrapping_add(start * size), n * size);
+                if let Some(gpu) = received {
+                    o.copy_out(at, gpu.wrapping_add(start * size), n * size);
                 }
                 Ok(())
             })

@@ -1,4 +1,4 @@
-//! A device for tests (the unit tests, and the probe's runs under real MPI): "device"
+//! A GPU for tests (the unit tests, and the probe's runs under real MPI): "GPU"
 //! memory is host memory and every async operation is deferred until a
 //! `wait`/`synchronize` covers it, so a missing synchronization shows up as stale data
 //! instead of passing by luck. Failures can be injected, to test what a failing GPU does
@@ -9,14 +9,14 @@ use std::sync::Mutex;
 
 use jaxmpi_core::{Error, Result};
 
-use super::{DeviceMemory, Marker, PinnedBuffer};
+use super::{GpuMemory, Marker, PinnedBuffer};
 
 enum Pending {
     Copy { dst: usize, src: usize, len: usize },
     Zero { dst: usize, len: usize },
 }
 
-pub struct FakeDevice {
+pub struct FakeGpu {
     queue: Mutex<Vec<Pending>>,
     /// Operations run so far (the queue's done prefix).
     done: Mutex<usize>,
@@ -34,9 +34,9 @@ pub struct FakeDevice {
     copies: AtomicUsize,
 }
 
-impl Default for FakeDevice {
+impl Default for FakeGpu {
     fn default() -> Self {
-        FakeDevice {
+        FakeGpu {
             queue: Mutex::default(),
             done: Mutex::default(),
             pinned_allocations: Mutex::default(),
@@ -58,7 +58,7 @@ unsafe fn free_boxed(ptr: *mut u8, len: usize) {
     drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
 }
 
-impl FakeDevice {
+impl FakeGpu {
     fn push(&self, op: Pending) -> Result<()> {
         if let Pending::Copy { .. } = op {
             let made = self.copies.fetch_add(1, Ordering::SeqCst);
@@ -101,24 +101,24 @@ impl FakeDevice {
     }
 }
 
-impl DeviceMemory for FakeDevice {
-    fn copy_to_host_async(&self, host: *mut u8, device: *const u8, len: usize) -> Result<()> {
+impl GpuMemory for FakeGpu {
+    fn copy_to_host_async(&self, host: *mut u8, gpu: *const u8, len: usize) -> Result<()> {
         self.push(Pending::Copy {
             dst: host as usize,
-            src: device as usize,
+            src: gpu as usize,
             len,
         })
     }
-    fn copy_to_device_async(&self, device: *mut u8, host: *const u8, len: usize) -> Result<()> {
+    fn copy_to_gpu_async(&self, gpu: *mut u8, host: *const u8, len: usize) -> Result<()> {
         self.push(Pending::Copy {
-            dst: device as usize,
+            dst: gpu as usize,
             src: host as usize,
             len,
         })
     }
-    fn zero_async(&self, device: *mut u8, len: usize) -> Result<()> {
+    fn zero_async(&self, gpu: *mut u8, len: usize) -> Result<()> {
         self.push(Pending::Zero {
-            dst: device as usize,
+            dst: gpu as usize,
             len,
         })
     }
@@ -151,7 +151,7 @@ impl DeviceMemory for FakeDevice {
         // SAFETY: a boxed slice of `len` bytes, freed once by `free_boxed`.
         Ok(unsafe { PinnedBuffer::from_raw(memory, len, free_boxed) })
     }
-    fn shareable_by_ipc(&self, _device: *const u8) -> Result<bool> {
+    fn shareable_by_ipc(&self, _gpu: *const u8) -> Result<bool> {
         if self.fail_ipc_query.load(Ordering::SeqCst) {
             return Err(Error::library(
                 "cuda",

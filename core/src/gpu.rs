@@ -1,7 +1,7 @@
-//! Device (GPU) execution as core sees it: core knows no CUDA. A backend crate installs one
-//! `DeviceRuntime`; a device handler hands it XLA's stream and the op body, and the runtime
-//! runs the body against a `Backend` that can take device buffers on that stream (staged
-//! through host memory, or passed straight to a device-aware MPI), wrapping the library's
+//! GPU execution as core sees it: core knows no CUDA. A backend crate installs one
+//! `GpuRuntime`; a GPU handler hands it XLA's stream and the op body, and the runtime
+//! runs the body against a `Backend` that can take GPU buffers on that stream (staged
+//! through host memory, or passed straight to a GPU-aware MPI), wrapping the library's
 //! host `Backend`.
 //!
 //! Before the body, the runtime prepares this rank's part (the stream's context, the
@@ -27,8 +27,8 @@ pub struct Stream(pub *mut c_void);
 /// call: given why this rank cannot (`None`: it can), Ok only when every rank can.
 pub type Agree<'a> = &'a mut dyn FnMut(Option<&Error>) -> Result<()>;
 
-pub trait DeviceRuntime: Send + Sync {
-    /// Runs `body` with a backend for buffers that live on the device of `stream`, with
+pub trait GpuRuntime: Send + Sync {
+    /// Runs `body` with a backend for buffers that live on the GPU of `stream`, with
     /// `library` (the process's MPI library) doing the communication. `stream` is Err where
     /// XLA could not give it: a failed preparation like the runtime's own. `agree`, where
     /// the call has one, runs once, after this rank's preparation and before `body` (see
@@ -42,21 +42,21 @@ pub trait DeviceRuntime: Send + Sync {
     ) -> Result<()>;
 }
 
-static DEVICE_RUNTIME: OnceLock<&'static dyn DeviceRuntime> = OnceLock::new();
+static GPU_RUNTIME: OnceLock<&'static dyn GpuRuntime> = OnceLock::new();
 
-/// Installs the process-wide device runtime; the first one installed stays (as the library
+/// Installs the process-wide GPU runtime; the first one installed stays (as the library
 /// does), so installing again is harmless.
-pub fn install_device_runtime(runtime: &'static dyn DeviceRuntime) {
-    DEVICE_RUNTIME.get_or_init(|| runtime);
+pub fn install_gpu_runtime(runtime: &'static dyn GpuRuntime) {
+    GPU_RUNTIME.get_or_init(|| runtime);
 }
 
-/// The installed device runtime, for device handlers.
-pub fn device_runtime() -> Result<&'static dyn DeviceRuntime> {
-    match DEVICE_RUNTIME.get() {
+/// The installed GPU runtime, for GPU handlers.
+pub fn gpu_runtime() -> Result<&'static dyn GpuRuntime> {
+    match GPU_RUNTIME.get() {
         Some(runtime) => Ok(*runtime),
         None => Err(Error::library(
-            "device",
-            "a jaxmpi op ran on a GPU, but no device runtime was installed \
+            "gpu",
+            "a jaxmpi op ran on a GPU, but no GPU runtime was installed \
              (import jaxmpi before running GPU ops)",
         )),
     }

@@ -1,4 +1,4 @@
-//! What the device decorators did, counted: which way each op on device buffers went. A
+//! What the GPU decorators did, counted: which way each op on GPU buffers went. A
 //! GPU run asserts these instead of trusting the mode it asked for (a staged op that
 //! should have been direct gives the same numbers), and `info` shows them.
 
@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Default, Debug)]
 pub struct Stats {
-    /// Ops whose device buffers went to MPI as they are (CUDA-aware MPI).
+    /// Ops whose GPU buffers went to MPI as they are (CUDA-aware MPI).
     pub direct: AtomicU64,
-    /// Ops run on host copies of their device buffers.
+    /// Ops run on host copies of their GPU buffers.
     pub staged: AtomicU64,
     /// MPI calls that staged allreduce and bcast made, one per chunk.
     pub staged_chunks: AtomicU64,

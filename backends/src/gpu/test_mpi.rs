@@ -1,4 +1,4 @@
-//! What the device unit tests share: a real MPI library at 1 rank (`JAXMPI_TEST_LIBS_MPICH`,
+//! What the GPU unit tests share: a real MPI library at 1 rank (`JAXMPI_TEST_LIBS_MPICH`,
 //! as ci/checks/cargo_test.sh sets it; without it, the tests that need MPI skip and say
 //! so), and float32 buffers.
 

@@ -2,7 +2,7 @@
 //! CUDA library). Nothing here loads libcuda until a GPU handler runs or Python asks (which
 //! it does only where CUDA is wanted), so a machine without CUDA never loads it.
 //!
-//! `CudaRuntime` is the device runtime core calls for GPU ops: it prepares this rank's part
+//! `CudaRuntime` is the GPU runtime core calls for GPU ops: it prepares this rank's part
 //! (XLA's stream and its context made current, the arrays checked to be on the rank's GPU,
 //! the context owning the pinned pool, and with a CUDA-aware MPI the stream synchronized),
 //! then runs the op on `Direct` when the MPI is CUDA-aware, else on `Staged`. A failed
@@ -11,7 +11,7 @@
 //! on host scratch memory (`unusable.rs`), so that no other rank waits for this one.
 //!
 //! Pinned staging memory belongs to the context current when it is allocated, and dies
-//! with it. It is allocated in the device's primary context (the one XLA uses), which
+//! with it. It is allocated in the GPU's primary context (the one XLA uses), which
 //! jaxmpi retains for as long as it holds the memory: XLA releasing its own reference
 //! (`jax.clear_backends()`) then frees nothing under the pool, and the pool's teardown
 //! makes that context current to free it.
@@ -20,16 +20,16 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use jaxmpi_core::device::{install_device_runtime, Agree, DeviceRuntime, Stream};
+use jaxmpi_core::gpu::{install_gpu_runtime, Agree, GpuRuntime, Stream};
 use jaxmpi_core::{Backend, Error, Library, Result};
 
-pub use super::cuda_info::{decide_for_buffer, device_count, driver_files, driver_version};
+pub use super::cuda_info::{decide_for_buffer, driver_files, driver_version, gpu_count};
 use super::driver::{
     self, attribute, CuContext, CuDevice, CuDevicePtr, CuEvent, CuStream, Driver,
     EVENT_DISABLE_TIMING, MEMHOSTALLOC_PORTABLE,
 };
-use super::unusable::without_device;
-use super::{DeviceMemory, Direct, Marker, PinnedBuffer, PinnedPool, Placement, Staged, Stats};
+use super::unusable::without_gpu;
+use super::{Direct, GpuMemory, Marker, PinnedBuffer, PinnedPool, Placement, Staged, Stats};
 
 const STEP: &str = "cuda";
 
@@ -38,18 +38,18 @@ pub fn load_driver() -> Result<()> {
     driver::driver().map(|_| ())
 }
 
-/// -1: no check; else the device ordinal this rank's arrays must be on.
-static RANK_DEVICE: AtomicI32 = AtomicI32::new(-1);
+/// -1: no check; else the GPU ordinal this rank's arrays must be on.
+static RANK_GPU: AtomicI32 = AtomicI32::new(-1);
 
 /// Records the GPU this rank uses; GPU ops on arrays elsewhere are refused.
-pub fn set_rank_device(ordinal: Option<i32>) {
-    RANK_DEVICE.store(ordinal.unwrap_or(-1), Ordering::SeqCst);
+pub fn set_rank_gpu(ordinal: Option<i32>) {
+    RANK_GPU.store(ordinal.unwrap_or(-1), Ordering::SeqCst);
 }
 
-/// The primary context of one device, retained by jaxmpi: it owns the pinned pool.
+/// The primary context of one GPU, retained by jaxmpi: it owns the pinned pool.
 #[derive(Clone, Copy)]
 struct Owner {
-    device: CuDevice,
+    gpu: CuDevice,
     context: CuContext,
 }
 
@@ -61,33 +61,33 @@ unsafe impl Sync for Owner {}
 static OWNER: OnceLock<Owner> = OnceLock::new();
 
 /// The primary context of `ordinal`, retained (once per process: later calls get the first
-/// device's, which still serves, pinned memory being portable across contexts).
+/// GPU's, which still serves, pinned memory being portable across contexts).
 fn owner(d: &Driver, ordinal: i32) -> Result<Owner> {
     if let Some(owner) = OWNER.get() {
         return Ok(*owner);
     }
-    let mut device = 0;
+    let mut gpu = 0;
     let mut context: CuContext = std::ptr::null_mut();
     // SAFETY: out-pointers to one value each; the retained reference is kept in OWNER.
     unsafe {
-        d.check("cuDeviceGet", (d.api.cuDeviceGet)(&mut device, ordinal))?;
+        d.check("cuDeviceGet", (d.api.cuDeviceGet)(&mut gpu, ordinal))?;
         d.check(
             "cuDevicePrimaryCtxRetain",
-            (d.api.cuDevicePrimaryCtxRetain)(&mut context, device),
+            (d.api.cuDevicePrimaryCtxRetain)(&mut context, gpu),
         )?;
     }
-    if OWNER.set(Owner { device, context }).is_err() {
+    if OWNER.set(Owner { gpu, context }).is_err() {
         // Another thread retained one first: give this reference back.
         // SAFETY: releases the reference taken just above.
-        unsafe { (d.api.cuDevicePrimaryCtxRelease_v2)(device) };
+        unsafe { (d.api.cuDevicePrimaryCtxRelease_v2)(gpu) };
     }
     Ok(*OWNER.get().expect("set above"))
 }
 
-/// Makes GPU `ordinal` this thread's current device (its primary context, as
+/// Makes GPU `ordinal` this thread's current GPU (its primary context, as
 /// `cudaSetDevice` does), before MPI initializes: MPIs that set up CUDA in `MPI_Init` bind
-/// to the current device, GPU 0 when none is.
-pub fn use_device(ordinal: i32) -> Result<()> {
+/// to the current GPU, GPU 0 when none is.
+pub fn use_gpu(ordinal: i32) -> Result<()> {
     let d = driver::driver()?;
     let owner = owner(d, ordinal)?;
     // SAFETY: a context retained by `owner`.
@@ -108,7 +108,7 @@ impl<'d> Pushed<'d> {
         Ok(Pushed(d))
     }
 
-    /// XLA's context, the one of `stream`, and its device.
+    /// XLA's context, the one of `stream`, and its GPU.
     fn of_stream(d: &'d Driver, stream: CuStream) -> Result<(Self, i32)> {
         let mut context: CuContext = std::ptr::null_mut();
         // SAFETY: `stream` is the live stream XLA gave this call; writes one value.
@@ -116,12 +116,12 @@ impl<'d> Pushed<'d> {
             (d.api.cuStreamGetCtx)(stream, &mut context)
         })?;
         let pushed = Pushed::context(d, context)?;
-        let mut device = 0;
+        let mut gpu = 0;
         // SAFETY: a context is current; writes one int.
         d.check("cuCtxGetDevice", unsafe {
-            (d.api.cuCtxGetDevice)(&mut device)
+            (d.api.cuCtxGetDevice)(&mut gpu)
         })?;
-        Ok((pushed, device))
+        Ok((pushed, gpu))
     }
 }
 
@@ -133,7 +133,7 @@ impl Drop for Pushed<'_> {
     }
 }
 
-/// XLA's stream as a `DeviceMemory`. Markers are events recorded on it.
+/// XLA's stream as a `GpuMemory`. Markers are events recorded on it.
 struct CudaStream {
     driver: &'static Driver,
     stream: CuStream,
@@ -158,7 +158,7 @@ unsafe fn free_pinned(ptr: *mut u8, _len: usize) {
     }
 }
 
-fn device_ptr(ptr: *const u8) -> CuDevicePtr {
+fn gpu_ptr(ptr: *const u8) -> CuDevicePtr {
     ptr as usize as CuDevicePtr
 }
 
@@ -169,32 +169,30 @@ fn pointer_attribute(d: &Driver, ptr: *const u8, which: u32) -> Result<u64> {
     let mut value = [0u64; 2];
     // SAFETY: 16 writable bytes, more than any attribute asked for here takes.
     let rc =
-        unsafe { (d.api.cuPointerGetAttribute)(value.as_mut_ptr().cast(), which, device_ptr(ptr)) };
+        unsafe { (d.api.cuPointerGetAttribute)(value.as_mut_ptr().cast(), which, gpu_ptr(ptr)) };
     d.check("cuPointerGetAttribute", rc)?;
     Ok(value[0])
 }
 
-impl DeviceMemory for CudaStream {
-    fn copy_to_host_async(&self, host: *mut u8, device: *const u8, len: usize) -> Result<()> {
+impl GpuMemory for CudaStream {
+    fn copy_to_host_async(&self, host: *mut u8, gpu: *const u8, len: usize) -> Result<()> {
         let d = self.driver;
-        // SAFETY: `host` is host memory of `len` bytes, `device` a live device buffer.
-        let rc = unsafe {
-            (d.api.cuMemcpyDtoHAsync_v2)(host.cast(), device_ptr(device), len, self.stream)
-        };
+        // SAFETY: `host` is host memory of `len` bytes, `gpu` a live GPU buffer.
+        let rc =
+            unsafe { (d.api.cuMemcpyDtoHAsync_v2)(host.cast(), gpu_ptr(gpu), len, self.stream) };
         d.check("cuMemcpyDtoHAsync", rc)
     }
-    fn copy_to_device_async(&self, device: *mut u8, host: *const u8, len: usize) -> Result<()> {
+    fn copy_to_gpu_async(&self, gpu: *mut u8, host: *const u8, len: usize) -> Result<()> {
         let d = self.driver;
         // SAFETY: as above, the other way.
-        let rc = unsafe {
-            (d.api.cuMemcpyHtoDAsync_v2)(device_ptr(device), host.cast(), len, self.stream)
-        };
+        let rc =
+            unsafe { (d.api.cuMemcpyHtoDAsync_v2)(gpu_ptr(gpu), host.cast(), len, self.stream) };
         d.check("cuMemcpyHtoDAsync", rc)
     }
-    fn zero_async(&self, device: *mut u8, len: usize) -> Result<()> {
+    fn zero_async(&self, gpu: *mut u8, len: usize) -> Result<()> {
         let d = self.driver;
-        // SAFETY: a live device buffer of `len` bytes.
-        let rc = unsafe { (d.api.cuMemsetD8Async)(device_ptr(device), 0, len, self.stream) };
+        // SAFETY: a live GPU buffer of `len` bytes.
+        let rc = unsafe { (d.api.cuMemsetD8Async)(gpu_ptr(gpu), 0, len, self.stream) };
         d.check("cuMemsetD8Async", rc)
     }
     fn mark(&self) -> Result<Marker> {
@@ -238,9 +236,8 @@ impl DeviceMemory for CudaStream {
         // SAFETY: `len` bytes freed once by `free_pinned`, in the owner's context.
         Ok(unsafe { PinnedBuffer::from_raw(ptr.cast(), len, free_pinned) })
     }
-    fn shareable_by_ipc(&self, device: *const u8) -> Result<bool> {
-        pointer_attribute(self.driver, device, attribute::IS_LEGACY_CUDA_IPC_CAPABLE)
-            .map(|v| v != 0)
+    fn shareable_by_ipc(&self, gpu: *const u8) -> Result<bool> {
+        pointer_attribute(self.driver, gpu, attribute::IS_LEGACY_CUDA_IPC_CAPABLE).map(|v| v != 0)
     }
 }
 
@@ -264,7 +261,7 @@ struct CudaRuntime {
 /// This rank's part of a call, ready for the op's MPI calls. (Fields drop in order: the
 /// stream's events while XLA's context is still current.)
 struct Prepared {
-    device: CudaStream,
+    gpu: CudaStream,
     _current: Pushed<'static>,
 }
 
@@ -273,36 +270,36 @@ struct Prepared {
 fn prepare(stream: Stream, library: &dyn Library) -> Result<Prepared> {
     let d = driver::driver()?;
     let stream = stream.0 as CuStream;
-    let (current, device) = Pushed::of_stream(d, stream)?;
-    let expected = RANK_DEVICE.load(Ordering::SeqCst);
-    if expected >= 0 && device != expected {
+    let (current, gpu) = Pushed::of_stream(d, stream)?;
+    let expected = RANK_GPU.load(Ordering::SeqCst);
+    if expected >= 0 && gpu != expected {
         return Err(Error::invalid_argument(
             STEP,
             format!(
-                "the arrays are on GPU {device}, but this rank uses GPU {expected}: put them \
+                "the arrays are on GPU {gpu}, but this rank uses GPU {expected}: put them \
                  on the rank's GPU (jax.device_put), or choose the rank's GPU with JAXMPI_GPU \
                  or CUDA_VISIBLE_DEVICES"
             ),
         ));
     }
-    let device = CudaStream {
+    let gpu = CudaStream {
         driver: d,
         stream,
-        owner: owner(d, device)?,
+        owner: owner(d, gpu)?,
         events: Mutex::new(Vec::new()),
     };
     // Direct's MPI calls wait for the stream anyway; waiting here first lets its failure
     // reach the verdict, and leaves them nothing to wait for.
     if library.cuda_aware() {
-        device.synchronize()?;
+        gpu.synchronize()?;
     }
     Ok(Prepared {
-        device,
+        gpu,
         _current: current,
     })
 }
 
-impl DeviceRuntime for CudaRuntime {
+impl GpuRuntime for CudaRuntime {
     fn run(
         &self,
         stream: Result<Stream>,
@@ -316,14 +313,14 @@ impl DeviceRuntime for CudaRuntime {
                 return match agree {
                     // Every rank returns an error then; this one its own.
                     Some(agree) => agree(Some(&err)).and(Err(err)),
-                    None => without_device(library.backend(), err, body),
+                    None => without_gpu(library.backend(), err, body),
                 };
             }
         };
         if let Some(agree) = agree {
             agree(None)?;
         }
-        let device = &prepared.device;
+        let gpu = &prepared.gpu;
         let outcome = if library.cuda_aware() {
             let placement = if library.cuda_aware_checks_buffers() {
                 Placement::IpcShareable
@@ -332,7 +329,7 @@ impl DeviceRuntime for CudaRuntime {
             };
             body(&Direct::new(
                 library,
-                device,
+                gpu,
                 &self.pool,
                 &self.stats,
                 placement,
@@ -340,13 +337,13 @@ impl DeviceRuntime for CudaRuntime {
         } else {
             body(&Staged::new(
                 library.backend(),
-                device,
+                gpu,
                 &self.pool,
                 &self.stats,
             ))
         };
         // Events of this call must not be in use after it returns.
-        outcome.and(device.synchronize())
+        outcome.and(gpu.synchronize())
     }
 }
 
@@ -357,9 +354,9 @@ fn runtime() -> &'static CudaRuntime {
     RUNTIME.get_or_init(CudaRuntime::default)
 }
 
-/// Installs the CUDA device runtime (cheap: loads nothing until a GPU op runs).
+/// Installs the CUDA `GpuRuntime` (cheap: loads nothing until a GPU op runs).
 pub fn install() {
-    install_device_runtime(runtime());
+    install_gpu_runtime(runtime());
 }
 
 /// Frees the pinned staging buffers (at exit) in the context that owns them, then gives
@@ -370,11 +367,11 @@ pub fn release() {
     if let (Ok(d), Some(owner)) = (driver::driver(), OWNER.get()) {
         // The pool is empty and stays so at exit: nothing needs the context any more.
         // SAFETY: releases the reference `owner` retained.
-        unsafe { (d.api.cuDevicePrimaryCtxRelease_v2)(owner.device) };
+        unsafe { (d.api.cuDevicePrimaryCtxRelease_v2)(owner.gpu) };
     }
 }
 
-/// What the device decorators did so far (`Stats`), and the pinned pool's state.
+/// What the GPU decorators did so far (`Stats`), and the pinned pool's state.
 pub fn counters() -> Vec<(&'static str, u64)> {
     let runtime = runtime();
     let mut all = runtime.stats.snapshot();
@@ -383,11 +380,11 @@ pub fn counters() -> Vec<(&'static str, u64)> {
     all
 }
 
-/// What the driver says of the allocation holding device address `ptr`: (attribute, value
+/// What the driver says of the allocation holding GPU address `ptr`: (attribute, value
 /// or the driver's error), for the GPU run's probe of XLA's allocator.
 pub fn pointer_attributes(ptr: usize) -> Result<Vec<(&'static str, Result<u64>)>> {
     let d = driver::driver()?;
-    let ordinal = RANK_DEVICE.load(Ordering::SeqCst).max(0);
+    let ordinal = RANK_GPU.load(Ordering::SeqCst).max(0);
     let _current = Pushed::context(d, owner(d, ordinal)?.context)?;
     let ptr = ptr as *const u8;
     Ok([

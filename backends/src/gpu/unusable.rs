@@ -1,18 +1,18 @@
-//! `Unusable`: the device of a rank whose part of a call could not be prepared (XLA gave
+//! `Unusable`: the GPU of a rank whose part of a call could not be prepared (XLA gave
 //! no stream, its context could not be made current, the arrays are on another GPU than
 //! the rank's, ...). Where the call's ranks take no start verdict (point to point; every
-//! op with start verdicts off: `jaxmpi_core::device`), returning that error at once would
+//! op with start verdicts off: `jaxmpi_core::gpu`), returning that error at once would
 //! leave the other ranks waiting in MPI calls this one never makes. So the op's body still
-//! runs, on `Staged` over this device (`without_device`): every device operation fails with
+//! runs, on `Staged` over this GPU (`without_gpu`): every GPU operation fails with
 //! the preparation's error, so staging never touches the GPU arrays and hands MPI host
 //! scratch memory instead (pageable: pinning fails too), and makes every MPI call of the
 //! op. The other ranks complete; this one returns its error, saying what it did.
 
 use jaxmpi_core::{Backend, Error, Result};
 
-use super::{DeviceMemory, Marker, PinnedBuffer, PinnedPool, Staged, Stats};
+use super::{GpuMemory, Marker, PinnedBuffer, PinnedPool, Staged, Stats};
 
-/// A device every memory operation of which fails with the same error.
+/// A GPU every memory operation of which fails with the same error.
 pub struct Unusable {
     why: Error,
 }
@@ -27,11 +27,11 @@ impl Unusable {
     }
 }
 
-impl DeviceMemory for Unusable {
+impl GpuMemory for Unusable {
     fn copy_to_host_async(&self, _: *mut u8, _: *const u8, _: usize) -> Result<()> {
         self.refuse()
     }
-    fn copy_to_device_async(&self, _: *mut u8, _: *const u8, _: usize) -> Result<()> {
+    fn copy_to_gpu_async(&self, _: *mut u8, _: *const u8, _: usize) -> Result<()> {
         self.refuse()
     }
     fn zero_async(&self, _: *mut u8, _: usize) -> Result<()> {
@@ -58,24 +58,24 @@ impl DeviceMemory for Unusable {
 }
 
 /// Runs `body` (an op, on the backend it is given) over `host` on host scratch memory in
-/// place of the device's, for a rank whose part could not be prepared (`why`): every MPI
+/// place of the GPU's, for a rank whose part could not be prepared (`why`): every MPI
 /// call of the op is made, and `why` is returned after.
-pub fn without_device(
+pub fn without_gpu(
     host: &dyn Backend,
     why: Error,
     body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
 ) -> Result<()> {
-    let device = Unusable::new(why.clone());
+    let gpu = Unusable::new(why.clone());
     // Of this op alone: its scratch memory is pageable, freed as it returns.
     let (pool, stats) = (PinnedPool::default(), Stats::default());
-    let outcome = body(&Staged::new(host, &device, &pool, &stats));
+    let outcome = body(&Staged::new(host, &gpu, &pool, &stats));
     let mut err = why;
     err.message.push_str(
         "; this rank still made the op's MPI calls, with host scratch memory in place of \
          its GPU arrays (no other rank waits for it), so what it sent is undefined and its \
          results were not written",
     );
-    // Staging reports the device's failure over the op's own; an MPI failure is worth
+    // Staging reports the GPU's failure over the op's own; an MPI failure is worth
     // telling too.
     match outcome {
         Err(mpi) if mpi.mpi_class().is_some() => {

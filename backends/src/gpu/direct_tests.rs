@@ -1,12 +1,12 @@
-//! `Direct` on a fake device whose pointers are host memory, so that an MPI without CUDA
+//! `Direct` on a fake GPU whose pointers are host memory, so that an MPI without CUDA
 //! takes them: which ops go to MPI as they are, which are staged, and what a failing
-//! device makes of them. Real MPI at 1 rank (`test_mpi.rs`).
+//! GPU makes of them. Real MPI at 1 rank (`test_mpi.rs`).
 
 use std::sync::atomic::Ordering;
 
 use jaxmpi_core::{Backend, Broadcast, Buf, BufMut, Dtype, Input, ReduceOp};
 
-use super::super::fake::FakeDevice;
+use super::super::fake::FakeGpu;
 use super::super::test_mpi::{count, failed_sum, floats, input, mpi, output};
 use super::super::{PinnedPool, Stats};
 use super::{Direct, Placement};
@@ -14,12 +14,8 @@ use super::{Direct, Placement};
 #[test]
 fn direct_stages_reductions_that_run_host_code_and_passes_the_rest() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let direct = Direct::new(mpi, &device, &pool, &stats, Placement::Any);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let direct = Direct::new(mpi, &gpu, &pool, &stats, Placement::Any);
     let halves: Vec<u8> = [1.5f32, -2.0]
         .iter()
         .flat_map(|&v| half::f16::from_f32(v).to_ne_bytes())
@@ -78,16 +74,12 @@ fn direct_stages_reductions_that_run_host_code_and_passes_the_rest() {
 #[test]
 fn decided_automatically_direct_stages_buffers_ipc_cannot_share() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    device.ipc_capable.store(false, Ordering::SeqCst);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    gpu.ipc_capable.store(false, Ordering::SeqCst);
     let send = floats([3.0, 4.0]);
     for (placement, direct_calls) in [(Placement::IpcShareable, 0), (Placement::Any, 1)] {
         let before = count(&stats.direct);
-        let direct = Direct::new(mpi, &device, &pool, &stats, placement);
+        let direct = Direct::new(mpi, &gpu, &pool, &stats, placement);
         let mut recv = vec![0u8; send.len()];
         direct
             .bcast(mpi.world(), Broadcast::Root(input(&send)), 0)
@@ -108,13 +100,9 @@ fn decided_automatically_direct_stages_buffers_ipc_cannot_share() {
 #[test]
 fn a_buffer_whose_sharing_the_driver_cannot_say_is_staged() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    device.fail_ipc_query.store(true, Ordering::SeqCst);
-    let direct = Direct::new(mpi, &device, &pool, &stats, Placement::IpcShareable);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    gpu.fail_ipc_query.store(true, Ordering::SeqCst);
+    let direct = Direct::new(mpi, &gpu, &pool, &stats, Placement::IpcShareable);
     let send = floats([1.0, 2.0]);
     let mut recv = vec![0u8; send.len()];
     direct
@@ -128,13 +116,9 @@ fn a_buffer_whose_sharing_the_driver_cannot_say_is_staged() {
 #[test]
 fn a_stream_that_cannot_be_waited_for_runs_the_op_staged_and_says_so() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    device.fail_synchronize.store(true, Ordering::SeqCst);
-    let direct = Direct::new(mpi, &device, &pool, &stats, Placement::Any);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    gpu.fail_synchronize.store(true, Ordering::SeqCst);
+    let direct = Direct::new(mpi, &gpu, &pool, &stats, Placement::Any);
     let err = failed_sum(&direct, mpi.world(), (0..5).map(|i| i as f32));
     assert!(err.contains("CUDA_ERROR_LAUNCH_FAILED"), "{err}");
     assert!(err.contains("still made the op's MPI calls"), "{err}");

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use jaxmpi_core::Result;
 
-use super::DeviceMemory;
+use super::GpuMemory;
 
 /// Page-locked host memory of `len` bytes, freed by `free` when dropped.
 pub struct PinnedBuffer {
@@ -53,7 +53,7 @@ pub struct PinnedPool {
 impl PinnedPool {
     /// A buffer of at least `len` bytes: the smallest free one that fits, else the largest
     /// free one is replaced by a new one (growing by at least 2x so growth is rare).
-    pub fn take(&self, device: &dyn DeviceMemory, len: usize) -> Result<PinnedBuffer> {
+    pub fn take(&self, gpu: &dyn GpuMemory, len: usize) -> Result<PinnedBuffer> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         free.sort_by_key(PinnedBuffer::len);
         if let Some(i) = free.iter().position(|b| b.len() >= len) {
@@ -62,7 +62,7 @@ impl PinnedPool {
         let old = free.pop();
         drop(free); // pinning takes milliseconds: other calls may take and give meanwhile
         let grown = old.as_ref().map_or(len, |old| len.max(2 * old.len()));
-        match device.alloc_pinned(grown.max(1)) {
+        match gpu.alloc_pinned(grown.max(1)) {
             Ok(buffer) => {
                 self.allocations.fetch_add(1, Ordering::Relaxed);
                 Ok(buffer)

@@ -1,36 +1,31 @@
-//! Staging logic on a fake device (host memory whose async copies only happen at a
+//! Staging logic on a fake GPU (host memory whose async copies only happen at a
 //! wait/synchronize), with a real MPI library at 1 rank underneath (`test_mpi.rs`).
 
 use jaxmpi_core::{Backend, Broadcast, Envelope, Input, Peer, ReduceOp};
 
-use super::super::fake::{FakeDevice, GARBAGE};
+use super::super::fake::{FakeGpu, GARBAGE};
 use super::super::test_mpi::{count, failed_sum, floats, input, mpi, output};
 use super::super::{PinnedPool, Stats};
 use super::Staged;
 
 #[test]
-fn the_fake_device_defers_copies_until_synchronized() {
-    use super::super::DeviceMemory;
-    let device = FakeDevice::default();
+fn the_fake_gpu_defers_copies_until_synchronized() {
+    use super::super::GpuMemory;
+    let gpu = FakeGpu::default();
     let (src, mut dst) = ([1u8; 4], [0u8; 4]);
-    device
-        .copy_to_host_async(dst.as_mut_ptr(), src.as_ptr(), 4)
+    gpu.copy_to_host_async(dst.as_mut_ptr(), src.as_ptr(), 4)
         .unwrap();
     assert_eq!(dst, [0; 4]);
-    device.synchronize().unwrap();
+    gpu.synchronize().unwrap();
     assert_eq!(dst, [1; 4]);
 }
 
 #[test]
 fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     // 3 floats per chunk: 10 elements make 3 full chunks and a short one.
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(12);
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(12);
     let send = floats((0..10).map(|i| i as f32));
     for round in 0..3 {
         let mut recv = vec![0u8; send.len()];
@@ -43,13 +38,9 @@ fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
             )
             .unwrap();
         assert_eq!(recv, send, "round {round}");
-        assert_eq!(
-            device.pending(),
-            0,
-            "work left on the stream after the call"
-        );
+        assert_eq!(gpu.pending(), 0, "work left on the stream after the call");
     }
-    assert_eq!(*device.pinned_allocations.lock().unwrap(), 2);
+    assert_eq!(*gpu.pinned_allocations.lock().unwrap(), 2);
     assert!(pool.held_bytes() >= 2 * send.len());
     pool.release();
     assert_eq!(pool.held_bytes(), 0);
@@ -58,12 +49,8 @@ fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
 #[test]
 fn in_place_allreduce_reads_and_writes_the_result_buffer() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(8);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(8);
     let expected = floats([1.5, -2.0, 3.0, 4.0, 5.0]);
     let mut data = expected.clone();
     staged
@@ -80,12 +67,8 @@ fn in_place_allreduce_reads_and_writes_the_result_buffer() {
 #[test]
 fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
     for n in [4usize, 64, 16] {
         let send = floats((0..n).map(|i| i as f32 * 0.5));
         let mut recv = vec![0u8; send.len()];
@@ -101,18 +84,14 @@ fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
         assert_eq!(recv, send, "{n} elements");
     }
     // 4 → 2 buffers, 64 → 2 larger ones; 16 fits in those.
-    assert_eq!(*device.pinned_allocations.lock().unwrap(), 4);
+    assert_eq!(*gpu.pinned_allocations.lock().unwrap(), 4);
 }
 
 #[test]
 fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
     let expected = floats([3.0, -1.0, 0.5]);
     let mut data = expected.clone();
     let world = mpi.world();
@@ -126,7 +105,7 @@ fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
     let status = staged
         .sendrecv(Input::InPlace, output(&mut data), to_self)
         .unwrap();
-    assert_eq!((data, device.pending(), status.count), (expected, 0, 3));
+    assert_eq!((data, gpu.pending(), status.count), (expected, 0, 3));
     // From PROC_NULL nothing arrives: the buffer comes back as it went in.
     let mut kept = floats([7.0, 8.0]);
     let nowhere = Envelope {
@@ -145,28 +124,20 @@ fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
 #[test]
 fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(4);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(4);
     let expected = floats([9.0, 8.0, 7.0]);
     let data = expected.clone();
     let root = Broadcast::Root(input(&data));
     staged.bcast(mpi.world(), root, 0).unwrap();
-    assert_eq!((data, device.pending()), (expected, 0));
+    assert_eq!((data, gpu.pending()), (expected, 0));
 }
 
 #[test]
-fn whole_staged_collectives_copy_results_back_to_the_device() {
+fn whole_staged_collectives_copy_results_back_to_the_gpu() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
     let world = mpi.world();
     let send = floats([1.0, 2.0]);
     let mut recv = vec![0u8; send.len()];
@@ -190,18 +161,14 @@ fn whole_staged_collectives_copy_results_back_to_the_device() {
         )
         .unwrap();
     assert_eq!(recv, send);
-    assert_eq!(device.pending(), 0);
+    assert_eq!(gpu.pending(), 0);
 }
 
 #[test]
 fn exscan_leaves_rank_0s_result_as_it_was() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
     let send = floats([1.0, 2.0]);
     let before = floats([5.0, 6.0]);
     let mut recv = before.clone();
@@ -220,33 +187,24 @@ fn exscan_leaves_rank_0s_result_as_it_was() {
 #[test]
 fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
     let mut zeroed = floats([3.0]);
     staged.fill_zeros(output(&mut zeroed)).unwrap();
     // Queued on the stream (XLA's later work is ordered after it), not done by the host.
-    assert_eq!(device.pending(), 1);
-    use super::super::DeviceMemory;
-    device.synchronize().unwrap();
+    assert_eq!(gpu.pending(), 1);
+    use super::super::GpuMemory;
+    gpu.synchronize().unwrap();
     assert_eq!(zeroed, vec![0u8; 4]);
 }
 
 #[test]
 fn a_copy_failing_mid_pipeline_still_makes_every_chunk_call_and_says_so() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     // 3 floats per chunk, 4 chunks; the third copy in fails.
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(12);
-    device
-        .copies_before_failing
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(12);
+    gpu.copies_before_failing
         .store(2, std::sync::atomic::Ordering::SeqCst);
     let err = failed_sum(&staged, mpi.world(), (0..10).map(|i| i as f32));
     assert!(err.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");
@@ -264,12 +222,8 @@ fn a_copy_failing_mid_pipeline_still_makes_every_chunk_call_and_says_so() {
 #[test]
 fn buffers_the_stream_may_still_write_are_kept_out_of_the_pool() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(12);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(12);
     // Warm the pool, then fail the stream: nothing of that call may come back to it.
     let send = floats((0..10).map(|i| i as f32));
     let mut recv = vec![0u8; send.len()];
@@ -283,8 +237,7 @@ fn buffers_the_stream_may_still_write_are_kept_out_of_the_pool() {
     };
     call(&mut recv).unwrap();
     let held = pool.held_bytes();
-    device
-        .fail_synchronize
+    gpu.fail_synchronize
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let err = call(&mut recv).unwrap_err().to_string();
     assert!(err.contains("CUDA_ERROR_LAUNCH_FAILED"), "{err}");
@@ -303,15 +256,10 @@ fn buffers_the_stream_may_still_write_are_kept_out_of_the_pool() {
 #[test]
 fn pinning_that_fails_falls_back_to_pageable_memory_with_the_same_results() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    device
-        .fail_pinning
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    gpu.fail_pinning
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats);
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
     let send = floats([4.0, 5.0, 6.0]);
     let mut recv = vec![0u8; send.len()];
     staged
@@ -325,12 +273,8 @@ fn pinning_that_fails_falls_back_to_pageable_memory_with_the_same_results() {
 #[test]
 fn pinned_allocations_stay_flat_over_repeated_calls() {
     let Some(mpi) = mpi() else { return };
-    let (device, pool, stats) = (
-        FakeDevice::default(),
-        PinnedPool::default(),
-        Stats::default(),
-    );
-    let staged = Staged::new(mpi.backend(), &device, &pool, &stats).with_chunk_bytes(16);
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(16);
     let send = floats((0..37).map(|i| i as f32));
     let mut recv = vec![0u8; send.len()];
     let mut after_first = 0;

@@ -1,5 +1,5 @@
 //! What Python asks of CUDA to show it (`python -m jaxmpi info`, the GPU run's checks):
-//! the driver, the GPUs it sees, and which way a device buffer would go. Re-exported by
+//! the driver, the GPUs it sees, and which way a GPU buffer would go. Re-exported by
 //! `cuda`, whose runtime these describe.
 
 use jaxmpi_core::{Library, Result};
@@ -8,7 +8,7 @@ use super::cuda::pointer_attributes;
 use super::driver;
 
 /// GPUs the driver sees (after CUDA_VISIBLE_DEVICES).
-pub fn device_count() -> Result<i32> {
+pub fn gpu_count() -> Result<i32> {
     let d = driver::driver()?;
     let mut count = 0;
     // SAFETY: the driver is initialized; writes one int.
@@ -29,7 +29,7 @@ pub fn driver_version() -> Result<i32> {
     Ok(version)
 }
 
-/// What this process does with a device buffer at `ptr` (true: device pointers to MPI),
+/// What this process does with a GPU buffer at `ptr` (true: GPU pointers to MPI),
 /// and why: the same rule the decorators follow.
 pub fn decide_for_buffer(library: &dyn Library, ptr: usize) -> Result<(bool, String)> {
     if !library.cuda_aware() {

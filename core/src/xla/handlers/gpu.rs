@@ -1,13 +1,13 @@
-//! Device handlers: the same op bodies, run by the installed device runtime on XLA's stream.
+//! GPU handlers: the same op bodies, run by the installed GPU runtime on XLA's stream.
 //! What can fail on this rank alone before the op's MPI calls (XLA giving no stream, no
 //! runtime, the runtime's own preparation) goes to the call's start verdict where it takes
 //! one (`start_verdict.rs`), so that every rank of the call returns an error and none is
-//! left waiting; elsewhere the runtime still makes the op's MPI calls (`crate::device`).
+//! left waiting; elsewhere the runtime still makes the op's MPI calls (`crate::gpu`).
 
 use std::ffi::CStr;
 
 use super::{start_verdict, Call};
-use crate::device::{device_runtime, Agree, Stream};
+use crate::gpu::{gpu_runtime, Agree, Stream};
 use crate::xla::ffi::{
     Api, ErrorCode, ErrorDestroy, ErrorDestroyArgs, ErrorDetails, ErrorDetailsArgs, FfiError,
     StreamGetArgs,
@@ -89,9 +89,9 @@ fn stream_of(call: &Call) -> Result<Stream> {
     Err(Error::library(call.name(), message))
 }
 
-/// Runs `body` (the op on the backend it is given) for a call whose buffers are device
+/// Runs `body` (the op on the backend it is given) for a call whose buffers are GPU
 /// memory, on `comm` where the program names one.
-pub fn on_device(
+pub fn on_gpu(
     call: &Call,
     library: &dyn Library,
     comm: Option<Comm>,
@@ -113,7 +113,7 @@ pub fn on_device(
         None => None,
     };
     let stream = stream_of(call);
-    match device_runtime() {
+    match gpu_runtime() {
         Ok(runtime) => runtime.run(stream, library, agree, body),
         // Only where Python registered GPU handlers without installing a runtime, which
         // it does in one step: every rank of the call fails alike then.

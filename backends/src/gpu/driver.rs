@@ -31,7 +31,7 @@ pub const MEMHOSTALLOC_PORTABLE: c_uint = 1;
 pub const LIBCUDA: &str = "libcuda.so.1";
 const RTLD_NOLOAD: c_int = 4;
 
-/// `CUpointer_attribute` values (cuda.h), for what a device buffer is.
+/// `CUpointer_attribute` values (cuda.h), for what a GPU buffer is.
 pub mod attribute {
     pub const MEMORY_TYPE: u32 = 2;
     pub const DEVICE_ORDINAL: u32 = 9;

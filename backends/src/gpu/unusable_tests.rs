@@ -1,4 +1,4 @@
-//! A rank whose device is unusable makes the same MPI calls as one whose device works:
+//! A rank whose GPU is unusable makes the same MPI calls as one whose GPU works:
 //! `Staged` over each, with an inner backend that records the calls it is asked for.
 
 use std::sync::Mutex;
@@ -8,9 +8,9 @@ use jaxmpi_core::{
     Progress, ReduceOp, Request, Result, Status,
 };
 
-use super::super::fake::FakeDevice;
-use super::super::{DeviceMemory, PinnedPool, Staged, Stats};
-use super::{without_device, Unusable};
+use super::super::fake::FakeGpu;
+use super::super::{GpuMemory, PinnedPool, Staged, Stats};
+use super::{without_gpu, Unusable};
 
 /// The calls asked for: (op, elements).
 #[derive(Default)]
@@ -121,7 +121,7 @@ impl Backend for Recording {
 const COMM: Comm = Comm(0);
 
 /// One call of every blocking op but the v-ops (which stage like gather), on `send`'s and
-/// `recv`'s "device" memory; their outcomes are not the point here.
+/// `recv`'s "GPU" memory; their outcomes are not the point here.
 fn every_op(b: &dyn Backend, send: &[u8], recv: &mut [u8]) {
     let dtype = Dtype::F32;
     let x = || Buf::from_bytes(send, dtype).unwrap();
@@ -186,17 +186,13 @@ fn every_op(b: &dyn Backend, send: &[u8], recv: &mut [u8]) {
 /// 10 float32 in chunks of 3: allreduce and bcast make 4 calls each.
 const CHUNK: usize = 12;
 
-fn calls_over(
-    device: &dyn DeviceMemory,
-    send: &[u8],
-    recv: &mut [u8],
-) -> Vec<(&'static str, usize)> {
+fn calls_over(gpu: &dyn GpuMemory, send: &[u8], recv: &mut [u8]) -> Vec<(&'static str, usize)> {
     let (inner, pool, stats) = (
         Recording::default(),
         PinnedPool::default(),
         Stats::default(),
     );
-    let staged = Staged::new(&inner, device, &pool, &stats).with_chunk_bytes(CHUNK);
+    let staged = Staged::new(&inner, gpu, &pool, &stats).with_chunk_bytes(CHUNK);
     every_op(&staged, send, recv);
     inner.calls()
 }
@@ -209,15 +205,15 @@ fn unusable() -> Unusable {
 }
 
 #[test]
-fn an_unusable_device_makes_the_same_mpi_calls_and_never_touches_device_memory() {
+fn an_unusable_gpu_makes_the_same_mpi_calls_and_never_touches_gpu_memory() {
     let send = vec![1u8; 40];
     let mut recv = vec![7u8; 40];
-    let good = calls_over(&FakeDevice::default(), &send, &mut recv);
+    let good = calls_over(&FakeGpu::default(), &send, &mut recv);
     assert_eq!(good.iter().filter(|(op, _)| *op == "allreduce").count(), 8);
     let mut untouched = vec![7u8; 40];
     let failed = calls_over(&unusable(), &send, &mut untouched);
     assert_eq!(failed, good);
-    assert_eq!(untouched, vec![7u8; 40], "the device's memory was written");
+    assert_eq!(untouched, vec![7u8; 40], "the GPU's memory was written");
 }
 
 #[test]
@@ -225,8 +221,8 @@ fn the_rank_returns_its_own_error_saying_the_calls_were_made() {
     let inner = Recording::default();
     let why = unusable().why;
     let (send, mut recv) = (vec![0u8; 8], vec![0u8; 8]);
-    let err = without_device(&inner, why, &mut |b| {
-        // Staging fails each call on this device (after making it): the next still runs.
+    let err = without_gpu(&inner, why, &mut |b| {
+        // Staging fails each call on this GPU (after making it): the next still runs.
         let x = Buf::from_bytes(&send, Dtype::F64).unwrap();
         let sent = b.send(COMM, x, Peer::Rank(1), 0);
         let y = BufMut::from_bytes(&mut recv, Dtype::F64).unwrap();

@@ -1,8 +1,8 @@
-//! `Direct`: device pointers straight to a CUDA-aware MPI. MPI runs on the host thread and
+//! `Direct`: GPU pointers straight to a CUDA-aware MPI. MPI runs on the host thread and
 //! knows nothing of XLA's stream, so the stream is synchronized first; the MPI call returns
-//! once the device buffers are read or written.
+//! once the GPU buffers are read or written.
 //!
-//! Some calls are staged all the same, because a CUDA-aware MPI taking device pointers
+//! Some calls are staged all the same, because a CUDA-aware MPI taking GPU pointers
 //! does not make host code able to read them: reductions that run jaxmpi's own functions
 //! or a user's op on the host (float16, bfloat16, user ops, the unsigned MIN/MAX of some
 //! MPICH versions), and a library quirk's workaround that copies a buffer on the host.
@@ -13,16 +13,16 @@
 //!
 //! Nothing here refuses a call before its MPI calls, which would leave the other ranks
 //! waiting in theirs: where the stream cannot be synchronized, the op runs staged, which
-//! makes every MPI call of it and returns the device's error at the end (`staged.rs`).
+//! makes every MPI call of it and returns the GPU's error at the end (`staged.rs`).
 
 use jaxmpi_core::{
     Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
     PartitionMut, Peer, Progress, ReduceOp, Request, Result, Status,
 };
 
-use super::{DeviceMemory, PinnedPool, Staged, Stats};
+use super::{GpuMemory, PinnedPool, Staged, Stats};
 
-/// Which device buffers go to MPI as they are.
+/// Which GPU buffers go to MPI as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// Every buffer (the user said the MPI takes them).
@@ -33,13 +33,13 @@ pub enum Placement {
 
 pub struct Direct<'a> {
     library: &'a dyn Library,
-    device: &'a dyn DeviceMemory,
+    gpu: &'a dyn GpuMemory,
     staged: Staged<'a>,
     stats: &'a Stats,
     placement: Placement,
 }
 
-/// A failure with device pointers may mean the MPI is not CUDA-aware after all.
+/// A failure with GPU pointers may mean the MPI is not CUDA-aware after all.
 fn explain(err: Error) -> Error {
     if err.mpi_class().is_none() {
         return err;
@@ -59,15 +59,15 @@ enum Route {
 impl<'a> Direct<'a> {
     pub fn new(
         library: &'a dyn Library,
-        device: &'a dyn DeviceMemory,
+        gpu: &'a dyn GpuMemory,
         pool: &'a PinnedPool,
         stats: &'a Stats,
         placement: Placement,
     ) -> Self {
         Direct {
             library,
-            device,
-            staged: Staged::new(library.backend(), device, pool, stats),
+            gpu,
+            staged: Staged::new(library.backend(), gpu, pool, stats),
             stats,
             placement,
         }
@@ -80,7 +80,7 @@ impl<'a> Direct<'a> {
                 // A buffer the driver cannot say IPC can share is staged too (and counted
                 // with those it says it cannot): staging takes any buffer, and failing
                 // here, before the MPI call, would leave the other ranks waiting.
-                if len > 0 && !self.device.shareable_by_ipc(ptr).unwrap_or(false) {
+                if len > 0 && !self.gpu.shareable_by_ipc(ptr).unwrap_or(false) {
                     Stats::bump(&self.stats.staged_not_ipc);
                     return Route::Staged;
                 }
@@ -100,11 +100,11 @@ impl<'a> Direct<'a> {
 
     /// Runs `op` (one op, on the backend it is given) the way `route` says. Direct, XLA's
     /// work on the buffers must be done first; where the stream cannot be waited for, the
-    /// op's staged form runs instead: it makes the same MPI calls and returns the device's
+    /// op's staged form runs instead: it makes the same MPI calls and returns the GPU's
     /// error at the end.
     fn run<R>(&self, route: Route, op: impl FnOnce(&dyn Backend) -> Result<R>) -> Result<R> {
         if let Route::Direct = route {
-            if self.device.synchronize().is_ok() {
+            if self.gpu.synchronize().is_ok() {
                 Stats::bump(&self.stats.direct);
                 return op(self.library.backend()).map_err(explain);
             }
@@ -130,7 +130,7 @@ fn of_input(input: &Input) -> (*const u8, usize) {
 
 impl Backend for Direct<'_> {
     fn fill_zeros(&self, dst: BufMut) -> Result<()> {
-        super::zero_on_stream(self.device, dst)
+        super::zero_on_stream(self.gpu, dst)
     }
     fn barrier(&self, comm: Comm) -> Result<()> {
         self.host_backend().barrier(comm)
