@@ -97,8 +97,9 @@ def gather(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
             ordered automatically.
 
     Returns:
-        At `root`, shape `(size, *x.shape)`, row r from rank r; elsewhere `x` itself. For a
-        pytree, the same structure, each leaf's result in its place.
+        At `root`, shape `(size, *x.shape)`, row r from rank r; elsewhere `x` itself, or,
+        inside `shard_map` and on a MeshComm (one program for every rank), zeros of the
+        root's shape. For a pytree, the same structure, each leaf's result in its place.
 
     Derivative:
         Linear; reverse mode sends row r of the root's cotangent back to rank r (a scatter).
@@ -214,8 +215,9 @@ def scatter(x: PyTree, root: int, *, comm: CommArg = None) -> PyTree:
 
     Args:
         x: At `root`, shape `(size, ...)`: one row per rank. Elsewhere a template shaped
-            like one row (`x.shape[1:]` of the root's): its values are never read. Or a
-            pytree of them, moved as one: one MPI call per dtype.
+            like one row (`x.shape[1:]` of the root's), or, inside `shard_map` and on a
+            MeshComm (one program for every rank), shaped like the root's: its values are
+            never read. Or a pytree of them, moved as one: one MPI call per dtype.
         root: The sending rank: a static int in `[0, size)`.
         comm: A `jaxmpi.Comm` or mpi4py intracommunicator. None (default): a clone of
             the world communicator, made at import.

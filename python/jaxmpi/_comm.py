@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from . import _native
+from ._binding import jax_shim
 from ._errors import raise_mpi_errors
 from ._mesh_comm import MeshComm
 from ._runtime.encodings import OP_USER, PREDEFINED_OPS
@@ -330,9 +331,13 @@ class CommInfo:
 
 
 def at_root(c: CommInfo, root: int) -> bool | None:
-    """Whether this rank is `root`; None on a MeshComm (the rooted ops' shape rules then
-    bind the root's result on every device)."""
-    return None if c.rank is None else c.rank == root
+    """Whether this rank is `root`; None where one program must serve every rank: on a
+    MeshComm, and inside shard_map on any communicator (the rooted ops' shape rules then
+    bind the root's result on every rank, so that JAX's collectives beside them see the
+    same program everywhere)."""
+    if c.rank is None or jax_shim.in_shard_map():
+        return None
+    return c.rank == root
 
 
 def trace_rank(c: CommInfo, op: str) -> int:

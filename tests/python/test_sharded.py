@@ -64,14 +64,15 @@ CASES = {
         SIZE * TABLE[RANK] + sum(range(SIZE)),
     ),
     "bcast": (lambda x: jaxmpi.bcast(x, 1), rows(RANK), rows(1)),
+    # Inside shard_map the rooted ops bind the root's result on every rank (one program
+    # for every rank): zeros away from gather's root, scatter's operand the root's shape.
     "gather": (
-        lambda x: jnp.broadcast_to(jaxmpi.gather(x, 0), (SIZE, 3)),
+        lambda x: jaxmpi.gather(x, 0),
         rows(RANK),
-        TABLE if RANK == 0 else np.broadcast_to(rows(RANK), (SIZE, 3)),
+        TABLE if RANK == 0 else np.zeros((SIZE, 3)),
     ),
     "allgather": (jaxmpi.allgather, rows(RANK), TABLE),
-    # Away from the root the operand is a template of the result's shape.
-    "scatter": (lambda x: jaxmpi.scatter(x if RANK == 0 else x[0], 0), TABLE, TABLE[RANK]),
+    "scatter": (lambda x: jaxmpi.scatter(x, 0), TABLE, TABLE[RANK]),
     "alltoall": (jaxmpi.alltoall, TABLE + 100 * RANK, TABLE[RANK] + 100 * np.arange(SIZE)[:, None]),
     "allgatherv": (
         lambda x: jaxmpi.allgatherv(x[: RANK + 1], list(range(1, SIZE + 1))),

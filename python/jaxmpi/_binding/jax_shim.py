@@ -22,6 +22,7 @@ from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import effects as _effects
+from jax._src import mesh as _mesh
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import mlir as _mlir
@@ -157,6 +158,13 @@ def is_token(value) -> bool:
         return isinstance(jax.typeof(value), _core.AbstractToken)
     except TypeError:  # not a JAX type at all
         return False
+
+
+def in_shard_map() -> bool:
+    """Whether the trace is inside shard_map (manual over some mesh axis): there one
+    program serves every process, so ops must lower the same on every rank (vmap's named
+    axes are not manual: not inside)."""
+    return bool(_mesh.get_abstract_mesh().manual_axes)
 
 
 def backends_started() -> bool:

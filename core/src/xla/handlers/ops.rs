@@ -57,14 +57,21 @@ pub fn allreduce(
 
 pub fn reduce(
     call: &Call,
-    _: &dyn Library,
+    library: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Reduce,
 ) -> Result<()> {
     match call.optional_ret(0) {
         Some(y) => {
-            let (send, recv) = (call.reduction_input()?, y.buf_mut()?);
-            backend.reduce(a.comm, send, recv, a.op, a.root)
+            let send = match call.reduction_input()? {
+                // One program for every rank (inside shard_map, on a MeshComm): the result is
+                // bound everywhere, aliased to the operand, but MPI_IN_PLACE is the root's.
+                Input::InPlace if !is_root(library, a.comm, a.root)? => {
+                    Input::Data(call.arg(0)?.buf()?)
+                }
+                send => send,
+            };
+            backend.reduce(a.comm, send, y.buf_mut()?, a.op, a.root)
         }
         None => {
             let x = call.arg(0)?;
@@ -107,9 +114,17 @@ pub fn reduce_scatter(
 
 /// The root has no result: its operand is the message, which MPI_Bcast only reads there
 /// (the `Backend::bcast` contract), so it is passed as the buffer without a copy.
-pub fn bcast(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Bcast) -> Result<()> {
-    // Elsewhere the template is no operand: the result is the buffer received into.
+pub fn bcast(
+    call: &Call,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    a: &attrs::Bcast,
+) -> Result<()> {
+    // Elsewhere the template is no operand: the result is the buffer received into. One
+    // program for every rank (inside shard_map, on a MeshComm) binds the result at the
+    // root too, aliased to its message.
     let buf = match call.optional_ret(0) {
+        Some(y) if is_root(library, a.comm, a.root)? => Broadcast::Root(y.buf()?),
         Some(y) => Broadcast::Receiver(y.buf_mut()?),
         None => Broadcast::Root(call.arg(0)?.buf()?),
     };
@@ -118,16 +133,33 @@ pub fn bcast(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Bca
 
 pub fn gather(
     call: &Call,
-    _: &dyn Library,
+    library: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Gather,
 ) -> Result<()> {
     let x = call.arg(0)?;
-    let recv = match call.optional_ret(0) {
-        Some(y) => y.buf_mut()?,
-        None => empty_buf_mut(x.dtype()?),
-    };
+    let recv = gathered_into(call, library, backend, (a.comm, a.root), &x)?;
     backend.gather(a.comm, x.buf()?, recv, a.root)
+}
+
+/// Where a gather's root receives. One program for every rank (inside shard_map, on a
+/// MeshComm) binds the root's result everywhere: away from the root it is zeros.
+fn gathered_into<'a>(
+    call: &Call<'a>,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    (comm, root): (Comm, i32),
+    x: &Operand,
+) -> Result<BufMut<'a>> {
+    match call.optional_ret(0) {
+        Some(y) => {
+            if !is_root(library, comm, root)? {
+                backend.fill_zeros(y.buf_mut()?)?;
+            }
+            y.buf_mut()
+        }
+        None => Ok(empty_buf_mut(x.dtype()?)),
+    }
 }
 
 pub fn allgather(
@@ -181,16 +213,13 @@ pub fn alltoall(
 
 pub fn gatherv(
     call: &Call,
-    _: &dyn Library,
+    library: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Gatherv,
 ) -> Result<()> {
     let x = call.arg(0)?;
     let (counts, displs) = a.counts.elements(x.row());
-    let recv = match call.optional_ret(0) {
-        Some(y) => y.buf_mut()?,
-        None => empty_buf_mut(x.dtype()?),
-    };
+    let recv = gathered_into(call, library, backend, (a.comm, a.root), &x)?;
     let recv = PartitionMut::new(recv, &counts, &displs);
     backend.gatherv(a.comm, x.buf()?, recv, a.root)
 }

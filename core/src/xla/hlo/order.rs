@@ -170,18 +170,17 @@ impl Module {
     }
 
     /// The token follows the module's instruction order, which XLA derives from the
-    /// program's graph: the same on every rank for the same program. jaxmpi's rooted ops
-    /// make the ranks' programs differ (the root's bcast takes the message and gives no
-    /// result, the others' the reverse; reduce and gather give a result at the root only;
-    /// scatter reads its operand there only), and with them the order of the calls around
-    /// them: a deadlock with a collective beside them. Such a program is refused.
+    /// program's graph: the same on every rank for the same program. Inside shard_map
+    /// jaxmpi's rooted ops bind the root's result on every rank (`_comm.at_root`), so they
+    /// keep the program the same; gatherv and scatterv (whose shapes, or counts, follow the
+    /// rank, in both their forms) still make the ranks' programs differ, and with them the
+    /// order of the calls around them: a deadlock with a collective beside them. Such a
+    /// program is refused.
     fn refuse_programs_that_differ_by_rank(
         &self,
         calls: &HashMap<(i64, i64), Call>,
     ) -> Result<(), Refusal> {
-        const ROOTED: [&str; 6] = [
-            "bcast", "reduce", "gather", "scatter", "gatherv", "scatterv",
-        ];
+        const BY_RANK: [&str; 2] = ["gatherv", "scatterv"];
         let Some(&(cid, id)) = calls.keys().next() else {
             return Ok(());
         };
@@ -196,20 +195,18 @@ impl Module {
             let ragged_from = (op == "ragged_alltoallv")
                 .then(|| ragged_origin(inst))
                 .flatten();
-            let rooted = match ragged_from {
-                Some(origin) => ROOTED.contains(&origin),
-                None => ROOTED.contains(&op),
-            };
-            if inst.opcode() == "custom-call" && rooted {
+            let by_rank = BY_RANK.contains(&ragged_from.unwrap_or(op));
+            if inst.opcode() == "custom-call" && by_rank {
                 let name = ragged_from.unwrap_or(op);
                 let beside = collective.map(Instruction::op_name).unwrap_or_default();
                 return Err(refusal(
                     inst,
                     format!(
-                        "jaxmpi.{name} gives its root another program than the other ranks, \
-                         so the MPI calls of JAX's collectives beside it ({beside}) cannot \
-                         be put in one order on every rank. Call jaxmpi.{name} in a jitted \
-                         function of its own (calls of separate programs keep their order)"
+                        "jaxmpi.{name} gives each rank another program (its shapes follow \
+                         the rank), so the MPI calls of JAX's collectives beside it \
+                         ({beside}) cannot be put in one order on every rank. Call \
+                         jaxmpi.{name} in a jitted function of its own (calls of separate \
+                         programs keep their order)"
                     ),
                 ));
             }
