@@ -227,6 +227,55 @@ def test_all_to_all(split_axis, concat_axis):
     check(got, np.concatenate(expected, axis=0), f"all_to_all {split_axis}->{concat_axis}")
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_tiled_all_to_all_is_one_call_on_the_whole_array(axis):
+    """XLA takes a tiled all_to_all apart before the pass (a slice per device, a tuple
+    all-to-all, a concatenate of its results); the pass puts back one all-to-all on the
+    array itself, so the compiled program copies nothing around the call."""
+    x = blocks_of("float32", rows=N * 2, cols=N * 3)
+    exchange = smap(lambda a: jax.lax.all_to_all(a, "i", axis, axis, tiled=True))
+    compiled = exchange.lower(put(x)).compile().as_text()
+    calls = [line for line in compiled.splitlines() if "jaxmpi_hlo_all_to_all" in line]
+    assert len(calls) == 1, compiled
+    assert "outer = dense<[" in calls[0], compiled  # the array form, not the tuple form
+    for copying in (" concatenate(", " slice(", "calls=%wrapped_slice"):
+        assert copying not in compiled, compiled
+    chunks = [np.split(b, N, axis=axis) for b in per_block(x)]  # chunks[source][target]
+    expected = [np.concatenate([chunks[s][t] for s in range(N)], axis=axis) for t in range(N)]
+    check(exchange(put(x)), np.concatenate(expected, axis=0), f"tiled all_to_all {axis}")
+
+
+def test_a_tiled_all_to_all_of_a_loop_state_or_a_donated_argument():
+    """Where XLA must put the result in the array's own memory (the loop state element it
+    gives back, a donated argument), the call reads a copy: MPI refuses one buffer for both
+    (before the copy: "Buffers must not be aliased")."""
+    x = blocks_of("float32", rows=N * 2, cols=3)
+
+    def swapped(v: np.ndarray) -> np.ndarray:
+        chunks = [np.split(b, N, axis=0) for b in per_block(v)]
+        return np.concatenate([np.concatenate([chunks[s][t] for s in range(N)]) for t in range(N)])
+
+    def step(_, a):
+        return jax.lax.all_to_all(a, "i", 0, 0, tiled=True) + 1
+
+    looped = smap(lambda a: jax.lax.fori_loop(0, 3, step, a))
+    expected = x
+    for _ in range(3):
+        expected = swapped(expected) + 1
+    check(looped(put(x)), expected, "tiled all_to_all in a loop")
+    donated = jax.jit(
+        shard_map(
+            lambda a: jax.lax.all_to_all(a, "i", 0, 0, tiled=True),
+            mesh=MESH,
+            in_specs=BLOCKS,
+            out_specs=BLOCKS,
+            check_vma=False,
+        ),
+        donate_argnums=0,
+    )
+    check(donated(put(x)), swapped(x), "tiled all_to_all of a donated argument")
+
+
 @pytest.mark.parametrize(
     "pairs", ["ring", "reversed", "one pair", "self-loop beside a ring", "self-loops and a chain"]
 )

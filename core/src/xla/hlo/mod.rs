@@ -10,7 +10,8 @@
 //!
 //! `wire.rs` reads and writes the protobuf bytes keeping every field it does not name,
 //! `proto.rs` names the fields it does, `groups.rs` turns XLA's replica groups into global
-//! device ids, `rewrite.rs` replaces each collective, `order.rs` threads the token, and
+//! device ids, `tiled.rs` puts back the array all-to-alls XLA took apart into slices, a
+//! tuple all-to-all and a concatenate, `rewrite.rs` replaces each collective, `order.rs` threads the token, and
 //! `pass.rs` runs them on a whole module.
 
 mod config;
@@ -21,6 +22,7 @@ mod proto;
 mod rewrite;
 #[cfg(test)]
 mod tests;
+mod tiled;
 mod wire;
 
 use std::fmt;

@@ -1,11 +1,13 @@
-//! The pass on one module: its computations parsed, each collective translated into a
-//! jaxmpi call (`rewrite.rs`), one token threaded through every MPI call (`order.rs`), the
-//! module encoded again with every field it did not touch.
+//! The pass on one module: its computations parsed, the tiled all-to-alls XLA took apart
+//! put back together (`tiled.rs`), each collective translated into a jaxmpi call
+//! (`rewrite.rs`), one token threaded through every MPI call (`order.rs`), the module
+//! encoded again with every field it did not touch.
 
 use super::groups::DeviceAssignment;
 use super::order::Module;
 use super::proto::{module, Computation};
 use super::rewrite::{refusal, translate};
+use super::tiled;
 use super::wire::{Field, Message, Value};
 use super::Refusal;
 
@@ -44,11 +46,19 @@ pub fn rewrite_module(bytes: &[u8]) -> Result<Option<Rewritten>, Refusal> {
             "the module is already scheduled (the pass must run before XLA's scheduler)",
         ));
     }
-    let computations = whole
+    let mut computations = whole
         .all_bytes(module::COMPUTATIONS)
         .map(Computation::parse)
         .collect::<Result<Vec<_>, _>>()?;
     let assignment = DeviceAssignment::of_module(&whole)?;
+    let entry = whole.int(module::ENTRY_COMPUTATION_ID);
+    if let Some(assignment) = assignment.as_ref() {
+        let donates = [module::INPUT_OUTPUT_ALIAS, module::BUFFER_DONOR]
+            .iter()
+            .any(|&f| matches!(whole.message(f), Ok(Some(m)) if m.has(1)));
+        let entry = tiled::Entry { id: entry, donates };
+        tiled::reassemble(&mut computations, assignment, &entry);
+    }
     let entry = whole.int(module::ENTRY_COMPUTATION_ID);
     let mut program = Module::new(computations, entry)?;
     let calls = program.translate(|inst, computation, all, loop_body| {

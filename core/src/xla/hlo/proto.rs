@@ -8,6 +8,10 @@ pub mod module {
     pub const COMPUTATIONS: u32 = 3;
     pub const ENTRY_COMPUTATION_ID: u32 = 6;
     pub const SCHEDULE: u32 = 7;
+    /// `HloInputOutputAliasProto`: its `entries` (field 1) pair results with parameters.
+    pub const INPUT_OUTPUT_ALIAS: u32 = 8;
+    /// `BufferDonorProto`: its `entries` (field 1) are parameters XLA may give a result.
+    pub const BUFFER_DONOR: u32 = 18;
     pub const DEVICE_ASSIGNMENT: u32 = 15;
 }
 
@@ -27,10 +31,12 @@ pub mod instruction {
     pub const PARAMETER_NUMBER: u32 = 9;
     pub const TUPLE_INDEX: u32 = 13;
     pub const DIMENSIONS: u32 = 14;
+    pub const SLICE_DIMENSIONS: u32 = 17;
     pub const CHANNEL_ID: u32 = 26;
     pub const CUSTOM_CALL_TARGET: u32 = 28;
     pub const ID: u32 = 35;
     pub const OPERAND_IDS: u32 = 36;
+    pub const CONTROL_PREDECESSOR_IDS: u32 = 37;
     pub const CALLED_COMPUTATION_IDS: u32 = 38;
     pub const BACKEND_CONFIG: u32 = 43;
     pub const REPLICA_GROUPS: u32 = 49;
@@ -65,6 +71,13 @@ pub mod program_shape {
 
 pub mod metadata {
     pub const OP_NAME: u32 = 2;
+}
+
+/// `HloInstructionProto.SliceDimensions`: one dimension's `[start, limit)` and stride.
+pub mod slice {
+    pub const START: u32 = 1;
+    pub const LIMIT: u32 = 2;
+    pub const STRIDE: u32 = 3;
 }
 
 /// `OutputOperandAliasing`.

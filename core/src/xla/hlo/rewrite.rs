@@ -452,7 +452,7 @@ pub fn translate(
 }
 
 /// How many times each instruction is an operand in `computation`, the root counting once.
-fn uses_in(computation: &Computation) -> HashMap<i64, usize> {
+pub fn uses_in(computation: &Computation) -> HashMap<i64, usize> {
     let mut uses: HashMap<i64, usize> = HashMap::new();
     for inst in &computation.instructions {
         for operand in inst.operands().unwrap_or_default() {
