@@ -85,6 +85,12 @@ fn hlo_targets() -> Vec<(&'static str, &'static str)> {
     hlo::TARGETS.to_vec()
 }
 
+/// The HLO pass's revision (`hlo::REVISION`), which salts JAX's compilation cache.
+#[pyfunction]
+fn hlo_revision() -> u32 {
+    hlo::REVISION
+}
+
 /// Tells the handlers of XLA's collectives which process (world rank) owns each device
 /// of the job: `(device id, process index)` for every device, from `jax.devices()`.
 #[pyfunction]
@@ -535,6 +541,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mesh_comm, m)?)?;
     m.add_function(wrap_pyfunction!(handle_id, m)?)?;
     m.add_function(wrap_pyfunction!(hlo_targets, m)?)?;
+    m.add_function(wrap_pyfunction!(hlo_revision, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;

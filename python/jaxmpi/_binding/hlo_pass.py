@@ -56,6 +56,7 @@ def install() -> None:
         stage=extend_xla.PipelineStage.PRE_SCHEDULER,
         platforms="cpu",
     )
-    # Executables compiled with and without the pass must never be taken for each other.
-    jax_shim.salt_compilation_cache(f"|{NAME}")
+    # Executables compiled with and without the pass, or by another revision of it, must
+    # never be taken for each other.
+    jax_shim.salt_compilation_cache(f"|{NAME}-{_native.hlo_revision()}")
     _installed = True

@@ -28,6 +28,12 @@ mod wire;
 use std::fmt;
 
 pub use pass::{rewrite_module, Rewritten};
+
+/// The pass's revision: raise it whenever the pass writes another program for the same
+/// module (the tiled all-to-all taken whole was 2). JAX's persistent compilation cache is
+/// salted with it, so that ranks running different revisions never share a program whose
+/// MPI calls differ.
+pub const REVISION: u32 = 2;
 pub use rewrite::TARGETS;
 
 /// Why a module cannot run over jaxmpi: compiling it fails with this, before anything runs.
