@@ -10,6 +10,7 @@ use jaxmpi_core::{
 
 use super::abi::{Abi, RawStatus};
 use super::library::{c_string, MpiLibrary};
+use super::own_reductions;
 
 const MPI_UNDEFINED: c_int = -32766;
 
@@ -74,10 +75,13 @@ impl<A: Abi> MpiLibrary<A> {
             return A::handle_from_raw(raw)
                 .map_err(|why| Error::invalid_argument(name, format!("op {why}")));
         }
-        let own = self
-            .own_reductions
-            .iter()
-            .find(|&&(d, o, _)| d == dtype && o == op);
+        let own = own_reductions::may_be_own(dtype, op)
+            .then(|| {
+                self.own_reductions
+                    .iter()
+                    .find(|&&(d, o, _)| d == dtype && o == op)
+            })
+            .flatten();
         match (own, self.pre.op(op)) {
             (Some(&(_, _, handle)), _) => Ok(handle),
             (None, Some(handle)) if !dtype.is_half() => Ok(handle),

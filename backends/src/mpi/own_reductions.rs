@@ -127,8 +127,14 @@ pub fn callback(dtype: Dtype, op: ReduceOp) -> Option<UserFunction> {
     Some(callbacks[index])
 }
 
-/// The (dtype, op) pairs a library needs from jaxmpi. float32/float64 SUM and PROD stay
-/// the library's: they propagate NaN already.
+/// Whether jaxmpi may bring its own op for (dtype, op): half types, and MIN/MAX. A call of
+/// any other pair (float32 SUM, the common one) takes the library's op without looking.
+pub fn may_be_own(dtype: Dtype, op: ReduceOp) -> bool {
+    dtype.is_half() || matches!(op, ReduceOp::Min | ReduceOp::Max)
+}
+
+/// The (dtype, op) pairs a library needs from jaxmpi (each `may_be_own`). float32/float64
+/// SUM and PROD stay the library's: they propagate NaN already.
 pub fn needed(unsigned_min_max: bool) -> Vec<(Dtype, ReduceOp)> {
     let mut pairs: Vec<_> = [Dtype::F16, Dtype::BF16]
         .into_iter()
@@ -161,6 +167,15 @@ mod tests {
                 std::ptr::null_mut(),
             )
         };
+    }
+
+    #[test]
+    fn every_pair_needed_may_be_own() {
+        for unsigned in [false, true] {
+            for (dtype, op) in needed(unsigned) {
+                assert!(may_be_own(dtype, op), "{dtype} {op}");
+            }
+        }
     }
 
     #[test]
