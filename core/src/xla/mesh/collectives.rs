@@ -14,7 +14,7 @@
 
 use super::buffers::{at, copy, move_bytes, seat, Scratch};
 use super::group::Group;
-use super::messages::{exchange, Piece};
+use super::messages::{every_pair, exchange, Piece};
 use super::seat::{Seat, Span};
 use crate::{Backend, Dtype, Envelope, Input, Library, Peer, Result};
 
@@ -63,20 +63,13 @@ pub fn all_gather(
             continue;
         }
         // Member i's slice o lands as block i of every member's slice o.
-        let mut pieces = Vec::with_capacity(n * n * outer);
-        for i in 0..n {
-            for j in 0..n {
-                for o in 0..outer {
-                    pieces.push(Piece {
-                        from: i,
-                        to: j,
-                        bytes: inner,
-                        send: at(group, seats, i, |s| s.args[k], o * inner),
-                        recv: at(group, seats, j, |s| s.rets[k], (o * n + i) * inner),
-                    });
-                }
-            }
-        }
+        let pieces = every_pair(n, outer, |i, j, o| Piece {
+            from: i,
+            to: j,
+            bytes: inner,
+            send: at(group, seats, i, |s| s.args[k], o * inner),
+            recv: at(group, seats, j, |s| s.rets[k], (o * n + i) * inner),
+        });
         exchange(group, library, backend, &pieces)?;
     }
     Ok(())
@@ -167,28 +160,17 @@ pub fn all_to_all(
         }
         return Ok(());
     }
-    let mut pieces = Vec::with_capacity(n * n * outer);
-    for i in 0..n {
-        for j in 0..n {
-            for o in 0..outer {
-                pieces.push(Piece {
-                    from: i,
-                    to: j,
-                    bytes: block,
-                    send: if group.is_local(i) {
-                        send_at(seat(group, seats, i), j, o)
-                    } else {
-                        0
-                    },
-                    recv: if group.is_local(j) {
-                        recv_at(seat(group, seats, j), i, o)
-                    } else {
-                        0
-                    },
-                });
-            }
-        }
-    }
+    let local = |p: usize, address: &dyn Fn(&Seat) -> usize| match group.is_local(p) {
+        true => address(seat(group, seats, p)),
+        false => 0,
+    };
+    let pieces = every_pair(n, outer, |i, j, o| Piece {
+        from: i,
+        to: j,
+        bytes: block,
+        send: local(i, &|s| send_at(s, j, o)),
+        recv: local(j, &|s| recv_at(s, i, o)),
+    });
     exchange(group, library, backend, &pieces)
 }
 

@@ -30,6 +30,22 @@ pub struct Piece {
     pub recv: usize,
 }
 
+/// The pieces of an exchange among every member, in the order every process lists them:
+/// `piece(i, j, o)` from each member i to each member j, for each slice o of `outer`.
+pub fn every_pair(
+    n: usize,
+    outer: usize,
+    piece: impl Fn(usize, usize, usize) -> Piece,
+) -> Vec<Piece> {
+    let mut pieces = Vec::with_capacity(n * n * outer);
+    for i in 0..n {
+        for j in 0..n {
+            pieces.extend((0..outer).map(|o| piece(i, j, o)));
+        }
+    }
+    pieces
+}
+
 /// Moves every piece this process sends or receives, as the halves of the local devices'
 /// messages. Every process lists the pieces in the same order, so the pieces between the
 /// same two devices match in that order.

@@ -7,7 +7,7 @@
 
 use super::buffers::{at, copy, seat, Scratch};
 use super::group::Group;
-use super::messages::{exchange, Piece};
+use super::messages::{every_pair, exchange, Piece};
 use super::seat::{Seat, Span};
 use crate::{Backend, Library, ReduceOp, Result};
 
@@ -52,23 +52,19 @@ pub fn all_reduce(
         let base = scratch.span(0, 0, dtype).ptr;
         let block = |slot: usize, i: usize| base + (slot * n + i) * width;
         // Chunk j of every member's operand to member j.
-        let mut pieces = Vec::with_capacity(n * n);
-        for i in 0..n {
-            for j in 0..n {
-                let (start, len) = chunk(count, n, j);
-                pieces.push(Piece {
-                    from: i,
-                    to: j,
-                    bytes: len * size,
-                    send: at(group, seats, i, |s| s.args[k], start * size),
-                    recv: if group.is_local(j) {
-                        block(group.slot(j), i)
-                    } else {
-                        0
-                    },
-                });
+        let pieces = every_pair(n, 1, |i, j, _| {
+            let (start, len) = chunk(count, n, j);
+            Piece {
+                from: i,
+                to: j,
+                bytes: len * size,
+                send: at(group, seats, i, |s| s.args[k], start * size),
+                recv: match group.is_local(j) {
+                    true => block(group.slot(j), i),
+                    false => 0,
+                },
             }
-        }
+        });
         exchange(group, library, backend, &pieces)?;
         for &j in &group.local {
             let (start, len) = chunk(count, n, j);
@@ -85,20 +81,17 @@ pub fn all_reduce(
             };
             fold(backend, n, blocks, &into, op)?;
         }
-        // Every owner's chunk to every other member.
-        let mut pieces = Vec::with_capacity(n * n);
-        for i in 0..n {
+        // Every owner's chunk to every other member (its own is in place).
+        let pieces = every_pair(n, 1, |i, j, _| {
             let (start, len) = chunk(count, n, i);
-            for j in (0..n).filter(|&j| j != i) {
-                pieces.push(Piece {
-                    from: i,
-                    to: j,
-                    bytes: len * size,
-                    send: at(group, seats, i, |s| s.rets[k], start * size),
-                    recv: at(group, seats, j, |s| s.rets[k], start * size),
-                });
+            Piece {
+                from: i,
+                to: j,
+                bytes: if i == j { 0 } else { len * size },
+                send: at(group, seats, i, |s| s.rets[k], start * size),
+                recv: at(group, seats, j, |s| s.rets[k], start * size),
             }
-        }
+        });
         exchange(group, library, backend, &pieces)?;
     }
     Ok(())
@@ -120,24 +113,16 @@ pub fn reduce_scatter(
     let mut scratch = Scratch::new(seats.len() * n * y.bytes());
     let base = scratch.span(0, 0, y.dtype).ptr;
     let block = |slot: usize, i: usize| base + (slot * n + i) * y.bytes();
-    let mut pieces = Vec::with_capacity(n * n * outer);
-    for i in 0..n {
-        for j in 0..n {
-            for o in 0..outer {
-                pieces.push(Piece {
-                    from: i,
-                    to: j,
-                    bytes: inner,
-                    send: at(group, seats, i, |s| s.args[k], (o * n + j) * inner),
-                    recv: if group.is_local(j) {
-                        block(group.slot(j), i) + o * inner
-                    } else {
-                        0
-                    },
-                });
-            }
-        }
-    }
+    let pieces = every_pair(n, outer, |i, j, o| Piece {
+        from: i,
+        to: j,
+        bytes: inner,
+        send: at(group, seats, i, |s| s.args[k], (o * n + j) * inner),
+        recv: match group.is_local(j) {
+            true => block(group.slot(j), i) + o * inner,
+            false => 0,
+        },
+    });
     exchange(group, library, backend, &pieces)?;
     for &j in &group.local {
         let slot = group.slot(j);

@@ -61,12 +61,12 @@ fn combine(
     into: &Span,
     op: ReduceOp,
 ) -> Result<()> {
-    copy(&seats[first].args[k], into);
-    for (_, other) in seats.iter().enumerate().filter(|(s, _)| *s != first) {
-        // SAFETY: live buffers of the meeting devices' calls, and `into`, the combination.
-        unsafe { backend.reduce_local(other.args[k].buf(), into.buf_mut(), op)? };
-    }
-    Ok(())
+    // `first` last: `fold` starts from the last.
+    let order: Vec<usize> = (0..seats.len())
+        .filter(|&s| s != first)
+        .chain([first])
+        .collect();
+    ordered::fold(backend, order.len(), |i| seats[order[i]].args[k], into, op)
 }
 
 pub fn all_reduce(
