@@ -23,6 +23,8 @@ mod rewrite;
 #[cfg(test)]
 mod tests;
 mod tiled;
+#[cfg(test)]
+mod tiled_tests;
 mod wire;
 
 use std::fmt;
