@@ -1,7 +1,9 @@
 """What the files that run JAX's collectives through jaxmpi's pass share
-(test_jax_collectives.py): jax.distributed started once per process by
+(test_jax_collectives.py, test_device_layer.py, test_mesh_comm.py): jax.distributed
+started once per process by
 `jaxmpi.distributed.initialize(collectives="jaxmpi")`, in the layout of devices per process
-the cell sets, and the mesh of every device, in process order.
+the cell sets, the mesh of every device, in process order, and how the files put arrays
+on it, run programs over it and check their blocks.
 
 The cell sets JAXMPI_TEST_LAYOUT="PxD" (P processes of D CPU devices) and XLA_FLAGS'
 --xla_force_host_platform_device_count=D; jax.distributed must start before any JAX
@@ -21,9 +23,12 @@ if LAYOUT is None:
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh  # noqa: E402
+from jax import shard_map  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jaxmpi.distributed  # noqa: E402
+from helpers import assert_array  # noqa: E402
 from jaxmpi._binding import jax_shim  # noqa: E402
 
 if not jax_shim.has_hlo_pass_hook():
@@ -36,3 +41,32 @@ PROCESSES, LOCAL = (int(n) for n in LAYOUT.split("x"))
 DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
 N = len(DEVICES)
 MESH = Mesh(np.array(DEVICES), ("i",))
+
+BLOCKS = P("i")  # the leading axis split over every device
+
+
+def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
+    """The global array `value`, sharded by `spec` over `mesh`."""
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def smap(body, in_specs=BLOCKS, out_specs=BLOCKS, mesh: Mesh = MESH):
+    """jit(shard_map(body)) over `mesh`."""
+    return jax.jit(
+        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    )
+
+
+def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
+    """Every block this process holds equals that block of `expected`, bit for bit."""
+    for shard in got.addressable_shards:
+        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
+
+
+def check_close(got: jax.Array, expected: np.ndarray, what: str) -> None:
+    """As `check`, for results whose float sums may be ordered differently."""
+    for shard in got.addressable_shards:
+        np.testing.assert_allclose(
+            np.asarray(shard.data), expected[shard.index], rtol=1e-5, err_msg=what
+        )

@@ -22,15 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import shard_map
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
+from layouts import BLOCKS, DEVICES, LOCAL, MESH, PROCESSES, N, check, put, smap
 
 import jaxmpi
-from helpers import RANK, assert_array
+from helpers import RANK
 
-BLOCKS = P("i")
 HANG = 60  # seconds: every program here takes well under one on 2 cores
 
 
@@ -63,23 +61,6 @@ def within(what: str, seconds: float = HANG):
         yield
     finally:
         timer.cancel()
-
-
-def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
-    sharding = NamedSharding(mesh, spec)
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
-
-
-def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
-    """Every block this process holds equals that block of `expected`."""
-    for shard in got.addressable_shards:
-        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
-
-
-def smap(body, in_specs=BLOCKS, out_specs=BLOCKS, mesh: Mesh = MESH):
-    return jax.jit(
-        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    )
 
 
 def blocks(rows: int = 2, cols: int = 3, devices: int = N, dtype=np.float32) -> np.ndarray:

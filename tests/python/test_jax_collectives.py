@@ -20,7 +20,7 @@ import pytest
 from jax import shard_map
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from layouts import DEVICES, LOCAL, MESH, PROCESSES, N
+from layouts import BLOCKS, DEVICES, LOCAL, MESH, PROCESSES, N, check, check_close, put, smap
 
 import jaxmpi
 from helpers import ALL_DTYPES, FLOAT_DTYPES, RANK, SIZE, assert_array
@@ -39,35 +39,6 @@ def test_info_says_which_route_and_how_much_it_took():
     line = next(line for line in info_lines() if line.startswith("JAX collectives"))
     assert "jaxmpi: asked for: jaxmpi's pass hands every collective" in line, line
     assert f"{hlo_pass.rewritten['collectives']} collectives in" in line, line
-
-
-BLOCKS = P("i")  # the leading axis split over every device
-
-
-def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
-    """The global array `value`, sharded by `spec` over `mesh`."""
-    sharding = NamedSharding(mesh, spec)
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
-
-
-def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
-    """Every block this process holds equals that block of `expected`."""
-    for shard in got.addressable_shards:
-        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
-
-
-def check_close(got: jax.Array, expected: np.ndarray, what: str) -> None:
-    """As `check`, for results whose float sums XLA may order differently."""
-    for shard in got.addressable_shards:
-        np.testing.assert_allclose(
-            np.asarray(shard.data), expected[shard.index], rtol=1e-5, err_msg=what
-        )
-
-
-def smap(body, in_specs=BLOCKS, out_specs=BLOCKS, mesh: Mesh = MESH):
-    return jax.jit(
-        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    )
 
 
 def blocks_of(dtype: str, rows: int = 2, cols: int = 3, devices: int = N) -> np.ndarray:

@@ -15,34 +15,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import shard_map
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
-from layouts import DEVICES, LOCAL, MESH, N
+from layouts import BLOCKS, DEVICES, LOCAL, MESH, N, check, put, smap
 
 import jaxmpi
 from helpers import MPI, assert_array
 
 COMM = jaxmpi.MeshComm(MESH)
-BLOCKS = P("i")
 RING_RIGHT, RING_LEFT = (lambda r: (r + 1) % N), (lambda r: (r - 1) % N)
-
-
-def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
-    sharding = NamedSharding(mesh, spec)
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
-
-
-def smap(body, mesh: Mesh = MESH, in_specs=BLOCKS, out_specs=BLOCKS):
-    return jax.jit(
-        shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    )
-
-
-def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
-    """Every block this process holds equals that block of `expected`, bit for bit."""
-    for shard in got.addressable_shards:
-        assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
 
 
 ORDERED = os.environ.get("JAXMPI_MESH_REDUCTIONS") == "ordered"
