@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::xla::devices;
 use crate::{Error, Result};
 
 /// A MeshComm's groups of devices (global ids, in rank order); each device is in one at
@@ -35,6 +36,10 @@ pub fn register(groups: Vec<Vec<i64>>) -> Result<i64> {
     }
     if groups.iter().any(Vec::is_empty) {
         return Err(Error::invalid_argument("MeshComm", "a group has no device"));
+    }
+    // A device of no process of this job is named now, not at the first op.
+    for &device in groups.iter().flatten() {
+        devices::owner(device)?;
     }
     let mut registered = registered();
     let index = match registered.iter().position(|g| **g == groups) {

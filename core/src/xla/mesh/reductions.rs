@@ -61,12 +61,14 @@ fn combine(
     into: &Span,
     op: ReduceOp,
 ) -> Result<()> {
-    // `first` last: `fold` starts from the last.
-    let order: Vec<usize> = (0..seats.len())
-        .filter(|&s| s != first)
-        .chain([first])
-        .collect();
-    ordered::fold(backend, order.len(), |i| seats[order[i]].args[k], into, op)
+    // `first` last, as `fold` starts from the last; the others in slot order before it.
+    let n = seats.len();
+    let slot = |i: usize| match i {
+        _ if i == n - 1 => first,
+        _ if i < first => i,
+        _ => i + 1,
+    };
+    ordered::fold(backend, n, |i| seats[slot(i)].args[k], into, op)
 }
 
 pub fn all_reduce(
@@ -185,10 +187,19 @@ pub fn reduce_scatter(
             continue;
         }
         let inner = y.bytes() / outer.max(1);
-        let mut whole = Scratch::new(x.bytes());
-        let total = whole.span(0, x.count, x.dtype);
-        combine(backend, seats, k, 0, &total, op)?;
-        if group.spans_processes() && group.even() {
+        let packs = group.spans_processes() && group.even();
+        // A device alone in its process packs from its own operand; otherwise the
+        // process's combination (which the unpacked route below reduces in place).
+        let alone = packs && seats.len() == 1;
+        let mut whole = Scratch::new(if alone { 0 } else { x.bytes() });
+        let total = if alone {
+            x
+        } else {
+            let total = whole.span(0, x.count, x.dtype);
+            combine(backend, seats, k, 0, &total, op)?;
+            total
+        };
+        if packs {
             // Each process's positions' blocks, back to back in communicator rank order:
             // MPI's reduce-scatter hands each process its share, and only that.
             let share = group.local.len() * outer * inner;
