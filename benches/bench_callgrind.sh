@@ -13,16 +13,8 @@ work=${TMPDIR:-/tmp}/jaxmpi-callgrind
 mkdir -p "$work"
 py=$ROOT/.venvs/mpich/bin/python
 
-# extension REV: the path of REV's built extension ("" for the working tree).
-extension() {
-    local rev=$1 tree=$ROOT
-    if [[ -n $rev ]]; then
-        tree=$work/tree-$(git -C "$ROOT" rev-parse --short "$rev")
-        [[ -d $tree ]] || git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null 2>&1
-    fi
-    (cd "$tree" && CARGO_TARGET_DIR=$tree/target cargo build --release -p jaxmpi-python -q) >&2
-    echo "$tree"
-}
+# shellcheck source=builds.sh
+source "$ROOT/benches/builds.sh"
 
 cat >"$work/loop.py" <<'PY'
 import sys
@@ -37,10 +29,8 @@ PY
 # count TREE CALLS: instructions inside the handler for CALLS calls, with TREE's extension
 # and Python package in place of the installed ones.
 count() {
-    local tree=$1 calls=$2 site=$work/site-$(basename "$1")-$2
-    rm -rf "$site" && mkdir -p "$site"
-    cp -r "$tree/python/jaxmpi" "$site/"
-    cp "$tree/target/release/lib_native.so" "$site/jaxmpi/_native.abi3.so"
+    local tree=$1 calls=$2 site
+    site=$(site "$tree" "$calls")
     (cd "$work" && env -i HOME="$HOME" PATH="$ROOT/.venvs/mpich/bin:$PATH" JAX_PLATFORMS=cpu \
         PYTHONPATH="$site" valgrind --tool=callgrind --callgrind-out-file="$work/out.$$" \
         --toggle-collect='jaxmpi_core::xla::handlers::exported::allreduce*' \

@@ -6,9 +6,10 @@ ranks and prints bytes per device rank and call.
     python benches/bench_mesh_bytes.py ROUTE CALLS [--elements 262144]
 
 ROUTE: `psum` (JAX's, through jaxmpi's pass), `psum_scatter` (the same, each device
-keeping its share: tiled back to the operand's size for the next call, no message) or
-`meshcomm` (jaxmpi.allreduce on a MeshComm of every device); CALLS reductions of
-`--elements` float32 per device, each a call of one jitted program.
+keeping its share: tiled back to the operand's size for the next call, no message),
+`meshcomm` (jaxmpi.allreduce on a MeshComm of every device) or `meshcomm_scan`
+(jaxmpi.scan there); CALLS reductions of `--elements` float32 per device, each a call of
+one jitted program.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from jaxmpi import distributed
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("route", choices=["psum", "psum_scatter", "meshcomm"])
+    parser.add_argument("route", choices=["psum", "psum_scatter", "meshcomm", "meshcomm_scan"])
     parser.add_argument("calls", type=int)
     parser.add_argument("--elements", type=int, default=1 << 18)
     args = parser.parse_args()
@@ -40,9 +41,12 @@ def main() -> None:
     elif args.route == "psum_scatter":
         share = lambda y: jax.lax.psum_scatter(y, "x", tiled=True)  # noqa: E731
         body = lambda y: jnp.tile(share(y), len(devices))  # noqa: E731
-    else:
+    elif args.route == "meshcomm":
         comm = jaxmpi.MeshComm(mesh)
         body = lambda y: jaxmpi.allreduce(y, jaxmpi.SUM, comm=comm)  # noqa: E731
+    else:
+        comm = jaxmpi.MeshComm(mesh)
+        body = lambda y: jaxmpi.scan(y, jaxmpi.SUM, comm=comm)  # noqa: E731
     program = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     x = jax.make_array_from_callback(
         (len(devices) * args.elements,),

@@ -5,9 +5,11 @@
 # every byte its point-to-point layer delivers, the collectives' included; per process,
 # divided here by its devices). Each case runs 1 and 1 + 4 calls: the difference, over 4,
 # is one call's, without the start (communicators made at the first call). The MeshComm in
-# both reduction modes (JAXMPI_MESH_REDUCTIONS; the pass's ordered mode is the same code).
-# The goal: no growth with the device ranks.
-# Usage: [CASES='psum fast;...'] benches/bench_mesh_bytes.sh [LAYOUT...]
+# both reduction modes (JAXMPI_MESH_REDUCTIONS; the pass's ordered mode is the same code),
+# and its scan (route meshcomm_scan). The goal: no growth with the device ranks.
+# BEFORE=REV adds a column: the same cases with REV's extension (built in a worktree,
+# builds.sh), in the same run.
+# Usage: [CASES='psum fast;...'] [BEFORE=REV] benches/bench_mesh_bytes.sh [LAYOUT...]
 #        (default layouts: 4x1 2x2 4x2 2x4 8x2 4x4)
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,13 +22,21 @@ layouts=("$@")
 IFS=';' read -r -a cases <<<"${CASES:-psum fast;psum_scatter fast;meshcomm fast;meshcomm ordered}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# shellcheck source=builds.sh
+source "$ROOT/benches/builds.sh"
+before_site=
+if [[ -n ${BEFORE:-} ]]; then
+    before_site=$(site "$(extension "$BEFORE")" before)
+fi
 
-# received LAYOUT ROUTE MODE CALLS: bytes the processes received in all, summed over the
-# monitoring's files (one per process: "I|E src dst bytes ..." lines, what src sent dst).
+# received LAYOUT ROUTE MODE CALLS [SITE]: bytes the processes received in all, summed over
+# the monitoring's files (one per process: "I|E src dst bytes ..." lines, what src sent
+# dst), with SITE's jaxmpi in place of the installed one where given.
 received() {
-    local layout=$1 route=$2 mode=$3 calls=$4
+    local layout=$1 route=$2 mode=$3 calls=$4 site=${5:-}
     rm -f "$work"/prof.*
     JAXMPI_CELL_TIMEOUT=300 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
+        ${site:+"PYTHONPATH=$site"} \
         "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
         JAXMPI_MESH_REDUCTIONS="$mode" OMPI_MCA_pml_monitoring_enable=2 \
         OMPI_MCA_pml_monitoring_enable_output=3 OMPI_MCA_pml_monitoring_filename="$work/prof" -- \
@@ -36,14 +46,30 @@ received() {
         "$work"/prof.*
 }
 
-echo "| device ranks | layout | route | reductions | bytes received per device rank and call |"
-echo "|---:|---|---|---|---:|"
+# per_call LAYOUT ROUTE MODE [SITE]: bytes a device rank receives per call.
+per_call() {
+    local ranks=$((${1%x*} * ${1#*x})) once five
+    once=$(received "$1" "$2" "$3" 1 "${4:-}")
+    five=$(received "$1" "$2" "$3" 5 "${4:-}")
+    echo $(((five - once) / 4 / ranks))
+}
+
+head="| device ranks | layout | route | reductions | bytes received per device rank and call |"
+rule="|---:|---|---|---|---:|"
+if [[ -n $before_site ]]; then
+    head="$head $BEFORE (before) |"
+    rule="$rule---:|"
+fi
+echo "$head"
+echo "$rule"
 for layout in "${layouts[@]}"; do
     ranks=$((${layout%x*} * ${layout#*x}))
     for case in "${cases[@]}"; do
         read -r route mode <<<"$case"
-        once=$(received "$layout" "$route" "$mode" 1)
-        five=$(received "$layout" "$route" "$mode" 5)
-        echo "| $ranks | $layout | $route | $mode | $(((five - once) / 4 / ranks)) |"
+        row="| $ranks | $layout | $route | $mode | $(per_call "$layout" "$route" "$mode") |"
+        if [[ -n $before_site ]]; then
+            row="$row $(per_call "$layout" "$route" "$mode" "$before_site") |"
+        fi
+        echo "$row"
     done
 done

@@ -2,7 +2,8 @@
 JAX's own collectives (jaxmpi's pass): a ragged all-to-all whose sizes fail on one device
 only, permutes that mix self-loops and pairs (at 3 x 1 too), many groups over a mesh of
 scrambled devices made at once, collectives in branches that each device takes on its own,
-and a MeshComm beside psum. Expected values are numpy's, from the global input.
+and a MeshComm beside psum; scans along ranks that alternate between processes. Expected
+values are numpy's, from the global input.
 
 A hang must fail, not stall the cell: each program here runs under `within`, which ends
 the process, naming the test, when it takes longer than HANG seconds.
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from layouts import BLOCKS, DEVICES, LOCAL, MESH, PROCESSES, N, check, put, smap
+from layouts import BLOCKS, DEVICES, LOCAL, MESH, PROCESSES, N, check, check_close, put, smap
 
 import jaxmpi
 from helpers import RANK
@@ -323,3 +324,34 @@ def test_checked_mode_compares_the_calls_of_the_pass(checked):
             jax.block_until_ready(differ(put(x)))
     assert "hlo_all_reduce float32[3] SUM" in str(info.value), info.value
     assert "hlo_all_reduce int32[3] SUM" in str(info.value), info.value
+
+
+# --- 6. Scans on a MeshComm whose ranks alternate between processes ------------------
+
+
+def test_scans_along_ranks_that_alternate_between_processes():
+    """Ranks ordered local index first (2 x 2: process 0, 1, 0, 1): the chain of a scan
+    changes process at every rank, and each process holds several runs of it. The prefix
+    is `(x0 + x1) + x2 ...` bit for bit, except with one device per process in the fast
+    mode, where it is MPI_Scan's."""
+    order = np.array(DEVICES).reshape(PROCESSES, LOCAL).T.reshape(-1)
+    mesh = Mesh(order, ("i",))
+    comm = jaxmpi.MeshComm(mesh)
+    x = (np.random.default_rng(6).standard_normal((N, 5)) * 1e3).astype(np.float32)
+    prefixes = [x[0]]
+    for row in x[1:]:
+        prefixes.append(prefixes[-1] + row)
+    scanned = np.stack(prefixes)
+    exscanned = np.concatenate([np.zeros_like(x[:1]), scanned[:-1]])
+    exact = LOCAL > 1 or os.environ.get("JAXMPI_MESH_REDUCTIONS") == "ordered"
+    compare = check if exact else check_close
+    for k in range(3):  # the chain's messages match call after call
+        with within(f"scans over devices {[d.id for d in order]}, call {k}"):
+            got = smap(lambda b: jaxmpi.scan(b, jaxmpi.SUM, comm=comm), mesh=mesh)(
+                put(x, mesh=mesh)
+            )
+            got_ex = smap(lambda b: jaxmpi.exscan(b, jaxmpi.SUM, comm=comm), mesh=mesh)(
+                put(x, mesh=mesh)
+            )
+        compare(got, scanned, f"scan, call {k}")
+        compare(got_ex, exscanned, f"exscan, call {k}")

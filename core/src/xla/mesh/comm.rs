@@ -1,9 +1,9 @@
 //! A call of one of jaxmpi's ops on a MeshComm (`mesh_comms.rs`): the call's device as a
 //! rank, `OnDevices`, which the op's unchanged body is handed as its `Library` and
 //! `Backend` (`on_devices.rs`). The collectives run as every collective among devices
-//! does (`collectives.rs`); the ops whose messages only each device can name (point to
-//! point, rooted, variable counts, scans) describe this device's part as the halves of
-//! the messages it sends and receives (`messages.rs`).
+//! does (`collectives.rs`), scans along the ranks (`scans.rs`); the ops whose messages
+//! only each device can name (point to point, rooted, variable counts) describe this
+//! device's part as the halves of the messages it sends and receives (`messages.rs`).
 
 use std::sync::{Arc, Mutex};
 

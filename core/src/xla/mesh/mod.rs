@@ -12,7 +12,8 @@
 //!   between processes);
 //! - `reductions.rs`, `collectives.rs`: each collective once (those that combine, those
 //!   that move), `buffers.rs` what they do with buffers; `ordered.rs`: reductions whose
-//!   bits do not follow the layout; `ragged.rs`: XLA's ragged all-to-all;
+//!   bits do not follow the layout; `scans.rs`: a MeshComm's prefix reductions; `ragged.rs`:
+//!   XLA's ragged all-to-all;
 //! - `mesh_comms.rs`, `comm.rs`, `on_devices.rs`: MeshComms, and an op's call on one.
 //!
 //! `docs/reference/device-ranks.md` follows a psum and a MeshComm allreduce through it.
@@ -30,6 +31,7 @@ mod place;
 pub mod ragged;
 pub mod reductions;
 mod room;
+mod scans;
 mod seat;
 
 pub use collectives::AllToAll;

@@ -1,15 +1,14 @@
 //! `OnDevices` as the `Backend` an op's body calls: its collectives through
-//! `collectives.rs`, like XLA's; the rest as the halves of its messages.
+//! `collectives.rs` and `reductions.rs`, like XLA's, its scans along the ranks
+//! (`scans.rs`); the rest as the halves of its messages.
 
-use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use super::buffers::Scratch;
 use super::collectives::{self, AllToAll};
 use super::comm::{span, OnDevices};
 use super::messages::Traffic;
-use super::ordered;
 use super::reductions;
+use super::scans::{self, Prefix};
 use super::seat::{Half, Seat, Span};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, NativeStatus, Partition,
@@ -64,11 +63,11 @@ impl Backend for OnDevices {
     }
 
     fn scan(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.prefix(&send, &recv, self.rank..self.size(), 0..self.rank + 1, op)
+        self.prefix(&send, &recv, op, Prefix::Inclusive)
     }
 
     fn exscan(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
-        self.prefix(&send, &recv, self.rank + 1..self.size(), 0..self.rank, op)
+        self.prefix(&send, &recv, op, Prefix::Exclusive)
     }
 
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
@@ -292,36 +291,11 @@ impl Backend for OnDevices {
 }
 
 impl OnDevices {
-    /// A scan: this rank's operand to the ranks `to`, whose prefixes hold it; then `recv =
-    /// x_first op (... op x_last)` over the ranks `from`, in rank order.
-    fn prefix(
-        &self,
-        send: &Input,
-        recv: &BufMut,
-        to: Range<usize>,
-        from: Range<usize>,
-        op: ReduceOp,
-    ) -> Result<()> {
+    fn prefix(&self, send: &Input, recv: &BufMut, op: ReduceOp, prefix: Prefix) -> Result<()> {
         let (x, y) = (operand(send, recv), result(recv));
-        let b = y.bytes();
-        let mut scratch = Scratch::new(self.size() * b);
-        let block = |p: usize| scratch.span(p * b, y.count, y.dtype);
-        let blocks: Vec<Span> = (0..self.size()).map(block).collect();
-        let seat = Seat::of_messages(
-            to.map(|q| self.to(q, x.ptr, b)).collect(),
-            from.clone()
-                .map(|p| self.from(p, blocks[p].ptr, b))
-                .collect(),
-        );
-        self.run(seat, Traffic::Collective)?;
-        let n = from.len();
-        ordered::fold(
-            self.library.backend(),
-            n,
-            |i| blocks[from.start + i],
-            &y,
-            op,
-        )
+        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+            scans::scan(group, library, backend, seats, op, prefix)
+        })
     }
 
     /// A v-op's blocks as the messages this rank sends, block q to rank q.
