@@ -6,6 +6,7 @@
 
 pub mod devices;
 pub mod ffi;
+pub mod frame;
 pub mod handlers;
 pub mod hlo;
 pub mod mesh;

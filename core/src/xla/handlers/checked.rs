@@ -18,7 +18,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::Call;
+use crate::xla::frame::Call;
 use crate::{Buf, BufMut, Comm, Dtype, Error, Library, Peer, Result, Status};
 
 const UNSET: u8 = 0;

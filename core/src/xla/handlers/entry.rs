@@ -2,16 +2,15 @@
 //! checked, the op body run inside `lifecycle::run` with panics caught, and any failure
 //! handed back to XLA as an error that names the op, the rank and the call.
 
-use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::lifecycle::{self, CallInfo, Platform};
-use super::signature::Attrs;
-use super::{pending, Call};
+use super::pending;
 use crate::xla::ffi::{
-    Api, CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, MetadataExtension,
-    API_VERSION_STRUCT_SIZE, METADATA_STRUCT_SIZE,
+    CallFrame, ExtensionType, FfiError, MetadataExtension, API_VERSION_STRUCT_SIZE,
+    METADATA_STRUCT_SIZE,
 };
+use crate::xla::frame::{ffi_error, Attrs, Call};
 use crate::{library, Backend, Error, ErrorKind, Library, Result};
 
 /// An op body: runs the backend op on the call's buffers and its decoded attributes
@@ -115,41 +114,9 @@ pub(super) fn with_rank(err: Error, library: &dyn Library) -> Error {
     }
 }
 
-fn error_code(err: &Error) -> ErrorCode {
-    match err.kind {
-        ErrorKind::InvalidArgument => ErrorCode::INVALID_ARGUMENT,
-        ErrorKind::Unsupported => ErrorCode::UNIMPLEMENTED,
-        ErrorKind::Library => ErrorCode::UNAVAILABLE,
-        ErrorKind::Mpi { .. } => ErrorCode::INTERNAL,
-    }
-}
-
 /// # Safety
 /// `frame` must be a call frame from XLA.
 unsafe fn create_error(frame: *mut CallFrame, err: &Error) -> *mut FfiError {
     // SAFETY: outside the metadata probe XLA always sets `api`.
     unsafe { ffi_error((*frame).api, err) }
-}
-
-/// XLA's error for `err`, as the handler of its op returns it (or a future reports it).
-///
-/// # Safety
-/// `api` must be XLA's API table or NULL.
-pub(super) unsafe fn ffi_error(api: *const Api, err: &Error) -> *mut FfiError {
-    let text = format!("jaxmpi.{err}").replace('\0', " ");
-    let message = CString::new(text).unwrap_or_default();
-    // SAFETY: XLA's table lives as long as the process; Error_Create copies the message
-    // before returning.
-    unsafe {
-        let Some(create) = api.as_ref().and_then(|api| api.error_create) else {
-            return std::ptr::null_mut();
-        };
-        let mut args = ErrorCreateArgs {
-            struct_size: std::mem::size_of::<ErrorCreateArgs>(),
-            extension_start: std::ptr::null_mut(),
-            message: message.as_ptr() as *const c_char,
-            errc: error_code(err),
-        };
-        create(&mut args)
-    }
 }

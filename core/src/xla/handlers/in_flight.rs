@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use std::any::Any;
 
-use super::deferred::Deferred;
 use super::lifecycle::{self, CallInfo};
 use super::ops;
-use super::signature::{Address, Signature};
+use super::signature::Signature;
+use crate::xla::frame::{Address, Deferred};
 use crate::xla::{monitor, watchdog};
 use crate::{
     Backend, BufMut, Dtype, Error, ErrorsReturned, Library, Progress, Request, Result, Status,

@@ -10,10 +10,10 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
-use super::handles;
-use super::signature::{Attrs, Signature, PEER_ANY, PEER_NULL, TAG_ANY};
-use super::{checked, start_verdict, Call};
+use super::signature::Signature;
+use super::{checked, start_verdict};
 use crate::xla::ffi::CallFrame;
+use crate::xla::frame::{handles, Attrs, Call, PEER_ANY, PEER_NULL, TAG_ANY};
 use crate::xla::mesh::{is_mesh_comm, OnDevices, ON_DEVICES};
 use crate::xla::monitor::{self, Monitor, Tracked};
 use crate::xla::watchdog;

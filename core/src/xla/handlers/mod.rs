@@ -5,12 +5,9 @@
 //! `gpu.rs` runs a GPU call's body through the GPU runtime, and `start_verdict.rs`
 //! lets a collective's ranks agree that each can start before any calls MPI.
 
-mod call;
 pub mod checked;
-mod deferred;
 mod entry;
 mod gpu;
-pub mod handles;
 mod hlo;
 pub mod in_flight;
 mod lifecycle;
@@ -24,18 +21,17 @@ pub mod start_verdict;
 mod tests;
 
 pub use crate::xla::mesh::register as register_mesh_comm;
-pub use call::Call;
 pub(crate) use lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, HLO_PASS,
-    NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, RUN_TIME_COUNTS, STARTED_RESULTS, TAG_ANY, USER_OP,
+    AttrDecl, Signature, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, STARTED_RESULTS,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
+use crate::xla::frame::{Address, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree};
 use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
 use entry::handle;
 use lifecycle::Platform;
-use signature::{declare_ops, started_name, Attr};
+use signature::{declare_ops, started_name};
 
 // Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
 // lowering `jaxmpi_<name>` passes exactly these (Python checks its parameters against this

@@ -12,12 +12,11 @@
 
 use std::time::Instant;
 
-use super::call::Operand;
 use super::entry::Body;
 use super::in_flight::{self, Flight, Receive};
 use super::lifecycle::CallInfo;
-use super::signature::{Address, Attrs, Signature};
-use super::Call;
+use super::signature::Signature;
+use crate::xla::frame::{Address, Attrs, Call, Operand};
 use crate::{library, Backend, ErrorsReturned, Library, Result};
 
 /// Starts the op `body` is the body of, on `call`'s buffers (see the module's doc).

@@ -12,9 +12,8 @@ pub use super::nonblocking::wait;
 pub use super::ragged::ragged_alltoallv;
 
 use super::attrs;
-use super::call::Operand;
-use super::signature::Address;
-use super::{checked, Call};
+use super::checked;
+use crate::xla::frame::{Address, Call, Operand};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
     PartitionMut, Peer, Result, Status,

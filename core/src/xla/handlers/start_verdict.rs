@@ -26,7 +26,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::signature::Signature;
-use super::Call;
+use crate::xla::frame::Call;
 use crate::{Buf, BufMut, Comm, Dtype, Error, Input, Library, ReduceOp, Result};
 
 static ON: AtomicBool = AtomicBool::new(false);
