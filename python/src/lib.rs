@@ -10,9 +10,10 @@ use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
 use jaxmpi_core::xla::frame::{handles, Kind, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP};
+use jaxmpi_core::xla::handlers::services::{checked, pending, start_verdict};
 use jaxmpi_core::xla::handlers::{
-    checked, in_flight, nonblocking, pending, ragged, register_mesh_comm, start_verdict,
-    GPU_HANDLERS, HANDLERS, NON_BLOCKING, SIGNATURES, STARTED_RESULTS,
+    in_flight, nonblocking, ragged, register_mesh_comm, GPU_HANDLERS, HANDLERS, NON_BLOCKING,
+    SIGNATURES, STARTED_RESULTS,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};

@@ -122,7 +122,8 @@ impl Devices {
 pub struct Sizes(pub Vec<usize>);
 
 /// Words for people (the JAX operation an XLA collective came from): read only where a
-/// call is shown (`lifecycle.rs`), so decoding checks that it is there and keeps nothing.
+/// call is shown (`handlers/services/call_info.rs`), so decoding checks that it is there
+/// and keeps nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shown;
 

@@ -4,8 +4,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::lifecycle::{self, CallInfo, Platform};
-use super::pending;
+use super::services::call_info::{with_rank, CallInfo};
+use super::services::lifecycle::{self, on_mesh_comm, Platform};
+use super::services::pending;
 use crate::xla::ffi::{
     CallFrame, ExtensionType, FfiError, MetadataExtension, API_VERSION_STRUCT_SIZE,
     METADATA_STRUCT_SIZE,
@@ -67,7 +68,7 @@ pub(super) unsafe fn handle<A: Attrs>(
         let library = library()?;
         // On a MeshComm, the body's library and backend are the call's device as a rank
         // (`xla/mesh/comm.rs`).
-        let on_devices = super::on_mesh_comm(&call, library).map_err(|err| err.in_op(name))?;
+        let on_devices = on_mesh_comm(&call, library).map_err(|err| err.in_op(name))?;
         let call = match &on_devices {
             Some(on) => call.on_device_rank(on.rank()),
             None => call,
@@ -100,18 +101,6 @@ pub(super) unsafe fn handle<A: Attrs>(
     };
     // SAFETY: forwarded from the caller.
     unsafe { create_error(frame, &error) }
-}
-
-/// Errors that did not come from MPI do not name the rank yet; a user with 100 ranks
-/// needs it.
-pub(super) fn with_rank(err: Error, library: &dyn Library) -> Error {
-    if err.mpi_class().is_some() {
-        return err;
-    }
-    match library.comm_rank(library.world()) {
-        Ok(rank) => err.context(format!("rank {rank}")),
-        Err(_) => err,
-    }
 }
 
 /// # Safety

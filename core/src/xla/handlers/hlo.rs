@@ -4,7 +4,7 @@
 //! group's devices first compare their calls, as the ranks of a communicator do.
 
 use super::attrs;
-use super::checked;
+use super::services::checked;
 use crate::xla::frame::{Call, Devices, Operand};
 use crate::xla::mesh::ON_DEVICES;
 use crate::xla::mesh::{

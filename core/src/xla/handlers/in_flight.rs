@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use std::any::Any;
 
-use super::lifecycle::{self, CallInfo};
 use super::ops;
+use super::services::call_info::{with_rank, CallInfo};
+use super::services::{lifecycle, pending};
 use super::signature::Signature;
 use crate::xla::frame::{Address, Deferred};
 use crate::xla::{monitor, watchdog};
@@ -537,9 +538,9 @@ fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>
 fn complete(library: &dyn Library, mut entry: Entry, deferred: Deferred) {
     let outcome = entry.outcome.take().unwrap_or(Ok(Progress::Pending));
     let result = finish(&entry.flight, outcome, library.backend())
-        .map_err(|err| super::entry::with_rank(err.in_op("wait"), library));
+        .map_err(|err| with_rank(err.in_op("wait"), library));
     // Only a wait with results has a reader its failure reaches.
-    let result = super::pending::keep(result, entry.flight.results > 0);
+    let result = pending::keep(result, entry.flight.results > 0);
     deferred.finish(result);
 }
 

@@ -5,23 +5,19 @@
 //! `gpu.rs` runs a GPU call's body through the GPU runtime, and `start_verdict.rs`
 //! lets a collective's ranks agree that each can start before any calls MPI.
 
-pub mod checked;
 mod entry;
-mod gpu;
 mod hlo;
 pub mod in_flight;
-mod lifecycle;
 pub mod nonblocking;
 mod ops;
-pub mod pending;
 pub mod ragged;
+pub mod services;
 mod signature;
-pub mod start_verdict;
 #[cfg(test)]
 mod tests;
 
 pub use crate::xla::mesh::register as register_mesh_comm;
-pub(crate) use lifecycle::monitor_of;
+pub(crate) use services::lifecycle::monitor_of;
 pub use signature::{
     AttrDecl, Signature, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, STARTED_RESULTS,
 };
@@ -30,7 +26,8 @@ use crate::xla::ffi::{CallFrame, FfiError, Handler};
 use crate::xla::frame::{Address, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree};
 use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
 use entry::handle;
-use lifecycle::Platform;
+use services::gpu;
+use services::lifecycle::Platform;
 use signature::{declare_ops, started_name};
 
 // Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
@@ -104,17 +101,4 @@ declare_ops! {
     hlo_ragged_all_to_all: HloRaggedAllToAll (
         input, output, input_offsets, send_sizes, output_offsets, recv_sizes
     ) -> (y) { groups: Devices, origin: Shown } host_only HLO_PASS,
-}
-
-/// The call's device as a rank of its MeshComm, if its `comm` is one.
-fn on_mesh_comm(
-    call: &Call,
-    library: &'static dyn Library,
-) -> Result<Option<crate::xla::mesh::OnDevices>> {
-    match call.optional_i64("comm") {
-        Some(id) if crate::xla::mesh::is_mesh_comm(id) => {
-            crate::xla::mesh::OnDevices::at(library, id, call.device()?).map(Some)
-        }
-        _ => Ok(None),
-    }
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::entry::Body;
 use super::in_flight::{self, Flight, Receive};
-use super::lifecycle::CallInfo;
+use super::services::call_info::{with_rank, CallInfo};
 use super::signature::Signature;
 use crate::xla::frame::{Address, Attrs, Call, Operand};
 use crate::{library, Backend, ErrorsReturned, Library, Result};
@@ -99,7 +99,7 @@ pub fn wait_eager(value: [u32; 2], buffer: usize) -> Result<()> {
         return Ok(());
     }
     in_flight::wait(library, key, buffer, || None)
-        .map_err(|err| super::entry::with_rank(err.in_op("wait"), library))
+        .map_err(|err| with_rank(err.in_op("wait"), library))
 }
 
 /// The request value is float32 for JAX's derivative rules, which may add a zero to it:

@@ -12,7 +12,7 @@ pub use super::nonblocking::wait;
 pub use super::ragged::ragged_alltoallv;
 
 use super::attrs;
-use super::checked;
+use super::services::checked;
 use crate::xla::frame::{Address, Call, Operand};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
