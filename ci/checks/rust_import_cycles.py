@@ -39,11 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 KNOWN: dict[str, tuple[str, ...]] = {
     # cuda.rs re-exports cuda_info.rs, which reads pointer attributes through cuda.rs.
     "backends/src/gpu": ("cuda", "cuda_info"),
-    # The handlers' folder, being split by concern (FFI plumbing, op bodies, services).
-    "core/src/xla/handlers": (
-        "call", "checked", "deferred", "entry", "lifecycle", "signature", "start_verdict",
-        "in_flight", "nonblocking", "ops",
-    ),
 }  # fmt: skip
 
 Module = tuple[str, ...]  # a module's path below its crate root: ("xla", "hlo", "order")

@@ -7,16 +7,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use super::services::call_info::{with_rank, CallInfo};
 use super::services::lifecycle::{self, on_mesh_comm, Platform};
 use super::services::pending;
+use super::Body;
 use crate::xla::ffi::{
     CallFrame, ExtensionType, FfiError, MetadataExtension, API_VERSION_STRUCT_SIZE,
     METADATA_STRUCT_SIZE,
 };
 use crate::xla::frame::{ffi_error, Attrs, Call};
-use crate::{library, Backend, Error, ErrorKind, Library, Result};
-
-/// An op body: runs the backend op on the call's buffers and its decoded attributes
-/// (`Library` for the communicator queries, `Backend` for the op itself).
-pub(super) type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
+use crate::{library, Backend, Error, ErrorKind, Library};
 
 /// Answers XLA's registration-time metadata probe, if this frame is one: API version 0.1,
 /// no traits (never COMMAND_BUFFER_COMPATIBLE: a CUDA graph would replay no MPI call).
