@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 
 use jaxmpi_backends::gpu::cuda;
+use jaxmpi_backends::gpu::cuda_info::{decide_for_buffer, driver_files, driver_version, gpu_count};
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
@@ -249,9 +250,9 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let driver = cuda::load_driver();
     dict.set_item("driver", driver.is_ok())?;
     dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
-    dict.set_item("devices", cuda::gpu_count().unwrap_or(0))?;
-    dict.set_item("driver_version", cuda::driver_version().ok())?;
-    let files = cuda::driver_files().ok();
+    dict.set_item("devices", gpu_count().unwrap_or(0))?;
+    dict.set_item("driver_version", driver_version().ok())?;
+    let files = driver_files().ok();
     dict.set_item("libcuda", files.as_ref().map(|f| f.0.clone()))?;
     dict.set_item("libcuda_was_loaded", files.as_ref().map(|f| f.1))?;
     dict.set_item("libcudas_mapped", files.map(|f| f.2).unwrap_or_default())?;
@@ -287,7 +288,7 @@ fn cuda_buffer(py: Python<'_>, address: usize) -> PyResult<Bound<'_, PyDict>> {
             Err(err) => dict.set_item(name, err.to_string())?,
         }
     }
-    let (mode, why) = match cuda::decide_for_buffer(installed()?, address) {
+    let (mode, why) = match decide_for_buffer(installed()?, address) {
         Ok((true, why)) => ("direct", why),
         Ok((false, why)) => ("staged", why),
         Err(err) => ("unknown", err.to_string()),
