@@ -3,7 +3,7 @@
 //! user ops and addresses travel as ids, `handles.rs`), the future of a call that
 //! completes later (`deferred.rs`) and the error XLA is handed back (`error.rs`).
 //!
-//! Between `ffi.rs` (the C ABI, as declared) and the handlers (`handlers/`, what each op
+//! Between `xla/ffi.rs` (the C ABI, as declared) and the handlers (`handlers/`, what each op
 //! does with a call): nothing here knows an op. The table of ops, and everything that
 //! reads it, is the handlers'; this is what they all read a call through.
 

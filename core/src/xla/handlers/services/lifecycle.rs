@@ -105,8 +105,8 @@ pub fn run<A: Attrs>(
     // the swap are MPI calls too, so they run inside the monitored part: below
     // MPI_THREAD_MULTIPLE they must not overlap another thread's call either.
     let with_errors_returned = || {
-        // XLA's collectives (`hlo.rs`) run on communicators of jaxmpi's own, made to
-        // return errors when they are made.
+        // XLA's collectives (`handlers/hlo.rs`) run on communicators of jaxmpi's own, made
+        // to return errors when they are made.
         if let Some(on) = on_devices {
             if checked::enabled() && is_collective(call.name()) {
                 checked::collective(call, on, ON_DEVICES)?;
@@ -117,7 +117,8 @@ pub fn run<A: Attrs>(
             return body(&attrs);
         };
         let _returned = ErrorsReturned::on(library, comm)?;
-        // Point to point, checked mode checks the blocking ones in their bodies (`ops.rs`).
+        // Point to point, checked mode checks the blocking ones in their bodies
+        // (`handlers/ops.rs`).
         if checked::enabled() && is_collective(call.name()) {
             checked::collective(call, library, comm)?;
         }
