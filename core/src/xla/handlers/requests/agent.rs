@@ -29,6 +29,8 @@ use crate::{Backend, Library, Progress};
 /// The agent's thread, if it runs (decided at the first start).
 static AGENT: OnceLock<Option<Mutex<Option<JoinHandle<()>>>>> = OnceLock::new();
 
+/// Whether the agent runs; the first call (a start's) starts it where `progress_mode`
+/// says "thread".
 pub(super) fn agent_running(library: &'static dyn Library) -> bool {
     let agent = AGENT.get_or_init(|| {
         if progress_mode(library).0 != "thread" {
