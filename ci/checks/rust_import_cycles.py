@@ -34,17 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 # Circles there before this check, each to be taken apart (issue #50, "Rooms" in
-# ARCHITECTURE.md): a circle among some of the files of one entry passes with a note; a
-# circle that spans files of no entry fails.
-KNOWN: dict[str, tuple[str, ...]] = {
-    # cuda.rs re-exports cuda_info.rs, which reads pointer attributes through cuda.rs.
-    "backends/src/gpu": ("cuda", "cuda_info"),
-    # The handlers' folder, being split by concern (FFI plumbing, op bodies, services).
-    "core/src/xla/handlers": (
-        "call", "checked", "deferred", "entry", "lifecycle", "signature", "start_verdict",
-        "in_flight", "nonblocking", "ops",
-    ),
-}  # fmt: skip
+# ARCHITECTURE.md; none is left): a circle among some of the files of one entry passes
+# with a note; a circle that spans files of no entry fails.
+KNOWN: dict[str, tuple[str, ...]] = {}
 
 Module = tuple[str, ...]  # a module's path below its crate root: ("xla", "hlo", "order")
 

@@ -8,8 +8,8 @@
 //! rank's GPU, ...), and that can fail on one rank alone. No rank may then be left waiting
 //! in an MPI call another never makes, so a failed preparation goes one of two ways:
 //! - where the call has an [`Agree`] (a collective, with start verdicts on:
-//!   `xla::handlers::start_verdict`), every rank of the call learns it before anyone calls
-//!   MPI, and every rank returns an error;
+//!   `xla::handlers::services::start_verdict`), every rank of the call learns it before
+//!   anyone calls MPI, and every rank returns an error;
 //! - elsewhere (point to point; collectives with start verdicts off) the rank still runs
 //!   the op's body, making every MPI call of it with host scratch memory, and returns its
 //!   error after.

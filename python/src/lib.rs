@@ -6,13 +6,15 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 
 use jaxmpi_backends::gpu::cuda;
+use jaxmpi_backends::gpu::cuda_info::{decide_for_buffer, driver_files, driver_version, gpu_count};
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
+use jaxmpi_core::xla::frame::{handles, Kind, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP};
+use jaxmpi_core::xla::handlers::requests::{in_flight, nonblocking, progress};
+use jaxmpi_core::xla::handlers::services::{checked, pending, start_verdict};
 use jaxmpi_core::xla::handlers::{
-    checked, handles, in_flight, nonblocking, pending, ragged, register_mesh_comm, start_verdict,
-    Kind, GPU_HANDLERS, HANDLERS, NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, SIGNATURES,
-    STARTED_RESULTS, TAG_ANY, USER_OP,
+    ragged, register_mesh_comm, GPU_HANDLERS, HANDLERS, NON_BLOCKING, SIGNATURES, STARTED_RESULTS,
 };
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
@@ -197,7 +199,7 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
-    let (progress, why) = in_flight::progress_mode(library);
+    let (progress, why) = progress::progress_mode(library);
     dict.set_item("progress", progress)?;
     dict.set_item("progress_reason", why)?;
     Ok(dict)
@@ -248,9 +250,9 @@ fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let driver = cuda::load_driver();
     dict.set_item("driver", driver.is_ok())?;
     dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
-    dict.set_item("devices", cuda::gpu_count().unwrap_or(0))?;
-    dict.set_item("driver_version", cuda::driver_version().ok())?;
-    let files = cuda::driver_files().ok();
+    dict.set_item("devices", gpu_count().unwrap_or(0))?;
+    dict.set_item("driver_version", driver_version().ok())?;
+    let files = driver_files().ok();
     dict.set_item("libcuda", files.as_ref().map(|f| f.0.clone()))?;
     dict.set_item("libcuda_was_loaded", files.as_ref().map(|f| f.1))?;
     dict.set_item("libcudas_mapped", files.map(|f| f.2).unwrap_or_default())?;
@@ -286,7 +288,7 @@ fn cuda_buffer(py: Python<'_>, address: usize) -> PyResult<Bound<'_, PyDict>> {
             Err(err) => dict.set_item(name, err.to_string())?,
         }
     }
-    let (mode, why) = match cuda::decide_for_buffer(installed()?, address) {
+    let (mode, why) = match decide_for_buffer(installed()?, address) {
         Ok((true, why)) => ("direct", why),
         Ok((false, why)) => ("staged", why),
         Err(err) => ("unknown", err.to_string()),
@@ -489,22 +491,22 @@ fn ragged_origins() -> Vec<&'static str> {
 #[pyfunction]
 #[pyo3(signature = (at_start))]
 fn set_collectives_at_start(at_start: Option<bool>) {
-    in_flight::set_collectives_at_start(at_start);
+    progress::set_collectives_at_start(at_start);
 }
 
 /// Whether started collectives complete at their start (and `after` places no work):
 /// progress mode "at-start", or as `set_collectives_at_start` set.
 #[pyfunction]
 fn collectives_at_start() -> PyResult<bool> {
-    in_flight::collectives_at_start().map_err(to_py)
+    progress::collectives_at_start().map_err(to_py)
 }
 
 /// The CPU cores each rank of this node may use (whether a progress thread has one to
 /// spare), and whether every rank of the job runs on this host.
 #[pyfunction]
 fn set_cores_per_rank(cores: f64, one_host: bool) {
-    in_flight::set_cores_per_rank(cores);
-    in_flight::set_one_host(one_host);
+    progress::set_cores_per_rank(cores);
+    progress::set_one_host(one_host);
 }
 
 /// Waits for a request started outside jit (`value`: the bits of its request value) whose

@@ -23,7 +23,6 @@ use std::sync::{Mutex, OnceLock};
 use jaxmpi_core::gpu::{install_gpu_runtime, Agree, GpuRuntime, Stream};
 use jaxmpi_core::{Backend, Error, Library, Result};
 
-pub use super::cuda_info::{decide_for_buffer, driver_files, driver_version, gpu_count};
 use super::driver::{
     self, attribute, CuContext, CuDevice, CuDevicePtr, CuEvent, CuStream, Driver,
     EVENT_DISABLE_TIMING, MEMHOSTALLOC_PORTABLE,

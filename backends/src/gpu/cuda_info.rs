@@ -1,6 +1,7 @@
 //! What Python asks of CUDA to show it (`python -m jaxmpi info`, the GPU run's checks):
-//! the driver, the GPUs it sees, and which way a GPU buffer would go. Re-exported by
-//! `cuda`, whose runtime these describe.
+//! the driver, the GPUs it sees, and which way a GPU buffer would go. Apart from `cuda`,
+//! whose runtime these describe and whose pointer attributes they read: nothing in the
+//! runtime asks them.
 
 use jaxmpi_core::{Library, Result};
 

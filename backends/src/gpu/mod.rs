@@ -29,7 +29,7 @@ macro_rules! host_requests_only {
 }
 
 pub mod cuda;
-mod cuda_info;
+pub mod cuda_info;
 mod direct;
 pub mod driver;
 pub mod fake;

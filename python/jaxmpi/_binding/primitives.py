@@ -70,7 +70,7 @@ if cuda["jax_option"] is not None and jax_shim.backends_started():
 
 def _comm_id(handle: int) -> np.int64:
     """A program carries a communicator as a small id, the same in every run (its handle
-    differs between runs and ranks: see core/src/xla/handlers/handles.rs); a MeshComm's
+    differs between runs and ranks: see core/src/xla/frame/handles.rs); a MeshComm's
     handle is its id already (negative: core/src/xla/mesh/mesh_comms.rs)."""
     return np.int64(handle if placement.is_mesh_comm(handle) else _native.handle_id("comm", handle))
 

@@ -1,5 +1,5 @@
 """The values the handlers read for peers, tags and reductions, as the extension declares
-them (core/src/xla/handlers/signature.rs): the same in every MPI library, unlike MPI's own
+them (core/src/xla/frame/attributes.rs): the same in every MPI library, unlike MPI's own
 ANY_SOURCE, PROC_NULL and ANY_TAG (`jaxmpi._comm`). The public API encodes what users pass
 into them; the JAX binding's rules read them back."""
 

@@ -25,8 +25,8 @@ from the first call on (`_native.init`, which `library.py` makes).
 
 Under fast dispatch a failed call without a result (a send, say) may leave nothing for the
 user to read its error from; the core keeps it and jaxmpi raises it later
-(core/src/xla/handlers/pending.rs has the rule). Creating an `MPIError` for it, here or by
-conversion, tells the core it was reported, so it is not raised a second time.
+(core/src/xla/handlers/services/pending.rs has the rule). Creating an `MPIError` for it,
+here or by conversion, tells the core it was reported, so it is not raised a second time.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def _number(call: dict[str, int | str], key: str) -> int | None:
 def raise_kept_failure() -> None:
     """Raises the failure the core kept since an op nobody could read (fast dispatch).
     Called only once the caller's own MPI work is done: a rank raising before its part of
-    a collective would leave the other ranks waiting (core/src/xla/handlers/pending.rs)."""
+    a collective would leave the other ranks waiting
+    (core/src/xla/handlers/services/pending.rs)."""
     message = _native.take_failure()
     if message is not None:
         raise MPIError(message)
@@ -78,7 +79,7 @@ def raise_kept_failure() -> None:
 
 def _forget_kept_failure(message: str) -> None:
     """The user now holds this failure: the core need not raise it again later (see
-    core/src/xla/handlers/pending.rs)."""
+    core/src/xla/handlers/services/pending.rs)."""
     _native.discard_failure(message)
 
 

@@ -1,8 +1,8 @@
 //! A rank that cannot start its part of a call (on a GPU: no stream, the wrong GPU, ...)
 //! must leave no other rank waiting. Two ways, both over this real library:
-//! - start verdicts (`jaxmpi_core::xla::handlers::start_verdict`): before a collective,
-//!   every rank says whether it can start; all get Ok, or all get an error, the failing
-//!   ranks their own and the others one naming the lowest failing world rank;
+//! - start verdicts (`jaxmpi_core::xla::handlers::services::start_verdict`): before a
+//!   collective, every rank says whether it can start; all get Ok, or all get an error,
+//!   the failing ranks their own and the others one naming the lowest failing world rank;
 //! - a rank that takes no verdict still makes the op's MPI calls on host scratch memory
 //!   (`gpu::unusable`): its peers complete as with a good rank, and it reports its error.
 //!
@@ -10,7 +10,7 @@
 //! shows as a wrong result (or a hang CI's timeout reports), not as a pass.
 
 use jaxmpi_backends::gpu::unusable::without_gpu;
-use jaxmpi_core::xla::handlers::start_verdict::agree;
+use jaxmpi_core::xla::handlers::services::start_verdict::agree;
 use jaxmpi_core::{Backend, Broadcast, Dtype, Error, Input, Peer, ReduceOp, Result};
 
 use crate::array::{Array, Value};

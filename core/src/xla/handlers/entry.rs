@@ -2,21 +2,18 @@
 //! checked, the op body run inside `lifecycle::run` with panics caught, and any failure
 //! handed back to XLA as an error that names the op, the rank and the call.
 
-use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::lifecycle::{self, CallInfo, Platform};
-use super::signature::Attrs;
-use super::{pending, Call};
+use super::services::call_info::{with_rank, CallInfo};
+use super::services::lifecycle::{self, on_mesh_comm, Platform};
+use super::services::pending;
+use super::Body;
 use crate::xla::ffi::{
-    Api, CallFrame, ErrorCode, ErrorCreateArgs, ExtensionType, FfiError, MetadataExtension,
-    API_VERSION_STRUCT_SIZE, METADATA_STRUCT_SIZE,
+    CallFrame, ExtensionType, FfiError, MetadataExtension, API_VERSION_STRUCT_SIZE,
+    METADATA_STRUCT_SIZE,
 };
-use crate::{library, Backend, Error, ErrorKind, Library, Result};
-
-/// An op body: runs the backend op on the call's buffers and its decoded attributes
-/// (`Library` for the communicator queries, `Backend` for the op itself).
-pub(super) type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
+use crate::xla::frame::{ffi_error, Attrs, Call};
+use crate::{library, Backend, Error, ErrorKind, Library};
 
 /// Answers XLA's registration-time metadata probe, if this frame is one: API version 0.1,
 /// no traits (never COMMAND_BUFFER_COMPATIBLE: a CUDA graph would replay no MPI call).
@@ -68,7 +65,7 @@ pub(super) unsafe fn handle<A: Attrs>(
         let library = library()?;
         // On a MeshComm, the body's library and backend are the call's device as a rank
         // (`xla/mesh/comm.rs`).
-        let on_devices = super::on_mesh_comm(&call, library).map_err(|err| err.in_op(name))?;
+        let on_devices = on_mesh_comm(&call, library).map_err(|err| err.in_op(name))?;
         let call = match &on_devices {
             Some(on) => call.on_device_rank(on.rank()),
             None => call,
@@ -103,53 +100,9 @@ pub(super) unsafe fn handle<A: Attrs>(
     unsafe { create_error(frame, &error) }
 }
 
-/// Errors that did not come from MPI do not name the rank yet; a user with 100 ranks
-/// needs it.
-pub(super) fn with_rank(err: Error, library: &dyn Library) -> Error {
-    if err.mpi_class().is_some() {
-        return err;
-    }
-    match library.comm_rank(library.world()) {
-        Ok(rank) => err.context(format!("rank {rank}")),
-        Err(_) => err,
-    }
-}
-
-fn error_code(err: &Error) -> ErrorCode {
-    match err.kind {
-        ErrorKind::InvalidArgument => ErrorCode::INVALID_ARGUMENT,
-        ErrorKind::Unsupported => ErrorCode::UNIMPLEMENTED,
-        ErrorKind::Library => ErrorCode::UNAVAILABLE,
-        ErrorKind::Mpi { .. } => ErrorCode::INTERNAL,
-    }
-}
-
 /// # Safety
 /// `frame` must be a call frame from XLA.
 unsafe fn create_error(frame: *mut CallFrame, err: &Error) -> *mut FfiError {
     // SAFETY: outside the metadata probe XLA always sets `api`.
     unsafe { ffi_error((*frame).api, err) }
-}
-
-/// XLA's error for `err`, as the handler of its op returns it (or a future reports it).
-///
-/// # Safety
-/// `api` must be XLA's API table or NULL.
-pub(super) unsafe fn ffi_error(api: *const Api, err: &Error) -> *mut FfiError {
-    let text = format!("jaxmpi.{err}").replace('\0', " ");
-    let message = CString::new(text).unwrap_or_default();
-    // SAFETY: XLA's table lives as long as the process; Error_Create copies the message
-    // before returning.
-    unsafe {
-        let Some(create) = api.as_ref().and_then(|api| api.error_create) else {
-            return std::ptr::null_mut();
-        };
-        let mut args = ErrorCreateArgs {
-            struct_size: std::mem::size_of::<ErrorCreateArgs>(),
-            extension_start: std::ptr::null_mut(),
-            message: message.as_ptr() as *const c_char,
-            errc: error_code(err),
-        };
-        create(&mut args)
-    }
 }

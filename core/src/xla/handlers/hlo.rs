@@ -4,8 +4,8 @@
 //! group's devices first compare their calls, as the ranks of a communicator do.
 
 use super::attrs;
-use super::call::Operand;
-use super::{checked, Call};
+use super::services::checked;
+use crate::xla::frame::{Call, Devices, Operand};
 use crate::xla::mesh::ON_DEVICES;
 use crate::xla::mesh::{
     self, collectives, reductions, AllToAll, Group, Naming, OnDevices, Seat, Span,
@@ -54,7 +54,7 @@ fn on_group(
 }
 
 /// The call's groups, as its attribute lists them.
-fn groups<'c>(call: &Call<'c>, groups: &crate::xla::handlers::Devices) -> Naming<'c> {
+fn groups<'c>(call: &Call<'c>, groups: &Devices) -> Naming<'c> {
     Naming::Groups {
         at: groups.key(),
         flat: groups.of(call),

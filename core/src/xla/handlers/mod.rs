@@ -1,41 +1,53 @@
-//! XLA FFI handlers. This file is the table of every op (its signature, one line each);
-//! `ops.rs` holds each op's body, `entry.rs` the one generic path every exported handler
-//! takes (metadata probe, panics, errors), `lifecycle.rs` what every call does around its
-//! body, `call.rs` the XLA call frame and `signature.rs` how attributes are encoded;
-//! `gpu.rs` runs a GPU call's body through the GPU runtime, and `start_verdict.rs`
-//! lets a collective's ranks agree that each can start before any calls MPI.
+//! XLA FFI handlers: what runs when XLA calls a `jaxmpi_<op>` target. This file is the
+//! table of every op (its signature, one line each), which `declare_ops!`
+//! (`signature.rs`) turns into the signatures Python reads, each op's typed attributes
+//! and its exported handlers. The rest of the folder, by concern:
+//! - the op bodies: `ops.rs` (one per op), `hlo.rs` (an adapter per HLO opcode, into the
+//!   device-rank layer `xla/mesh/`), `ragged.rs` (counts computed inside `jit`),
+//!   `received.rs` (what a completed receive leaves);
+//! - `entry.rs`: the one generic path every exported handler takes (metadata probe,
+//!   panics, errors);
+//! - `services/`: what every call does around its body (its lifecycle and monitor,
+//!   checked mode, start verdicts, failures kept for later, the GPU runtime);
+//! - `requests/`: the non-blocking machinery (a started op's requests in flight, the
+//!   progress agent, the wait).
+//!
+//! A call is read through `xla/frame/` (its buffers, its attributes and their encoding),
+//! which knows no op. The services and the requests read this table (which ops are
+//! collectives, checked mode's op numbers: `SIGNATURES`, `Signature::named`) while the
+//! table's exported handlers call them: the table is the folder's door, above all of
+//! them, and the files below it import one way.
 
-mod call;
-pub mod checked;
-mod deferred;
 mod entry;
-mod gpu;
-pub mod handles;
 mod hlo;
-pub mod in_flight;
-mod lifecycle;
-pub mod nonblocking;
 mod ops;
-pub mod pending;
 pub mod ragged;
+mod received;
+pub mod requests;
+pub mod services;
 mod signature;
-pub mod start_verdict;
 #[cfg(test)]
 mod tests;
 
 pub use crate::xla::mesh::register as register_mesh_comm;
-pub use call::Call;
-pub(crate) use lifecycle::monitor_of;
+pub(crate) use services::lifecycle::monitor_of;
 pub use signature::{
-    Address, AttrDecl, Counts, Devices, Kind, Shown, Signature, Sizes, Tree, HLO_PASS,
-    NON_BLOCKING, OP_USER, PEER_ANY, PEER_NULL, RUN_TIME_COUNTS, STARTED_RESULTS, TAG_ANY, USER_OP,
+    AttrDecl, Signature, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, STARTED_RESULTS,
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
+use crate::xla::frame::{Address, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree};
 use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
 use entry::handle;
-use lifecycle::Platform;
-use signature::{declare_ops, started_name, Attr};
+use requests::nonblocking;
+use services::gpu;
+use services::lifecycle::Platform;
+use signature::{declare_ops, started_name};
+
+/// An op body (`ops::<name>`, as each row of the table names it): runs the backend op on
+/// the call's buffers and its decoded attributes (`Library` for the communicator queries,
+/// `Backend` for the op itself).
+type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
 
 // Every op, declared once: `name: TypedAttrs (operands) -> (results) { attributes }`. The
 // lowering `jaxmpi_<name>` passes exactly these (Python checks its parameters against this
@@ -45,11 +57,12 @@ use signature::{declare_ops, started_name, Attr};
 //
 // Non-blocking is a mode of an op: `started iname` declares `iname`, the op started, whose
 // call runs the op's own body with every MPI call started instead of completed
-// (`nonblocking.rs`) and returns a request value before the op's results, which only the
-// request's `wait` may read: it takes the request value, the start's other results (the
-// op's own, then the operands the transfer reads, passed through), and `after`, any
-// number of arrays it never reads that XLA must compute before it; it returns the op's
-// results, now complete (aliased). So the op's non-blocking form is this one word here.
+// (`requests/nonblocking.rs`) and returns a request value before the op's results, which
+// only the request's `wait` may read: it takes the request value, the start's other
+// results (the op's own, then the operands the transfer reads, passed through), and
+// `after`, any number of arrays it never reads that XLA must compute before it; it returns
+// the op's results, now complete (aliased). So the op's non-blocking form is this one word
+// here.
 //
 // `host_only REASON`: the op cannot run on GPU buffers (REASON, in `signature.rs`, is what a
 // lowering for CUDA says); it gets no CUDA handler. No started form runs there either.
@@ -108,17 +121,4 @@ declare_ops! {
     hlo_ragged_all_to_all: HloRaggedAllToAll (
         input, output, input_offsets, send_sizes, output_offsets, recv_sizes
     ) -> (y) { groups: Devices, origin: Shown } host_only HLO_PASS,
-}
-
-/// The call's device as a rank of its MeshComm, if its `comm` is one.
-fn on_mesh_comm(
-    call: &Call,
-    library: &'static dyn Library,
-) -> Result<Option<crate::xla::mesh::OnDevices>> {
-    match call.optional_i64("comm") {
-        Some(id) if crate::xla::mesh::is_mesh_comm(id) => {
-            crate::xla::mesh::OnDevices::at(library, id, call.device()?).map(Some)
-        }
-        _ => Ok(None),
-    }
 }

@@ -8,16 +8,16 @@ pub use super::hlo::{
     hlo_all_gather, hlo_all_reduce, hlo_all_to_all, hlo_collective_permute, hlo_ragged_all_to_all,
     hlo_reduce_scatter,
 };
-pub use super::nonblocking::wait;
 pub use super::ragged::ragged_alltoallv;
+pub use super::requests::nonblocking::wait;
 
 use super::attrs;
-use super::call::Operand;
-use super::signature::Address;
-use super::{checked, Call};
+use super::received::{fill_status, whole_message};
+use super::services::checked;
+use crate::xla::frame::{Call, Operand};
 use crate::{
-    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
-    PartitionMut, Peer, Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Library, Partition,
+    PartitionMut, Result,
 };
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
@@ -32,17 +32,6 @@ fn empty_buf_mut<'a>(dtype: Dtype) -> BufMut<'a> {
 
 fn is_root(library: &dyn Library, comm: Comm, root: i32) -> Result<bool> {
     Ok(library.comm_rank(comm)? == root)
-}
-
-/// Copies the library's MPI_Status into the mpi4py `Status` whose address the lowering
-/// passed, so `status.Get_source()` etc. work after a jitted receive.
-pub(super) fn fill_status(Address(address): Address, status: &Status) {
-    if address != 0 {
-        let native = status.native.as_bytes();
-        // SAFETY: the lowering passes the address of the MPI_Status inside a live mpi4py
-        // Status object of the same library, which is exactly `native.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(native.as_ptr(), address as *mut u8, native.len()) };
-    }
 }
 
 pub fn allreduce(
@@ -354,37 +343,6 @@ pub fn sendrecv(
     whole_message(y.buf_mut()?, &status, a.status, backend)?;
     fill_status(a.status, &status);
     Ok(())
-}
-
-/// MPI allows a message shorter than the receive buffer, and leaves the rest of it
-/// unwritten: never handed on as data. With a `status` the caller reads the count there
-/// and the rest of the result is zeros; without one the short message is an error.
-pub(super) fn whole_message(
-    y: BufMut,
-    status: &Status,
-    address: Address,
-    backend: &dyn Backend,
-) -> Result<()> {
-    let expected = y.count();
-    if status.source == Peer::Null || status.count >= expected {
-        return Ok(());
-    }
-    if address.0 != 0 {
-        return backend.fill_zeros(y.tail(status.count));
-    }
-    let tag = status.tag.map_or("none".to_string(), |t| t.to_string());
-    Err(Error::invalid_argument(
-        "short message",
-        format!(
-            "received {} of {expected} {} elements from rank {} (tag {tag}): the message is \
-             shorter than the receive buffer. Receive with the sender's shape, or pass \
-             status= to accept shorter messages (the count is then in the status and the \
-             rest of the result is zeros)",
-            status.count,
-            y.dtype(),
-            status.source,
-        ),
-    ))
 }
 
 pub fn barrier(

@@ -11,8 +11,7 @@
 //! others name that rank; nobody calls MPI_Alltoallv.
 
 use super::attrs;
-use super::call::Operand;
-use super::Call;
+use crate::xla::frame::{Call, Operand};
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Partition, PartitionMut, Result};
 
 /// The public ops built on this one, by the `origin` attribute: what errors name. Python

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use super::{GPU_HANDLERS, HANDLERS, HLO_PASS, NON_BLOCKING, RUN_TIME_COUNTS, SIGNATURES};
 use crate::xla::ffi::*;
+use crate::xla::frame::Call;
 
 static LAST_ERROR: Mutex<Option<(i32, String)>> = Mutex::new(None);
 
@@ -255,15 +256,15 @@ fn span(name: &'static str) -> ByteSpan {
     }
 }
 
-/// The ids a lowering would pass for a communicator and an address (`handles.rs`).
+/// The ids a lowering would pass for a communicator and an address (`xla/frame/handles.rs`).
 fn ids(comm: usize, address: usize) -> (i64, i64) {
-    use super::handles::{id_of, Table};
+    use crate::xla::frame::handles::{id_of, Table};
     (id_of(Table::Comm, comm), id_of(Table::Address, address))
 }
 
 #[test]
 fn attributes_decode_into_their_declared_types() {
-    use super::signature::Attrs;
+    use crate::xla::frame::Attrs;
     use crate::{Comm, Peer, ReduceOp};
     let (comm, status) = ids(-8i64 as u64 as usize, 64);
     let mut attrs = FrameAttrs::new(
@@ -279,7 +280,7 @@ fn attributes_decode_into_their_declared_types() {
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
     attrs.set_on(&mut frame);
     // SAFETY: a well-formed frame, alive for the call.
-    let call = unsafe { super::Call::new(&mut frame, "recv") }.unwrap();
+    let call = unsafe { Call::new(&mut frame, "recv") }.unwrap();
     let recv = super::attrs::Recv::decode(&call).unwrap();
     assert_eq!(
         recv.comm,
@@ -304,7 +305,7 @@ fn attributes_decode_into_their_declared_types() {
     );
     attrs.set_on(&mut frame);
     // SAFETY: as above.
-    let call = unsafe { super::Call::new(&mut frame, "allreduce") }.unwrap();
+    let call = unsafe { Call::new(&mut frame, "allreduce") }.unwrap();
     assert_eq!(
         super::attrs::Allreduce::decode(&call).unwrap().op,
         ReduceOp::User(77)
@@ -316,14 +317,14 @@ fn attributes_decode_into_their_declared_types() {
     );
     attrs.set_on(&mut frame);
     // SAFETY: as above.
-    let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
+    let call = unsafe { Call::new(&mut frame, "gatherv") }.unwrap();
     let counts = super::attrs::Gatherv::decode(&call).unwrap().counts;
     assert_eq!(counts.elements(4), (vec![8, 0, 12], vec![0, 8, 8]));
 }
 
 #[test]
 fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
-    use super::signature::Attrs;
+    use crate::xla::frame::Attrs;
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
     let (comm, _) = ids(0x4400_0000, 0);
     let cases: [(&[(&'static str, i64)], &str); 4] = [
@@ -345,7 +346,7 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
         let mut attrs = FrameAttrs::new(scalars, &[]);
         attrs.set_on(&mut frame);
         // SAFETY: a well-formed frame, alive for the call.
-        let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
+        let call = unsafe { Call::new(&mut frame, "gatherv") }.unwrap();
         let Err(err) = super::attrs::Gatherv::decode(&call) else {
             panic!("{expected}: decoded");
         };
@@ -355,7 +356,7 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
     let mut attrs = FrameAttrs::new(&[("comm", comm), ("root", 0)], &[("counts", vec![1, -2])]);
     attrs.set_on(&mut frame);
     // SAFETY: as above.
-    let call = unsafe { super::Call::new(&mut frame, "gatherv") }.unwrap();
+    let call = unsafe { Call::new(&mut frame, "gatherv") }.unwrap();
     let err = super::attrs::Gatherv::decode(&call).err().unwrap();
     assert!(err.message.contains("negative count -2"), "{}", err.message);
 }

@@ -1,7 +1,7 @@
 //! A custom call's attributes as XLA:CPU reads them from `backend_config`: an MLIR
 //! dictionary in text, the form JAX's own FFI lowerings produce (`{comm = 5 : i64, counts =
 //! dense<[1, 2]> : tensor<2xi64>}`), which XLA parses into the FFI attributes the handler
-//! decodes (`handlers/signature.rs`).
+//! decodes (`frame/attributes.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -6,12 +6,13 @@
 
 use std::ffi::CStr;
 
-use super::{start_verdict, Call};
+use super::start_verdict;
 use crate::gpu::{gpu_runtime, Agree, Stream};
 use crate::xla::ffi::{
     Api, ErrorCode, ErrorDestroy, ErrorDestroyArgs, ErrorDetails, ErrorDetailsArgs, FfiError,
     StreamGetArgs,
 };
+use crate::xla::frame::Call;
 use crate::xla::mesh::is_mesh_comm;
 use crate::{Backend, Comm, Error, Library, Result};
 

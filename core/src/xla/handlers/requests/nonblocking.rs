@@ -1,7 +1,8 @@
 //! Non-blocking ops: every op declared with a started form (`started iname` in the table
-//! in `mod.rs`) starts through `start`, and every request completes through `wait`.
+//! in `handlers/mod.rs`) starts through `start`, and every request completes through
+//! `wait`.
 //!
-//! A start runs the op's own body (`ops.rs`) through `Backend::start`, which makes every
+//! A start runs the op's own body (`handlers/ops.rs`) through `Backend::start`, which makes every
 //! MPI call the body makes non-blocking (MPI_Iallreduce for MPI_Allreduce, ...): the same
 //! checks, chunks and segments as the blocking op, then the requests in flight
 //! (`in_flight.rs`) under one key, which the start writes into its request value. Its other
@@ -12,16 +13,16 @@
 
 use std::time::Instant;
 
-use super::call::Operand;
-use super::entry::Body;
-use super::in_flight::{self, Flight, Receive};
-use super::lifecycle::CallInfo;
-use super::signature::{Address, Attrs, Signature};
-use super::Call;
+use super::flights::{Flight, Receive};
+use super::{in_flight, progress};
+use crate::xla::frame::{Address, Attrs, Call, Operand};
+use crate::xla::handlers::services::call_info::{with_rank, CallInfo};
+use crate::xla::handlers::signature::Signature;
+use crate::xla::handlers::{attrs, Body};
 use crate::{library, Backend, ErrorsReturned, Library, Result};
 
 /// Starts the op `body` is the body of, on `call`'s buffers (see the module's doc).
-pub(super) fn start<A: Attrs>(
+pub(in crate::xla::handlers) fn start<A: Attrs>(
     call: &Call,
     library: &dyn Library,
     backend: &dyn Backend,
@@ -32,7 +33,7 @@ pub(super) fn start<A: Attrs>(
     // from the start.
     let comm = attrs.comm();
     let collective = Signature::named(call.name()).is_some_and(|(s, _)| s.is_collective());
-    if collective && in_flight::collectives_complete_at_start(library) {
+    if collective && progress::collectives_complete_at_start(library) {
         // Nothing could move its data before the wait (`progress_mode`): the blocking op,
         // now; its wait has nothing left to do.
         body(call, library, backend, attrs)?;
@@ -100,7 +101,7 @@ pub fn wait_eager(value: [u32; 2], buffer: usize) -> Result<()> {
         return Ok(());
     }
     in_flight::wait(library, key, buffer, || None)
-        .map_err(|err| super::entry::with_rank(err.in_op("wait"), library))
+        .map_err(|err| with_rank(err.in_op("wait"), library))
 }
 
 /// The request value is float32 for JAX's derivative rules, which may add a zero to it:
@@ -122,7 +123,7 @@ fn decode(value: [u32; 2]) -> Option<u64> {
     Some(part(lo)? | part(hi)? << 23)
 }
 
-pub fn wait(call: &Call, _: &dyn Library, _: &dyn Backend, _: &super::attrs::Wait) -> Result<()> {
+pub fn wait(call: &Call, _: &dyn Library, _: &dyn Backend, _: &attrs::Wait) -> Result<()> {
     let value = call.arg(0)?;
     let not_a_request = || call.bad_attr("request", "is not a request value made by a started op");
     if value.len_bytes() != 8 {

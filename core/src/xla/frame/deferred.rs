@@ -3,7 +3,7 @@
 //! meanwhile runs the program's other ready work, and runs what depends on the call once
 //! the future is complete; XLA keeps the call's buffers alive until then.
 
-use super::entry::ffi_error;
+use super::error::ffi_error;
 use crate::xla::ffi::{Api, CallFrame, FfiFuture, FutureArgs, FutureCall, API_WITH_FUTURES};
 use crate::Error;
 

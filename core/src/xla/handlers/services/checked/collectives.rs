@@ -1,51 +1,14 @@
-//! Checked mode (`JAXMPI_CHECK=1`): ranks agree on what they call before MPI sees it.
-//!
-//! MPI cannot see a type mismatch of equal size (one rank reduces float32, another int32:
-//! both get garbage), and ranks calling different collectives hang. In checked mode every
-//! collective first exchanges a small record of what each rank is calling (op, dtype,
-//! count, root, reduction, counts of the v-ops, communicator size, and the pytree a packed
-//! buffer comes from, `signature::Tree`) with one allgather on
-//! the same communicator; every rank then sees the same records, so a mismatch fails the
-//! call on every rank alike, naming what each rank passed. Point to point, the sender
-//! sends a header (dtype, count, pytree) right before each message, with the same tag on the
-//! same communicator: MPI does not let messages of one sender and tag overtake each other,
-//! so the message after a header is the one it describes, whatever the receive matched
-//! (any source, any tag).
-//!
-//! Off, the cost is one atomic load per call. The records travel in host memory through
-//! the library's own (host) backend, also for GPU ops.
+//! Checked mode before a collective: every rank's call as a fixed-size record (op, dtype,
+//! count, root, reduction, the v-ops' counts, communicator size, pytree), gathered by one
+//! allgather on the call's communicator, so that every rank sees the same records and a
+//! mismatch fails every rank alike, naming what each passed.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::Call;
-use crate::{Buf, BufMut, Comm, Dtype, Error, Library, Peer, Result, Status};
-
-const UNSET: u8 = 0;
-const OFF: u8 = 1;
-const ON: u8 = 2;
-static MODE: AtomicU8 = AtomicU8::new(UNSET);
-
-/// Whether checked mode is on: `JAXMPI_CHECK=1` at start, or as set since.
-pub fn enabled() -> bool {
-    match MODE.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => {
-            let on = std::env::var("JAXMPI_CHECK").is_ok_and(|v| v.trim() == "1");
-            MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
-            on
-        }
-    }
-}
-
-/// Turns checked mode on or off for every later call (all ranks must do it alike).
-pub fn set_enabled(on: bool) {
-    MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
-}
-
-/// The step the errors of checked mode name.
-const STEP: &str = "JAXMPI_CHECK";
+use super::{dtype_index, tree_name, STEP};
+use crate::xla::frame::Call;
+use crate::xla::handlers::SIGNATURES;
+use crate::{Buf, BufMut, Comm, Dtype, Error, Library, Result};
 
 /// One rank's call of a collective, as the ranks compare it (fixed size: it travels in one
 /// allgather). Numbers that do not apply are -1 (0 for the counts of a plain collective).
@@ -109,12 +72,12 @@ impl Record {
 impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Past the ops, their started forms (`record`).
-        let all = super::SIGNATURES.len();
+        let all = SIGNATURES.len();
         let op = usize::try_from(self.op)
             .ok()
             .and_then(|i| match i.checked_sub(all) {
-                None => super::SIGNATURES.get(i).map(|s| s.name),
-                Some(started) => super::SIGNATURES.get(started).map(|s| s.started),
+                None => SIGNATURES.get(i).map(|s| s.name),
+                Some(started) => SIGNATURES.get(started).map(|s| s.started),
             });
         let op = op.unwrap_or("an unknown op");
         let dtype = Dtype::ALL
@@ -153,15 +116,6 @@ impl fmt::Display for Record {
     }
 }
 
-/// How a pytree's fingerprint is shown: its leaves differ between ranks when these do.
-fn tree_name(tree: u64) -> String {
-    format!("pytree {tree:016x}")
-}
-
-fn dtype_index(dtype: Dtype) -> i32 {
-    Dtype::ALL.iter().position(|&d| d == dtype).unwrap_or(0) as i32
-}
-
 /// FNV-1a over the counts: equal vectors give equal hashes; 0 is kept for "no counts".
 fn hash(values: &[i64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -179,16 +133,14 @@ fn hash(values: &[i64]) -> u64 {
 fn record(call: &Call, comm_size: i32) -> Result<Record> {
     // A started op's call is told from its op's (the ranks must not mix them), and
     // moves what its op's does.
-    let position = super::SIGNATURES.iter().position(|s| s.name == call.name());
-    let started = super::SIGNATURES
-        .iter()
-        .position(|s| s.started == call.name());
+    let position = SIGNATURES.iter().position(|s| s.name == call.name());
+    let started = SIGNATURES.iter().position(|s| s.started == call.name());
     let op = match (position, started) {
         (Some(i), _) => i as i32,
-        (None, Some(i)) => (super::SIGNATURES.len() + i) as i32,
+        (None, Some(i)) => (SIGNATURES.len() + i) as i32,
         (None, None) => -1,
     };
-    let name = started.map_or(call.name(), |i| super::SIGNATURES[i].name);
+    let name = started.map_or(call.name(), |i| SIGNATURES[i].name);
     let buffer = match name {
         "barrier" => None,
         "scatter" | "scatterv" => call.optional_ret(0),
@@ -233,7 +185,11 @@ fn record(call: &Call, comm_size: i32) -> Result<Record> {
 
 /// Before a collective: every rank of `comm` learns what the others call, and all of them
 /// fail alike, naming each rank's call, if they differ.
-pub(super) fn collective(call: &Call, library: &dyn Library, comm: Comm) -> Result<()> {
+pub(in crate::xla::handlers) fn collective(
+    call: &Call,
+    library: &dyn Library,
+    comm: Comm,
+) -> Result<()> {
     let size = library.comm_size(comm)?;
     let mine = record(call, size)?.to_bytes();
     let mut all = vec![0u8; RECORD_BYTES * size as usize];
@@ -280,156 +236,6 @@ fn by_rank(records: &[Record]) -> String {
     groups.join("; ")
 }
 
-/// What a point-to-point message is, as its header announces it: dtype, element count and
-/// the pytree it packs (`Tree`'s fingerprint, 0 for a single array).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Message {
-    pub dtype: Dtype,
-    pub count: usize,
-    pub tree: u64,
-}
-
-impl fmt::Display for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}[{}]", self.dtype, self.count)?;
-        if self.tree != 0 {
-            write!(f, " of {}", tree_name(self.tree))?;
-        }
-        Ok(())
-    }
-}
-
-/// A point-to-point message's header.
-const HEADER_BYTES: usize = 24;
-const MAGIC: u32 = 0x4a58_4d43; // "JXMC"
-
-fn header(message: Message) -> [u8; HEADER_BYTES] {
-    let mut out = [0u8; HEADER_BYTES];
-    out[..4].copy_from_slice(&MAGIC.to_le_bytes());
-    out[4..8].copy_from_slice(&(dtype_index(message.dtype) as u32).to_le_bytes());
-    out[8..16].copy_from_slice(&(message.count as u64).to_le_bytes());
-    out[16..].copy_from_slice(&message.tree.to_le_bytes());
-    out
-}
-
-/// The message a header announces, or None if it is no header (a sender that is not in
-/// checked mode sent data).
-fn read_header(bytes: &[u8]) -> Option<Message> {
-    let word = |range: std::ops::Range<usize>| bytes.get(range).map(|b| b.to_vec());
-    let magic = u32::from_le_bytes(word(0..4)?.try_into().ok()?);
-    let dtype = u32::from_le_bytes(word(4..8)?.try_into().ok()?);
-    let count = u64::from_le_bytes(word(8..16)?.try_into().ok()?);
-    let tree = u64::from_le_bytes(word(16..24)?.try_into().ok()?);
-    (magic == MAGIC).then_some(Message {
-        dtype: *Dtype::ALL.get(dtype as usize)?,
-        count: count as usize,
-        tree,
-    })
-}
-
-/// The header that goes before `message`.
-pub(super) fn send_header(
-    library: &dyn Library,
-    comm: Comm,
-    dest: Peer,
-    tag: i32,
-    message: Message,
-) -> Result<()> {
-    if dest == Peer::Null {
-        return Ok(());
-    }
-    let bytes = header(message);
-    library
-        .backend()
-        .send(comm, Buf::from_bytes(&bytes, Dtype::U8)?, dest, tag)
-}
-
-/// What a receive learned from the header of the message it is about to receive: where
-/// the message comes from (to receive exactly that one next) and, if it is not what the
-/// receiver expects, the error to raise once the message itself is received.
-pub(super) struct Announced {
-    pub source: Peer,
-    pub tag: Option<i32>,
-    pub mismatch: Option<Error>,
-}
-
-/// Receives the header of the next message from `source` with `tag` and compares it with
-/// what the receive expects (its buffer's dtype and element count, its pytree).
-pub(super) fn receive_header(
-    library: &dyn Library,
-    comm: Comm,
-    (source, tag): (Peer, Option<i32>),
-    expected: Message,
-) -> Result<Announced> {
-    if source == Peer::Null {
-        return Ok(Announced {
-            source,
-            tag,
-            mismatch: None,
-        });
-    }
-    let mut bytes = [0u8; HEADER_BYTES];
-    let status = library.backend().recv(
-        comm,
-        BufMut::from_bytes(&mut bytes, Dtype::U8)?,
-        source,
-        tag,
-    )?;
-    Ok(announced(&status, &bytes, expected))
-}
-
-/// `status` and `bytes`: the header just received (by a receive or a sendrecv).
-pub(super) fn announced(status: &Status, bytes: &[u8], expected: Message) -> Announced {
-    let from = status.source;
-    let mismatch = match read_header(&bytes[..status.count.min(bytes.len())]) {
-        Some(sent) if sent == expected => None,
-        Some(sent) => Some(Error::invalid_argument(
-            STEP,
-            format!(
-                "rank {from} sent {sent} (tag {}), but this receive expects {expected}: \
-                 sender and receiver must agree on dtype and size (and pytree structure)",
-                status.tag.unwrap_or(-1),
-            ),
-        )),
-        None => Some(Error::invalid_argument(
-            STEP,
-            format!(
-                "the message from rank {from} has no checked-mode header: every rank must \
-                 run with the same JAXMPI_CHECK"
-            ),
-        )),
-    };
-    Announced {
-        source: from,
-        tag: status.tag,
-        mismatch,
-    }
-}
-
-/// For a sendrecv: this rank's header out, the peer's header in, in one exchange.
-pub(super) fn exchange_headers(
-    library: &dyn Library,
-    envelope: crate::Envelope,
-    sent: Message,
-    expected: Message,
-) -> Result<Announced> {
-    let out = header(sent);
-    let mut bytes = [0u8; HEADER_BYTES];
-    let status = library.backend().sendrecv(
-        crate::Input::Data(Buf::from_bytes(&out, Dtype::U8)?),
-        BufMut::from_bytes(&mut bytes, Dtype::U8)?,
-        envelope,
-    )?;
-    if envelope.source == Peer::Null {
-        return Ok(Announced {
-            source: Peer::Null,
-            tag: envelope.recvtag,
-            mismatch: None,
-        });
-    }
-    Ok(announced(&status, &bytes, expected))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,17 +270,5 @@ mod tests {
             "rank 0: allreduce float32[4] SUM on 2 ranks; \
              rank 1: allreduce float32[4] SUM on 2 ranks, pytree 00000000000000ab"
         );
-    }
-
-    #[test]
-    fn headers_are_read_back_and_anything_else_is_no_header() {
-        let message = Message {
-            dtype: Dtype::C128,
-            count: 7,
-            tree: 0xfeed_0000_0000_0001,
-        };
-        assert_eq!(read_header(&header(message)), Some(message));
-        assert_eq!(read_header(&[0u8; HEADER_BYTES]), None);
-        assert_eq!(read_header(&[1, 2, 3]), None);
     }
 }

@@ -25,8 +25,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::signature::Signature;
-use super::Call;
+use crate::xla::frame::Call;
+use crate::xla::handlers::signature::Signature;
 use crate::{Buf, BufMut, Comm, Dtype, Error, Input, Library, ReduceOp, Result};
 
 static ON: AtomicBool = AtomicBool::new(false);

@@ -45,7 +45,7 @@ pub fn enable(on: bool) {
 
 /// Keeps the failure of a call without a result (unless an earlier one waits), and
 /// returns the call's own outcome unchanged.
-pub(super) fn keep(result: Result<()>, has_result: bool) -> Result<()> {
+pub(in crate::xla::handlers) fn keep(result: Result<()>, has_result: bool) -> Result<()> {
     if let Err(err) = &result {
         let inline = ON_DISPATCHING_THREAD.get().is_some_and(|on| on());
         if ENABLED.load(Ordering::Relaxed) && !has_result && !inline {
