@@ -24,9 +24,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=builds.sh
 source "$ROOT/benches/builds.sh"
-before_site=
+# With BEFORE, both columns load their builds the same way: the working tree's and REV's.
+before_site= after_site=
 if [[ -n ${BEFORE:-} ]]; then
     before_site=$(site "$(extension "$BEFORE")" before)
+    after_site=$(site "$(extension "")" after)
 fi
 
 # received LAYOUT ROUTE MODE CALLS [SITE]: bytes the processes received in all, summed over
@@ -55,6 +57,7 @@ per_call() {
 }
 
 head="| device ranks | layout | route | reductions | bytes received per device rank and call |"
+[[ -n $before_site ]] && head="| device ranks | layout | route | reductions | working tree |"
 rule="|---:|---|---|---|---:|"
 if [[ -n $before_site ]]; then
     head="$head $BEFORE (before) |"
@@ -66,7 +69,7 @@ for layout in "${layouts[@]}"; do
     ranks=$((${layout%x*} * ${layout#*x}))
     for case in "${cases[@]}"; do
         read -r route mode <<<"$case"
-        row="| $ranks | $layout | $route | $mode | $(per_call "$layout" "$route" "$mode") |"
+        row="| $ranks | $layout | $route | $mode | $(per_call "$layout" "$route" "$mode" "$after_site") |"
         if [[ -n $before_site ]]; then
             row="$row $(per_call "$layout" "$route" "$mode" "$before_site") |"
         fi

@@ -4,37 +4,66 @@
 # per step of each case, and the ratios the MeshComm issue asks about: 2 x 2 against
 # 4 x 1 (MeshComm, and jaxmpi.sendrecv on the MPI communicator), and ppermute over gloo
 # against MeshComm in the same layout. The layouts are separate jobs: their ratios are
-# across runs, on the same idle machine, alternating.
-# Usage: benches/bench_mesh_comm.sh [--build pypi-mpich-5] [--repeats 3] [BENCH ARGS...]
+# across runs, on the same idle machine, alternating. BEFORE=REV runs REV's build too
+# (built in a worktree, builds.sh), alternating with the working tree's in every repeat,
+# and adds their ratios.
+# Usage: [BEFORE=REV] benches/bench_mesh_comm.sh [--build pypi-mpich-5] [--repeats 3]
+#        [--layouts "4x1 2x2 1x4"] [BENCH ARGS...]
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../ci/matrix.sh
 source "$ROOT/ci/matrix.sh"
-build=pypi-mpich-5 repeats=3
+build=pypi-mpich-5 repeats=3 layouts="4x1 2x2 1x4"
 while (($#)); do
     case $1 in
     --build) build=$2 && shift 2 ;;
     --repeats) repeats=$2 && shift 2 ;;
+    --layouts) layouts=$2 && shift 2 ;;
     *) break ;;
     esac
 done
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=$work/results
+# shellcheck source=builds.sh
+source "$ROOT/benches/builds.sh"
+# label=site pairs: the installed build alone, or REV's and the working tree's.
+declare -A sites=([installed]=)
+if [[ -n ${BEFORE:-} ]]; then
+    sites=([before]=$(site "$(extension "$BEFORE")" before) [after]=$(site "$(extension "")" after))
+fi
 for ((i = 0; i < repeats; i++)); do
-    for layout in 4x1 2x2 1x4; do
-        JAXMPI_CELL_TIMEOUT=600 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
-            "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" -- \
-            "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]}/bin/python" \
-            "$ROOT/benches/bench_mesh_comm.py" "$@" 2>&1 | grep '^RESULT' >>"$results"
+    for layout in $layouts; do
+        for label in "${!sites[@]}"; do
+            site=${sites[$label]}
+            JAXMPI_CELL_TIMEOUT=600 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
+                "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
+                ${site:+"PYTHONPATH=$site"} -- \
+                "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]}/bin/python" \
+                "$ROOT/benches/bench_mesh_comm.py" "$@" 2>&1 | grep '^RESULT' |
+                sed "s/^/$label /" >>"$results"
+        done
     done
 done
-"$ROOT/.venvs/mpich/bin/python" - "$results" "$build" "$repeats" <<'PY'
+"$ROOT/.venvs/mpich/bin/python" - "$results" "$build" "$repeats" "${BEFORE:-}" <<'PY'
 import collections, sys
-best = collections.defaultdict(lambda: float("inf"))
+runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    _, layout, halo, *case, micros = line.split()
-    key = (int(halo), layout, " ".join(case))
-    best[key] = min(best[key], float(micros))
+    label, _, layout, halo, *case, micros = line.split()
+    runs[(label, int(halo), layout, " ".join(case))].append(float(micros))
+if sys.argv[4]:
+    print(f"{sys.argv[4]} (before) and the working tree (after), alternating: µs per step, each run")
+    print("| halo bytes | layout | case | before | after | after / before (best) |")
+    print("|---:|---|---|---|---|---:|")
+    for (label, halo, layout, case) in sorted(k for k in runs if k[0] == "after"):
+        b, a = runs[("before", halo, layout, case)], runs[("after", halo, layout, case)]
+        show = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
+        print(f"| {halo} | {layout} | {case} | {show(b)} | {show(a)} | {min(a) / min(b):.2f}x |")
+    print()
+label = "after" if sys.argv[4] else "installed"
+best = {k[1:]: min(v) for k, v in runs.items() if k[0] == label}
+if not {"4x1", "2x2", "1x4"} <= {k[1] for k in best}:
+    sys.exit(0)  # the layout ratios need all three layouts
 print(f"{sys.argv[2]}, best of {sys.argv[3]} runs per layout, µs per halo-exchange step")
 print("| halo bytes | layout | case | µs per step |")
 print("|---:|---|---|---:|")

@@ -1,13 +1,15 @@
 # Sourced by the benchmarks that compare builds of jaxmpi in one run (bench_callgrind.sh,
 # bench_mesh_bytes.sh): a revision's extension, built in a worktree of its own, and a
 # site folder that loads it in place of the installed package.
-# Needs ROOT (the checkout) and work (a scratch folder) set by the caller.
+# Needs ROOT (the checkout) and work (a scratch folder) set by the caller. A revision's
+# tree stays in $TMPDIR/jaxmpi-trees, built once for every benchmark that asks for it.
 
 # extension REV: the folder of REV's tree, its extension built ("" for the working tree).
 extension() {
     local rev=$1 tree=$ROOT
     if [[ -n $rev ]]; then
-        tree=$work/tree-$(git -C "$ROOT" rev-parse --short "$rev")
+        tree=${TMPDIR:-/tmp}/jaxmpi-trees/tree-$(git -C "$ROOT" rev-parse --short "$rev")
+        mkdir -p "$(dirname "$tree")"
         [[ -d $tree ]] || git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null 2>&1
     fi
     (cd "$tree" && CARGO_TARGET_DIR=$tree/target cargo build --release -p jaxmpi-python -q) >&2

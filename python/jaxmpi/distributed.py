@@ -89,8 +89,8 @@ def initialize(collectives: str = "auto", **kwargs: Any) -> None:
     rank, size = _native.comm_rank(world), _native.comm_size(world)
     _, node_size = _native.node_local_rank(world)  # collective: every rank asks
     address = _coordinator_address(node_size == size) if rank == 0 else ""
-    sent = _native.allgather_bytes(world, address.encode().ljust(_ADDRESS_BYTES, b"\0"))
-    chosen = sent[0].rstrip(b"\0").decode()
+    sent = _native.bcast_bytes(world, address.encode().ljust(_ADDRESS_BYTES, b"\0"), 0)
+    chosen = sent.rstrip(b"\0").decode()
     # Else JAX's cluster detection fills in local_device_ids from SLURM_LOCALID, which
     # ranks that mpirun/mpiexec started under salloc inherit from the launcher's daemons (0
     # for every rank of a node): every rank of a node would get GPU 0, over jaxmpi's choice.

@@ -1,6 +1,8 @@
 //! `jaxmpi._native`: what Python needs from Rust — the handler capsules to register with
-//! XLA, backend selection, communicator management and library information. Every call
-//! that may block in MPI releases the GIL.
+//! XLA, backend selection, communicator management (`comms.rs`) and library information.
+//! Every call that may block in MPI releases the GIL.
+
+mod comms;
 
 use std::ffi::c_void;
 use std::path::PathBuf;
@@ -17,7 +19,7 @@ use jaxmpi_core::xla::handlers::{
     ragged, register_mesh_comm, GPU_HANDLERS, HANDLERS, NON_BLOCKING, SIGNATURES, STARTED_RESULTS,
 };
 use jaxmpi_core::xla::{devices, hlo};
-use jaxmpi_core::{library, Buf, BufMut, Comm, Dtype, Error, ErrorKind, Library, ReduceOp};
+use jaxmpi_core::{library, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -318,89 +320,6 @@ fn on_library<T: Send>(
 }
 
 #[pyfunction]
-fn world() -> PyResult<usize> {
-    Ok(installed()?.world().0)
-}
-
-/// A communicator as an op needs it at trace time, in one crossing: checked to be a live
-/// intracommunicator of the loaded library, then (rank, size).
-#[pyfunction]
-fn comm_info(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
-    on_library(py, "comm_info", |l| {
-        let comm = Comm(handle);
-        l.check_comm(comm)?;
-        Ok((l.comm_rank(comm)?, l.comm_size(comm)?))
-    })
-}
-
-#[pyfunction]
-fn comm_rank(py: Python<'_>, handle: usize) -> PyResult<i32> {
-    on_library(py, "comm_rank", |l| l.comm_rank(Comm(handle)))
-}
-
-#[pyfunction]
-fn comm_size(py: Python<'_>, handle: usize) -> PyResult<i32> {
-    on_library(py, "comm_size", |l| l.comm_size(Comm(handle)))
-}
-
-#[pyfunction]
-fn comm_dup(py: Python<'_>, handle: usize) -> PyResult<usize> {
-    on_library(py, "comm_dup", |l| l.comm_dup(Comm(handle))).map(|c| c.0)
-}
-
-#[pyfunction]
-#[pyo3(signature = (handle, color, key=0))]
-fn comm_split(
-    py: Python<'_>,
-    handle: usize,
-    color: Option<i32>,
-    key: i32,
-) -> PyResult<Option<usize>> {
-    on_library(py, "comm_split", |l| l.comm_split(Comm(handle), color, key)).map(|c| c.map(|c| c.0))
-}
-
-#[pyfunction]
-fn comm_free(py: Python<'_>, handle: usize) -> PyResult<()> {
-    on_library(py, "comm_free", |l| l.comm_free(Comm(handle)))
-}
-
-/// This rank's (rank, size) among the ranks of the communicator on its node. Collective.
-#[pyfunction]
-fn node_local_rank(py: Python<'_>, handle: usize) -> PyResult<(i32, i32)> {
-    on_library(py, "node_local_rank", |l| l.node_local_rank(Comm(handle)))
-}
-
-/// Every rank's `data`, in rank order: one MPI_Allgather of `data.len()` bytes per rank,
-/// which must be the same on every rank (jaxmpi's start-up agreement on settings).
-/// Collective over the communicator.
-#[pyfunction]
-fn allgather_bytes<'py>(
-    py: Python<'py>,
-    handle: usize,
-    data: &[u8],
-) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let (size, gathered) = on_library(py, "allgather_bytes", |l| {
-        let comm = Comm(handle);
-        let size = l.comm_size(comm)? as usize;
-        let mut gathered = vec![0u8; data.len() * size];
-        let send = Buf::from_bytes(data, Dtype::U8)?;
-        l.backend()
-            .allgather(comm, send, BufMut::from_bytes(&mut gathered, Dtype::U8)?)?;
-        Ok((size, gathered))
-    })?;
-    let n = data.len();
-    Ok((0..size)
-        .map(|rank| PyBytes::new(py, &gathered[rank * n..(rank + 1) * n]))
-        .collect())
-}
-
-#[pyfunction]
-fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
-    on_library(py, "barrier", |l| l.backend().barrier(Comm(handle)))
-}
-
-/// The dtype names jaxmpi can move (numpy spelling).
-#[pyfunction]
 fn dtypes() -> Vec<&'static str> {
     Dtype::ALL.iter().map(|d| d.name()).collect()
 }
@@ -538,6 +457,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The crate's version is the wheel's (pyproject.toml takes it from Cargo.toml).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
+    comms::register(m)?;
     m.add_function(wrap_pyfunction!(rewrite_hlo, m)?)?;
     m.add_function(wrap_pyfunction!(set_device_owners, m)?)?;
     m.add_function(wrap_pyfunction!(mesh_comm, m)?)?;
@@ -553,16 +473,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(use_gpu, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_counters, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_buffer, m)?)?;
-    m.add_function(wrap_pyfunction!(world, m)?)?;
-    m.add_function(wrap_pyfunction!(comm_info, m)?)?;
-    m.add_function(wrap_pyfunction!(comm_rank, m)?)?;
-    m.add_function(wrap_pyfunction!(comm_size, m)?)?;
-    m.add_function(wrap_pyfunction!(comm_dup, m)?)?;
-    m.add_function(wrap_pyfunction!(comm_split, m)?)?;
-    m.add_function(wrap_pyfunction!(comm_free, m)?)?;
-    m.add_function(wrap_pyfunction!(node_local_rank, m)?)?;
-    m.add_function(wrap_pyfunction!(allgather_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(wait_request, m)?)?;
     m.add_function(wrap_pyfunction!(set_cores_per_rank, m)?)?;

@@ -324,3 +324,22 @@ def test_explicit_mpi4py_comm_world(mode):
     """Passing MPI.COMM_WORLD itself (no clone) works too."""
     got = call(mode, lambda x: jaxmpi.allreduce(x, MPI.SUM, comm=MPI.COMM_WORLD), np.int32(RANK))
     assert int(got) == sum(range(SIZE))
+
+
+def test_start_up_collectives_move_what_each_rank_needs():
+    """What jaxmpi's start-up exchanges, each rank moving as much whatever the ranks:
+    rank 0's coordinator address (a bcast), whether any rank uses GPUs (a MAX), and
+    whether every rank's settings are the same (the MAX of a digest and its negation)."""
+    from jaxmpi import _native
+    from jaxmpi._runtime import agree
+
+    world = _native.world()
+    rank, size = _native.comm_rank(world), _native.comm_size(world)
+    for root in range(size):
+        assert _native.bcast_bytes(world, b"%4d" % rank, root) == b"%4d" % root
+    assert _native.allreduce_max(world, [rank, -rank, 7]) == [size - 1, 0, 7]
+    same = _native.allreduce_max(world, agree.digest_words(b"JAXMPI_TIMEOUT=60"))
+    assert agree.same_everywhere(same)
+    last_differs = b"JAXMPI_TIMEOUT=60" if rank < size - 1 else b"JAXMPI_TIMEOUT=61"
+    differ = _native.allreduce_max(world, agree.digest_words(last_differs))
+    assert agree.same_everywhere(differ) == (size == 1)

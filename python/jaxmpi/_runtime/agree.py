@@ -6,8 +6,9 @@ at launch silently reaches only the ranks on the launching host. Ranks that then
 (one has a watchdog, one loads another library) fail later in ways that do not point back
 to the cause; here the cause is named at import.
 
-Cost: one MPI_Allgather of a 32-byte digest per rank; the settings' texts are exchanged
-only when the digests differ.
+Cost: one MPI_Allreduce(MAX) of 8 integers, a 32-byte digest and its negation (every
+rank's digest is the same exactly when the largest equals the smallest), whatever the
+number of ranks; the settings' texts are gathered only when the digests differ.
 """
 
 from __future__ import annotations
@@ -178,14 +179,28 @@ def _advice(family: str, names: list[str]) -> str:
     return "Make every rank load the same MPI library (the same JAXMPI_MPI and environment)."
 
 
-def check(rank: int, family: str, library: str, allgather) -> None:
+def digest_words(text: bytes) -> list[int]:
+    """A digest of `text` as 4 integers of 62 bits each, and their negations: the largest
+    of every rank's list equals its negated smallest, word by word, exactly when every rank's
+    digest is the same."""
+    digest = hashlib.sha256(text).digest()
+    words = [int.from_bytes(digest[i : i + 8], "little") >> 2 for i in range(0, 32, 8)]
+    return words + [-w for w in words]
+
+
+def same_everywhere(largest: list[int]) -> bool:
+    """Whether every rank's `digest_words` were the same, from their largest, word by word."""
+    return largest[:4] == [-w for w in largest[4:]]
+
+
+def check(rank: int, family: str, library: str, allreduce_max, allgather) -> None:
     """Compares this rank's settings with every other rank's. `library` names the MPI
-    library loaded (family and version); `allgather(bytes)` returns every rank's bytes
-    (equal lengths) in rank order. Raises ValueError on every rank if a setting that must
-    match differs; warns on rank 0 about the others."""
+    library loaded (family and version); `allreduce_max(ints)` returns the largest of every
+    rank's, element by element; `allgather(bytes)` returns every rank's bytes (equal
+    lengths) in rank order. Raises ValueError on every rank if a setting that must match
+    differs; warns on rank 0 about the others."""
     mine = _encode(_values(library))
-    digests = allgather(hashlib.sha256(mine).digest())
-    if len(set(digests)) == 1:
+    if same_everywhere(allreduce_max(digest_words(mine))):
         return
     # They differ: exchange the texts (padded to the longest) to say who differs.
     length = max(int.from_bytes(n, "little") for n in allgather(len(mine).to_bytes(8, "little")))

@@ -115,7 +115,7 @@ def _cores_per_rank(ranks_on_node: int) -> float:
 
 
 def _agree_across_ranks(mpi: _LibraryInfo) -> None:
-    """Every rank compares its settings with the others' (agree.py): one allgather of a
+    """Every rank compares its settings with the others' (agree.py): one allreduce of a
     digest, collective over COMM_WORLD, before anything else can make the ranks differ."""
     world = _native.world()
     if _native.comm_size(world) == 1:
@@ -125,6 +125,7 @@ def _agree_across_ranks(mpi: _LibraryInfo) -> None:
         _native.comm_rank(world),
         mpi["family"],
         f"{mpi['family']} ({' '.join(version.split())})",
+        lambda values: _native.allreduce_max(world, values),
         lambda data: _native.allgather_bytes(world, data),
     )
 
@@ -133,13 +134,13 @@ def _agree_on_start_verdicts(early: gpu_choice.Early) -> None:
     """On a GPU a call can fail on one rank before its MPI call (its stream, its GPU): in a
     job where any rank may run ops on GPUs, every blocking collective first agrees that
     every rank can start it (core: start_verdict.rs), so that none is left waiting. One
-    allgather of a byte per rank decides it, on every rank alike, CPU ranks too: a rank
+    allreduce (MAX) of an int decides it, on every rank alike, CPU ranks too: a rank
     without the switch would skip the agreement the others wait in."""
     cuda = early.cuda
-    mine = bytes([early.unused is None and bool(cuda.get("driver")) and cuda.get("devices", 0) > 0])
+    mine = int(early.unused is None and bool(cuda.get("driver")) and cuda.get("devices", 0) > 0)
     world = _native.world()
-    every = _native.allgather_bytes(world, mine) if _native.comm_size(world) > 1 else [mine]
-    _native.set_start_verdicts(any(rank != b"\0" for rank in every))
+    any_rank = _native.allreduce_max(world, [mine])[0] if _native.comm_size(world) > 1 else mine
+    _native.set_start_verdicts(any_rank > 0)
 
 
 def _initialize() -> tuple[_LibraryInfo, tuple[int, int], gpu_choice.Early]:

@@ -1,7 +1,7 @@
 //! The MeshComms this process made: communicators whose ranks are devices (a mesh's, in
 //! mesh order), so that jaxmpi's ops run inside a `shard_map` whose processes drive
 //! several devices each. A program carries one as a negative `comm` id (MPI
-//! communicators' ids are positive: `handlers/handles.rs`), the one place that rule
+//! communicators' ids are positive: `frame/handles.rs`), the one place that rule
 //! lives in Rust (`is_mesh_comm`).
 
 use std::collections::HashSet;
