@@ -107,8 +107,6 @@ fn barrier(py: Python<'_>, handle: usize) -> PyResult<()> {
     on_library(py, "barrier", |l| l.backend().barrier(Comm(handle)))
 }
 
-/// The dtype names jaxmpi can move (numpy spelling).
-
 /// `root`'s `data` on every rank: one MPI_Bcast of `data.len()` bytes, which must be the
 /// same on every rank (the other ranks' contents are not read). Collective.
 #[pyfunction]

@@ -319,6 +319,7 @@ fn on_library<T: Send>(
     py.detach(|| f(library)).map_err(|err| to_py(err.in_op(op)))
 }
 
+/// The dtype names jaxmpi can move (numpy spelling).
 #[pyfunction]
 fn dtypes() -> Vec<&'static str> {
     Dtype::ALL.iter().map(|d| d.name()).collect()
