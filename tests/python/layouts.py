@@ -22,6 +22,7 @@ if LAYOUT is None:
     pytest.skip("set JAXMPI_TEST_LAYOUT=PxD (a cell of its own)", allow_module_level=True)
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import shard_map  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
@@ -49,6 +50,25 @@ def put(value: np.ndarray, spec=BLOCKS, mesh: Mesh = MESH) -> jax.Array:
     """The global array `value`, sharded by `spec` over `mesh`."""
     sharding = NamedSharding(mesh, spec)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def blocks_of(dtype="float32", rows: int = 2, cols: int = 3, devices: int = N) -> np.ndarray:
+    """A global array of `devices` blocks of (rows, cols), distinct per block and element,
+    small enough for a sum over 8 devices to fit every type."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    base = np.arange(devices * rows * cols).reshape(devices * rows, cols) % 13
+    if name == "bool":
+        return base % 3 == 0
+    if name.startswith("complex"):
+        return (base + 1j * (base[::-1] % 5)).astype(name)
+    if name == "bfloat16":
+        return np.asarray(base, jnp.bfloat16)
+    return np.asarray(base, name)
+
+
+def per_block(value: np.ndarray, devices: int = N) -> np.ndarray:
+    """`value`'s blocks, one per device: (devices, rows per device, ...)."""
+    return value.reshape(devices, -1, *value.shape[1:])
 
 
 def smap(body, in_specs=BLOCKS, out_specs=BLOCKS, mesh: Mesh = MESH):

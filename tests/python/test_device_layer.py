@@ -25,7 +25,20 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from layouts import BLOCKS, DEVICES, LOCAL, MESH, PROCESSES, N, check, check_close, put, smap
+from layouts import (
+    BLOCKS,
+    DEVICES,
+    LOCAL,
+    MESH,
+    PROCESSES,
+    N,
+    blocks_of,
+    check,
+    check_close,
+    per_block,
+    put,
+    smap,
+)
 
 import jaxmpi
 from helpers import RANK
@@ -62,14 +75,6 @@ def within(what: str, seconds: float = HANG):
         yield
     finally:
         timer.cancel()
-
-
-def blocks(rows: int = 2, cols: int = 3, devices: int = N, dtype=np.float32) -> np.ndarray:
-    return (np.arange(devices * rows * cols).reshape(devices * rows, cols) % 13).astype(dtype)
-
-
-def per_block(value: np.ndarray, devices: int = N) -> np.ndarray:
-    return value.reshape(devices, -1, *value.shape[1:])
 
 
 # --- 1. A ragged all-to-all whose sizes fail on one device only ------------------------
@@ -123,7 +128,7 @@ def test_ragged_sizes_that_fail_on_one_device_end_every_call(fault):
             message = str(err)
         # The layer goes on: the same program with good tables, then a psum.
         good = ragged(x, out, send_offsets, sizes, out_offsets)
-        total = smap(lambda a: jax.lax.psum(a, "i"))(put(blocks()))
+        total = smap(lambda a: jax.lax.psum(a, "i"))(put(blocks_of()))
         jax.block_until_ready((good, total))
     assert message is not None, "the call with bad sizes returned"
     others = f"member 0 of the group (device {DEVICES[0].id}) gave sizes or offsets"
@@ -138,7 +143,7 @@ def test_ragged_sizes_that_fail_on_one_device_end_every_call(fault):
             sent = xs[s][send_offsets[s, t] : send_offsets[s, t] + sizes[s, t]]
             expected[t][out_offsets[s, t] : out_offsets[s, t] + sizes[s, t]] = sent
     check(good, np.concatenate(expected), "ragged_all_to_all after the failed one")
-    check(total, np.tile(per_block(blocks()).sum(0), (N, 1)), "psum after the failed one")
+    check(total, np.tile(per_block(blocks_of()).sum(0), (N, 1)), "psum after the failed one")
 
 
 # --- 2. Permutes that mix self-loops and pairs ----------------------------------------
@@ -168,7 +173,7 @@ def test_ppermute_mixing_self_loops_and_pairs(pairs):
         "incomplete": [(0, N - 1)] + [(j, j) for j in range(1, N - 1)],
         "self-loop and one pair": [(N - 1, N - 1), (0, N // 2)] if N > 2 else [(1, 1), (0, 0)],
     }[pairs]
-    x = blocks(dtype=np.float64)
+    x = blocks_of(np.float64)
     with within(f"ppermute {perm}"):
         got = jax.block_until_ready(smap(lambda a: jax.lax.ppermute(a, "i", perm))(put(x)))
     xs = per_block(x)
@@ -182,7 +187,7 @@ def test_ppermute_with_a_self_loop_in_a_while_loop():
     """Five steps of the same permute (a self-loop beside a reversal) in a while loop, and
     a permute in the loop's condition's sum."""
     perm = self_loop_and_reversal()
-    x = blocks(dtype=np.float32)
+    x = blocks_of(np.float32)
 
     def body(a):
         def step(carry):
@@ -217,7 +222,7 @@ def test_psum_over_each_axis_of_a_scrambled_mesh(shape):
             f"({PROCESSES} x {LOCAL})"
         )
     dims = (2, N // 2) if shape == "rows" else (N // 2, 2)
-    x = blocks()
+    x = blocks_of()
     spec = P(("a", "b"))
     rng = np.random.default_rng(50)
     for _ in range(4):
@@ -255,7 +260,7 @@ def test_branches_taken_per_device_each_holding_a_psum():
     if cols < 2:
         pytest.skip("needs 2 or more devices on the local axis")
     spec = P(("proc", "local"))
-    x = blocks()
+    x = blocks_of()
 
     def body(a):
         first = jax.lax.axis_index("local") == 0
@@ -287,7 +292,7 @@ def test_mesh_comm_allreduce_beside_psum_in_a_loop():
     """100 steps of a loop whose body holds jaxmpi's allreduce on a MeshComm and JAX's
     psum (under gloo too: tests/mesh_comm_jobs.sh's beside_psum)."""
     comm = jaxmpi.MeshComm(MESH)
-    x = blocks(dtype=np.float64)
+    x = blocks_of(np.float64)
 
     def body(a):
         def step(k, v):

@@ -11,8 +11,9 @@
 //! `wire.rs` reads and writes the protobuf bytes keeping every field it does not name,
 //! `proto.rs` names the fields it does, `groups.rs` turns XLA's replica groups into global
 //! device ids, `tiled.rs` puts back the array all-to-alls XLA took apart into slices, a
-//! tuple all-to-all and a concatenate, `rewrite.rs` replaces each collective, `order.rs` threads the token, and
-//! `pass.rs` runs them on a whole module.
+//! tuple all-to-all and a concatenate, `rewrite.rs` replaces each collective, `order.rs`
+//! finds the calls to order and refuses what cannot be ordered, `threader.rs` threads the
+//! token, and `pass.rs` runs them on a whole module.
 
 mod config;
 mod groups;
@@ -22,6 +23,7 @@ mod proto;
 mod rewrite;
 #[cfg(test)]
 mod tests;
+mod threader;
 mod tiled;
 #[cfg(test)]
 mod tiled_tests;

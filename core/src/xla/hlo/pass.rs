@@ -7,6 +7,7 @@ use super::groups::DeviceAssignment;
 use super::order::Module;
 use super::proto::{module, Computation};
 use super::rewrite::{refusal, translate};
+use super::threader;
 use super::tiled;
 use super::wire::{Field, Message, Value};
 use super::Refusal;
@@ -70,7 +71,8 @@ pub fn rewrite_module(bytes: &[u8]) -> Result<Option<Rewritten>, Refusal> {
     if calls.is_empty() {
         return Ok(None);
     }
-    program.thread(&calls)?;
+    let calling = program.calling_mpi_in_order(&calls)?;
+    threader::thread(&mut program, &calls, &calling)?;
     let at = whole
         .fields
         .iter()
