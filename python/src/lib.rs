@@ -1,14 +1,15 @@
 //! `jaxmpi._native`: what Python needs from Rust — the handler capsules to register with
-//! XLA, backend selection, communicator management (`comms.rs`) and library information.
+//! XLA, backend selection, communicator management (`comms.rs`), what the GPU side found
+//! (`gpu.rs`) and library information.
 //! Every call that may block in MPI releases the GIL.
 
 mod comms;
+mod gpu;
 
 use std::ffi::c_void;
 use std::path::PathBuf;
 
 use jaxmpi_backends::gpu::cuda;
-use jaxmpi_backends::gpu::cuda_info::{decide_for_buffer, driver_files, driver_version, gpu_count};
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
@@ -243,70 +244,6 @@ fn handlers<'py>(
         .collect()
 }
 
-/// What the CUDA side found: whether the driver loads, which file it is (and every libcuda
-/// mapped in the process: one, unless a second was loaded), its CUDA version and how many
-/// GPUs it sees. Loads libcuda: call it only where CUDA is wanted.
-#[pyfunction]
-fn cuda_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let dict = PyDict::new(py);
-    let driver = cuda::load_driver();
-    dict.set_item("driver", driver.is_ok())?;
-    dict.set_item("driver_error", driver.err().map(|e| e.to_string()))?;
-    dict.set_item("devices", gpu_count().unwrap_or(0))?;
-    dict.set_item("driver_version", driver_version().ok())?;
-    let files = driver_files().ok();
-    dict.set_item("libcuda", files.as_ref().map(|f| f.0.clone()))?;
-    dict.set_item("libcuda_was_loaded", files.as_ref().map(|f| f.1))?;
-    dict.set_item("libcudas_mapped", files.map(|f| f.2).unwrap_or_default())?;
-    Ok(dict)
-}
-
-/// Makes GPU `ordinal` this thread's current GPU, before MPI initializes.
-#[pyfunction]
-fn use_gpu(ordinal: i32) -> PyResult<()> {
-    cuda::use_gpu(ordinal).map_err(to_py)
-}
-
-/// What the GPU decorators did so far: ops direct, staged (and why), chunks, pinned
-/// allocations and bytes held.
-#[pyfunction]
-fn gpu_counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let dict = PyDict::new(py);
-    for (name, value) in cuda::counters() {
-        dict.set_item(name, value)?;
-    }
-    Ok(dict)
-}
-
-/// What the driver says of the allocation holding the GPU address `address`, and
-/// what this process does with such a buffer: {attribute: value or error text,
-/// "mode": "direct" or "staged", "why": ...}.
-#[pyfunction]
-fn cuda_buffer(py: Python<'_>, address: usize) -> PyResult<Bound<'_, PyDict>> {
-    let dict = PyDict::new(py);
-    for (name, value) in cuda::pointer_attributes(address).map_err(to_py)? {
-        match value {
-            Ok(value) => dict.set_item(name, value)?,
-            Err(err) => dict.set_item(name, err.to_string())?,
-        }
-    }
-    let (mode, why) = match decide_for_buffer(installed()?, address) {
-        Ok((true, why)) => ("direct", why),
-        Ok((false, why)) => ("staged", why),
-        Err(err) => ("unknown", err.to_string()),
-    };
-    dict.set_item("mode", mode)?;
-    dict.set_item("why", why)?;
-    Ok(dict)
-}
-
-/// The GPU this rank's arrays must be on (None: no check).
-#[pyfunction]
-#[pyo3(signature = (ordinal=None))]
-fn set_rank_gpu(ordinal: Option<i32>) {
-    cuda::set_rank_gpu(ordinal);
-}
-
 /// Runs `f` on the installed library without holding the GIL (a collective waits for the
 /// other ranks); a failure is named after `op`, the function called, with whatever failed
 /// inside it (e.g. `MPI_Comm_rank`) as its step.
@@ -459,6 +396,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     comms::register(m)?;
+    gpu::register(m)?;
     m.add_function(wrap_pyfunction!(rewrite_hlo, m)?)?;
     m.add_function(wrap_pyfunction!(set_device_owners, m)?)?;
     m.add_function(wrap_pyfunction!(mesh_comm, m)?)?;
@@ -469,11 +407,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(handlers, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_info, m)?)?;
-    m.add_function(wrap_pyfunction!(set_rank_gpu, m)?)?;
-    m.add_function(wrap_pyfunction!(use_gpu, m)?)?;
-    m.add_function(wrap_pyfunction!(gpu_counters, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(wait_request, m)?)?;
     m.add_function(wrap_pyfunction!(set_cores_per_rank, m)?)?;
