@@ -8,7 +8,7 @@ use super::services::checked;
 use crate::xla::frame::{Call, Devices, Operand};
 use crate::xla::mesh::ON_DEVICES;
 use crate::xla::mesh::{
-    self, collectives, reductions, AllToAll, Group, Naming, OnDevices, Seat, Span,
+    self, collectives, reductions, AllToAll, Group, Naming, OnDevices, Seat, Span, Spans,
 };
 use crate::{Backend, Error, Library, Result};
 
@@ -21,13 +21,15 @@ fn span(operand: &Operand) -> Result<Span> {
 }
 
 fn seat_of(call: &Call) -> Result<Seat> {
+    let spans = |n: usize, nth: &dyn Fn(usize) -> Result<Span>| -> Result<Spans> {
+        match n {
+            1 => Ok(Spans::One(nth(0)?)),
+            _ => (0..n).map(nth).collect::<Result<Vec<_>>>().map(Spans::Many),
+        }
+    };
     Ok(Seat::of_buffers(
-        (0..call.args_len())
-            .map(|i| span(&call.arg(i)?))
-            .collect::<Result<_>>()?,
-        (0..call.rets_len())
-            .map(|i| span(&call.ret(i)?))
-            .collect::<Result<_>>()?,
+        spans(call.args_len(), &|i| span(&call.arg(i)?))?,
+        spans(call.rets_len(), &|i| span(&call.ret(i)?))?,
     ))
 }
 

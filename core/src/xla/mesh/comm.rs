@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use super::group::Group;
 use super::messages::{move_messages, Traffic};
 use super::place::{placed, Naming};
-use super::seat::{Half, Seat, Span};
+use super::seat::{Half, Seat, Span, Spans};
 use crate::{Backend, Dtype, ReduceOp};
 use crate::{Comm, Error, Library, LibraryInfo, Peer, Request, Result, ThreadLevel};
 
@@ -79,8 +79,8 @@ impl OnDevices {
     /// process's other devices of the group.
     pub(super) fn collective(
         &self,
-        args: Vec<Span>,
-        rets: Vec<Span>,
+        args: impl Into<Spans>,
+        rets: impl Into<Spans>,
         run: impl FnOnce(&Group, &dyn Library, &dyn Backend, &[Seat]) -> Result<()>,
     ) -> Result<()> {
         let (group, library) = (&*self.group, self.library);

@@ -27,11 +27,11 @@ pub struct Group {
     /// The tag its communicators are made with (`Tag`).
     tag: i32,
     even: bool,
-    comm: Mutex<Option<Comm>>,
+    comm: Made,
     /// A second communicator among the same processes, for the messages of jaxmpi's
     /// point-to-point ops on a MeshComm: a user's pending send there can never match a
     /// collective's message on `comm`.
-    p2p: Mutex<Option<Comm>>,
+    p2p: Made,
     room: Room<Seat>,
 }
 
@@ -58,8 +58,8 @@ impl Group {
             local,
             tag,
             even,
-            comm: Mutex::new(None),
-            p2p: Mutex::new(None),
+            comm: Made::default(),
+            p2p: Made::default(),
         })
     }
 
@@ -111,12 +111,12 @@ impl Group {
 
     /// The communicator among the group's processes, made at the first call.
     pub fn comm(&self, library: &dyn Library) -> Result<Comm> {
-        made(&self.comm, library, &self.processes, self.tag)
+        self.comm.get(library, &self.processes, self.tag)
     }
 
     /// The communicator for point-to-point messages among the group's processes.
     pub fn p2p_comm(&self, library: &dyn Library) -> Result<Comm> {
-        made(&self.p2p, library, &self.processes, self.tag + 1)
+        self.p2p.get(library, &self.processes, self.tag + 1)
     }
 
     /// Meets this process's other devices of the group for the same call: the last one to
@@ -149,20 +149,26 @@ impl Group {
 }
 
 /// A communicator made once, by every process of the group (MPI_Comm_create_group is
-/// collective over them), with errors returned from the start.
-fn made(
-    slot: &Mutex<Option<Comm>>,
-    library: &dyn Library,
-    ranks: &[i32],
-    tag: i32,
-) -> Result<Comm> {
-    let mut made = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(comm) = *made {
-        return Ok(comm);
+/// collective over them), with errors returned from the start. Every call after the first
+/// reads it without a lock; the first ones to come make it under `making` (one of them).
+#[derive(Default)]
+struct Made {
+    comm: OnceLock<Comm>,
+    making: Mutex<()>,
+}
+
+impl Made {
+    fn get(&self, library: &dyn Library, ranks: &[i32], tag: i32) -> Result<Comm> {
+        if let Some(&comm) = self.comm.get() {
+            return Ok(comm);
+        }
+        let _making = self.making.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&comm) = self.comm.get() {
+            return Ok(comm);
+        }
+        let comm = library.comm_create_group(ranks, tag)?;
+        Ok(*self.comm.get_or_init(|| comm))
     }
-    let comm = library.comm_create_group(ranks, tag)?;
-    *made = Some(comm);
-    Ok(comm)
 }
 
 /// The tags a collective's groups make their communicators with: MPI_Comm_create_group

@@ -39,4 +39,4 @@ pub use comm::{OnDevices, ON_DEVICES};
 pub use group::Group;
 pub use mesh_comms::{is_mesh_comm, register};
 pub use place::{placed, Naming, Place};
-pub use seat::{Seat, Span};
+pub use seat::{Seat, Span, Spans};

@@ -9,7 +9,7 @@ use super::comm::{span, OnDevices};
 use super::messages::Traffic;
 use super::reductions;
 use super::scans::{self, Prefix};
-use super::seat::{Half, Seat, Span};
+use super::seat::{Half, Seat, Span, Spans};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, NativeStatus, Partition,
     PartitionMut, Peer, Progress, ReduceOp, Request, Result, Started, Status,
@@ -42,14 +42,16 @@ impl Backend for OnDevices {
     }
 
     fn barrier(&self, _: Comm) -> Result<()> {
-        self.collective(Vec::new(), Vec::new(), |group, library, backend, _| {
-            collectives::barrier(group, library, backend)
-        })
+        self.collective(
+            Spans::default(),
+            Spans::default(),
+            |group, library, backend, _| collectives::barrier(group, library, backend),
+        )
     }
 
     fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (operand(&send, &recv), result(&recv));
-        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+        self.collective(x, y, |group, library, backend, seats| {
             reductions::all_reduce(group, library, backend, seats, op)
         })
     }
@@ -57,7 +59,7 @@ impl Backend for OnDevices {
     fn reduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         let root = self.rank_named(root, "root")?;
         let (x, y) = (operand(&send, &recv), result(&recv));
-        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+        self.collective(x, y, |group, library, backend, seats| {
             reductions::reduce(group, library, backend, seats, op, root)
         })
     }
@@ -72,7 +74,7 @@ impl Backend for OnDevices {
 
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
-        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+        self.collective(x, y, |group, library, backend, seats| {
             reductions::reduce_scatter(group, library, backend, seats, &[1], op)
         })
     }
@@ -114,7 +116,7 @@ impl Backend for OnDevices {
 
     fn allgather(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
-        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+        self.collective(x, y, |group, library, backend, seats| {
             collectives::all_gather(group, library, backend, seats, &[1])
         })
     }
@@ -136,7 +138,7 @@ impl Backend for OnDevices {
     fn alltoall(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
         let form = AllToAll::Array { outer: 1 };
-        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+        self.collective(x, y, |group, library, backend, seats| {
             collectives::all_to_all(group, library, backend, seats, form)
         })
     }
@@ -293,7 +295,7 @@ impl Backend for OnDevices {
 impl OnDevices {
     fn prefix(&self, send: &Input, recv: &BufMut, op: ReduceOp, prefix: Prefix) -> Result<()> {
         let (x, y) = (operand(send, recv), result(recv));
-        self.collective(vec![x], vec![y], |group, library, backend, seats| {
+        self.collective(x, y, |group, library, backend, seats| {
             scans::scan(group, library, backend, seats, op, prefix)
         })
     }
