@@ -311,23 +311,15 @@ fn attributes_decode_into_their_declared_types() {
         ReduceOp::User(77)
     );
 
-    for (at_root, decoded) in [(1, Some(true)), (0, Some(false)), (-1, None)] {
-        let mut attrs = FrameAttrs::new(
-            &[
-                ("comm", comm),
-                ("root", 0),
-                ("at_root", at_root),
-                ("tree", 0),
-            ],
-            &[("counts", vec![2, 0, 3])],
-        );
-        attrs.set_on(&mut frame);
-        // SAFETY: as above.
-        let call = unsafe { Call::new(&mut frame, "gatherv") }.unwrap();
-        let gatherv = super::attrs::Gatherv::decode(&call).unwrap();
-        assert_eq!(gatherv.counts.elements(4), (vec![8, 0, 12], vec![0, 8, 8]));
-        assert_eq!(gatherv.at_root, crate::xla::frame::AtRoot(decoded));
-    }
+    let mut attrs = FrameAttrs::new(
+        &[("comm", comm), ("root", 0), ("tree", 0)],
+        &[("counts", vec![2, 0, 3])],
+    );
+    attrs.set_on(&mut frame);
+    // SAFETY: as above.
+    let call = unsafe { Call::new(&mut frame, "gatherv") }.unwrap();
+    let counts = super::attrs::Gatherv::decode(&call).unwrap().counts;
+    assert_eq!(counts.elements(4), (vec![8, 0, 12], vec![0, 8, 8]));
 }
 
 #[test]
@@ -335,18 +327,14 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
     use crate::xla::frame::Attrs;
     let mut frame = frame(std::ptr::null(), std::ptr::null_mut());
     let (comm, _) = ids(0x4400_0000, 0);
-    let cases: [(&[(&'static str, i64)], &str); 5] = [
+    let cases: [(&[(&'static str, i64)], &str); 4] = [
         (&[("comm", comm)], "attribute \"root\" is missing"),
         (
             &[("comm", comm), ("root", 1 << 40)],
             "attribute \"root\" = 1099511627776 does not fit",
         ),
         (
-            &[("comm", comm), ("root", 0), ("at_root", 2)],
-            "attribute \"at_root\" = 2 is not 1, 0 or -1",
-        ),
-        (
-            &[("comm", comm), ("root", 0), ("at_root", 1), ("counts", 3)],
+            &[("comm", comm), ("root", 0), ("counts", 3)],
             "attribute \"counts\" is missing or has the wrong kind",
         ),
         (
@@ -365,10 +353,7 @@ fn a_missing_or_bad_attribute_is_one_error_naming_op_and_attribute() {
         assert_eq!(err.op, "gatherv");
         assert!(err.message.starts_with(expected), "{}", err.message);
     }
-    let mut attrs = FrameAttrs::new(
-        &[("comm", comm), ("root", 0), ("at_root", 1)],
-        &[("counts", vec![1, -2])],
-    );
+    let mut attrs = FrameAttrs::new(&[("comm", comm), ("root", 0)], &[("counts", vec![1, -2])]);
     attrs.set_on(&mut frame);
     // SAFETY: as above.
     let call = unsafe { Call::new(&mut frame, "gatherv") }.unwrap();
