@@ -71,7 +71,6 @@ class _Constants(TypedDict):
     PEER_NULL: int
     TAG_ANY: int
     OP_USER: int
-    AT_ROOT_UNKNOWN: int
 
 class MPIError(RuntimeError):
     """An MPI call failed, or no usable MPI library could be set up."""

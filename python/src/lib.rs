@@ -13,9 +13,7 @@ use jaxmpi_backends::gpu::cuda;
 use jaxmpi_backends::select::detect::SearchPath;
 use jaxmpi_backends::xla_plugin;
 use jaxmpi_core::xla::ffi::Handler;
-use jaxmpi_core::xla::frame::{
-    handles, Kind, AT_ROOT_UNKNOWN, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP,
-};
+use jaxmpi_core::xla::frame::{handles, Kind, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY, USER_OP};
 use jaxmpi_core::xla::handlers::requests::{in_flight, nonblocking, progress};
 use jaxmpi_core::xla::handlers::services::{checked, pending, start_verdict};
 use jaxmpi_core::xla::handlers::{
@@ -327,9 +325,8 @@ fn signatures(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(all)
 }
 
-/// The portable encodings of "any source", "no peer", "any tag", "a user reduction" and "the
-/// root is decided at run time" the handlers read (the predefined reductions are numbered
-/// as `reduce_ops()` lists them).
+/// The portable encodings of "any source", "no peer", "any tag" and "a user reduction"
+/// the handlers read (the predefined reductions are numbered as `reduce_ops()` lists them).
 #[pyfunction]
 fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
@@ -337,7 +334,6 @@ fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("PEER_NULL", PEER_NULL)?;
     dict.set_item("TAG_ANY", TAG_ANY)?;
     dict.set_item("OP_USER", OP_USER)?;
-    dict.set_item("AT_ROOT_UNKNOWN", AT_ROOT_UNKNOWN)?;
     Ok(dict)
 }
 

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from .. import _native
-from .._runtime.encodings import AT_ROOT_UNKNOWN, PEER_NULL
+from .._runtime.encodings import PEER_NULL
 from .._runtime.gpu import cuda
 from . import jax_shim, placement
 from .jax_shim import Primitive, ShapedArray
@@ -89,12 +89,6 @@ def _counts(value) -> np.ndarray:
     return np.asarray(value, np.int64)
 
 
-def _at_root(value: bool | None) -> np.int64:
-    """Whether this rank is the root, known at trace time (spares the handler asking MPI),
-    or not (one program for every rank: the handler asks)."""
-    return np.int64(AT_ROOT_UNKNOWN if value is None else int(value))
-
-
 # How each kind of attribute is encoded: the handler reads an int64, or an int64 array.
 _ENCODERS = {
     "comm": _comm_id,
@@ -105,7 +99,6 @@ _ENCODERS = {
     "any_tag": np.int64,
     "counts": _counts,
     "tree": np.int64,
-    "at_root": _at_root,
 }
 
 # Attributes a bind may leave out, by kind, and the value they then take: a pytree's
@@ -215,10 +208,10 @@ def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> P
 
 # --- Shape and aliasing rules the table shares ------------------------------------------
 
-# `at_root`, whether this rank is the root, is what the rooted ops' shape rules and
-# aliasing depend on, and an attribute of theirs: None where one trace serves every rank (a
-# MeshComm, inside shard_map), each binding the root's result (and reading its operand),
-# the body deciding at run time (core: xla/handlers/ops.rs).
+# Whether this rank is the root: what the rooted ops' shape rules and aliasing depend on.
+# None on a MeshComm, where one trace serves every device: each binds the root's result
+# (and reads its operand), the body deciding at run time (core: xla/mesh/on_devices.rs).
+_AT_ROOT = ("at_root",)
 
 
 def _same(x, **_):
@@ -289,7 +282,7 @@ def _sendrecv_unread(*, source, replace, **_):
 # --- The table ------------------------------------------------------------------------------
 
 allreduce = define("allreduce", _like, _in_place)
-reduce = define("reduce", _at_root_only(_same), _in_place_at_root)
+reduce = define("reduce", _at_root_only(_same), _in_place_at_root, shape_params=_AT_ROOT)
 scan = define("scan", _like, _in_place)
 exscan = define("exscan", _like, _in_place)
 reduce_scatter = define("reduce_scatter", lambda x, **_: [ShapedArray(x.shape[1:], x.dtype)])
@@ -298,11 +291,12 @@ bcast = define(
     lambda x, *, at_root, **_: [] if at_root else _like(x),
     _in_place_everywhere,
     unread=_template_away_from_root,
+    shape_params=_AT_ROOT,
 )
 gather = define(
     "gather",
     _at_root_only(lambda x, *, size, **_: ShapedArray((size, *x.shape), x.dtype)),
-    shape_params=("size",),
+    shape_params=("size", "at_root"),
 )
 allgather = define(
     "allgather",
@@ -315,6 +309,7 @@ scatter = define(
     "scatter",
     lambda x, *, at_root, **_: [ShapedArray(x.shape if at_root is False else x.shape[1:], x.dtype)],
     unread=_template_away_from_root,
+    shape_params=_AT_ROOT,
 )
 alltoall = define("alltoall", _like)
 # Counts are rows of the leading axis; like gather and scatter, no result away from
@@ -322,13 +317,14 @@ alltoall = define("alltoall", _like)
 gatherv = define(
     "gatherv",
     _at_root_only(lambda x, *, counts, **_: _rows_like(x, sum(counts))),
+    shape_params=_AT_ROOT,
 )
 allgatherv = define("allgatherv", lambda x, *, counts, **_: [_rows_like(x, sum(counts))])
 scatterv = define(
     "scatterv",
     lambda x, *, counts, rank, at_root, **_: [_rows_like(x, counts[rank]) if at_root else x],
     unread=_template_away_from_root,
-    shape_params=("rank",),
+    shape_params=("rank", "at_root"),
 )
 alltoallv = define("alltoallv", lambda x, *, recv_counts, **_: [_rows_like(x, sum(recv_counts))])
 send = define("send", lambda x, **_: [])

@@ -1,4 +1,4 @@
-"""The values the handlers read for peers, tags, reductions and roots, as the extension declares
+"""The values the handlers read for peers, tags and reductions, as the extension declares
 them (core/src/xla/frame/attributes.rs): the same in every MPI library, unlike MPI's own
 ANY_SOURCE, PROC_NULL and ANY_TAG (`jaxmpi._comm`). The public API encodes what users pass
 into them; the JAX binding's rules read them back."""
@@ -12,8 +12,6 @@ PEER_ANY: int = _ENCODINGS["PEER_ANY"]
 PEER_NULL: int = _ENCODINGS["PEER_NULL"]
 TAG_ANY: int = _ENCODINGS["TAG_ANY"]
 OP_USER: int = _ENCODINGS["OP_USER"]
-#: A rooted op's `at_root` where one program serves every rank (decided at run time).
-AT_ROOT_UNKNOWN: int = _ENCODINGS["AT_ROOT_UNKNOWN"]
 
 #: The predefined reductions by name (SUM, ...); a reduction's code is its index here.
 PREDEFINED_OPS: list[str] = _native.reduce_ops()

@@ -17,8 +17,6 @@ pub const TAG_ANY: i32 = -1;
 pub const OP_USER: i64 = -1;
 /// The attribute that follows every [`Kind::ReduceOp`] one: the user op's handle.
 pub const USER_OP: &str = "user_op";
-/// An [`AtRoot`] not known at trace time.
-pub const AT_ROOT_UNKNOWN: i64 = -1;
 
 /// The kind of an attribute: its Python encoding and its Rust type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +46,6 @@ pub enum Kind {
     Text,
     /// The layout of the pytree a call belongs to ([`Tree`]).
     Tree,
-    /// Whether this rank is a rooted op's root: 1, 0, or `AT_ROOT_UNKNOWN` ([`AtRoot`]).
-    AtRoot,
 }
 
 impl Kind {
@@ -67,17 +63,9 @@ impl Kind {
             Kind::Sizes => "sizes",
             Kind::Text => "text",
             Kind::Tree => "tree",
-            Kind::AtRoot => "at_root",
         }
     }
 }
-
-/// Whether this rank is a rooted op's root, as the lowering knew it: `None` where one
-/// program serves every rank (inside shard_map, on a MeshComm) and binds the root's
-/// result everywhere; the body then asks the communicator. Known, it spares a call its
-/// `MPI_Comm_rank`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AtRoot(pub Option<bool>);
 
 /// A handle or address that is not a communicator (an mpi4py Status's MPI_Status).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,18 +259,6 @@ impl Attr for Option<i32> {
             TAG_ANY => None,
             tag => Some(tag),
         })
-    }
-}
-
-impl Attr for AtRoot {
-    const KIND: Kind = Kind::AtRoot;
-    fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        Ok(AtRoot(match call.scalar_i64(name)? {
-            1 => Some(true),
-            0 => Some(false),
-            AT_ROOT_UNKNOWN => None,
-            other => return Err(call.bad_attr(name, format_args!("= {other} is not 1, 0 or -1"))),
-        }))
     }
 }
 

@@ -15,8 +15,8 @@ pub mod handles;
 mod operand;
 
 pub use attributes::{
-    Address, AtRoot, Counts, Devices, Kind, Shown, Sizes, Tree, AT_ROOT_UNKNOWN, OP_USER, PEER_ANY,
-    PEER_NULL, TAG_ANY, USER_OP,
+    Address, Counts, Devices, Kind, Shown, Sizes, Tree, OP_USER, PEER_ANY, PEER_NULL, TAG_ANY,
+    USER_OP,
 };
 pub(crate) use attributes::{Attr, Attrs};
 pub use call::Call;

@@ -36,7 +36,7 @@ pub use signature::{
 };
 
 use crate::xla::ffi::{CallFrame, FfiError, Handler};
-use crate::xla::frame::{Address, AtRoot, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree};
+use crate::xla::frame::{Address, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree};
 use crate::{Backend, Comm, Library, Peer, ReduceOp, Result};
 use entry::handle;
 use requests::nonblocking;
@@ -68,23 +68,21 @@ type Body<A> = fn(&Call, &dyn Library, &dyn Backend, &A) -> Result<()>;
 // lowering for CUDA says); it gets no CUDA handler. No started form runs there either.
 declare_ops! {
     allreduce: Allreduce (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree } started iallreduce,
-    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32, at_root: AtRoot, tree: Tree }
-        started ireduce,
+    reduce: Reduce (x) -> (y) { comm: Comm, op: ReduceOp, root: i32, tree: Tree } started ireduce,
     scan: Scan (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
     exscan: Exscan (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree },
     reduce_scatter: ReduceScatter (x) -> (y) { comm: Comm, op: ReduceOp, tree: Tree }
         started ireduce_scatter,
-    bcast: Bcast (x) -> (y) { comm: Comm, root: i32, at_root: AtRoot, tree: Tree } started ibcast,
-    gather: Gather (x) -> (y) { comm: Comm, root: i32, at_root: AtRoot, tree: Tree } started igather,
+    bcast: Bcast (x) -> (y) { comm: Comm, root: i32, tree: Tree } started ibcast,
+    gather: Gather (x) -> (y) { comm: Comm, root: i32, tree: Tree } started igather,
     allgather: Allgather (x) -> (y) { comm: Comm, tree: Tree } started iallgather,
-    scatter: Scatter (x) -> (y) { comm: Comm, root: i32, at_root: AtRoot, tree: Tree }
-        started iscatter,
+    scatter: Scatter (x) -> (y) { comm: Comm, root: i32, tree: Tree } started iscatter,
     alltoall: Alltoall (x) -> (y) { comm: Comm, tree: Tree } started ialltoall,
-    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, at_root: AtRoot, counts: Counts, tree: Tree }
+    gatherv: Gatherv (x) -> (y) { comm: Comm, root: i32, counts: Counts, tree: Tree }
         started igatherv,
     allgatherv: Allgatherv (x) -> (y) { comm: Comm, counts: Counts, tree: Tree }
         started iallgatherv,
-    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, at_root: AtRoot, counts: Counts, tree: Tree }
+    scatterv: Scatterv (x) -> (y) { comm: Comm, root: i32, counts: Counts, tree: Tree }
         started iscatterv,
     alltoallv: Alltoallv (x) -> (y) {
         comm: Comm, send_counts: Counts, recv_counts: Counts, tree: Tree,

@@ -14,7 +14,7 @@ pub use super::requests::nonblocking::wait;
 use super::attrs;
 use super::received::{fill_status, whole_message};
 use super::services::checked;
-use crate::xla::frame::{AtRoot, Call, Operand};
+use crate::xla::frame::{Call, Operand};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Library, Partition,
     PartitionMut, Result,
@@ -30,13 +30,8 @@ fn empty_buf_mut<'a>(dtype: Dtype) -> BufMut<'a> {
     unsafe { BufMut::from_raw(std::ptr::null_mut(), 0, dtype) }
 }
 
-/// Whether this rank is `root`: as the lowering knew it, else (one program for every rank)
-/// from the communicator.
-fn is_root(library: &dyn Library, comm: Comm, root: i32, at_root: AtRoot) -> Result<bool> {
-    match at_root {
-        AtRoot(Some(known)) => Ok(known),
-        AtRoot(None) => Ok(library.comm_rank(comm)? == root),
-    }
+fn is_root(library: &dyn Library, comm: Comm, root: i32) -> Result<bool> {
+    Ok(library.comm_rank(comm)? == root)
 }
 
 pub fn allreduce(
@@ -60,7 +55,7 @@ pub fn reduce(
             let send = match call.reduction_input()? {
                 // One program for every rank (inside shard_map, on a MeshComm): the result is
                 // bound everywhere, aliased to the operand, but MPI_IN_PLACE is the root's.
-                Input::InPlace if !is_root(library, a.comm, a.root, a.at_root)? => {
+                Input::InPlace if !is_root(library, a.comm, a.root)? => {
                     Input::Data(call.arg(0)?.buf()?)
                 }
                 send => send,
@@ -118,7 +113,7 @@ pub fn bcast(
     // program for every rank (inside shard_map, on a MeshComm) binds the result at the
     // root too, aliased to its message.
     let buf = match call.optional_ret(0) {
-        Some(y) if is_root(library, a.comm, a.root, a.at_root)? => Broadcast::Root(y.buf()?),
+        Some(y) if is_root(library, a.comm, a.root)? => Broadcast::Root(y.buf()?),
         Some(y) => Broadcast::Receiver(y.buf_mut()?),
         None => Broadcast::Root(call.arg(0)?.buf()?),
     };
@@ -132,7 +127,7 @@ pub fn gather(
     a: &attrs::Gather,
 ) -> Result<()> {
     let x = call.arg(0)?;
-    let recv = gathered_into(call, library, backend, (a.comm, a.root, a.at_root), &x)?;
+    let recv = gathered_into(call, library, backend, (a.comm, a.root), &x)?;
     backend.gather(a.comm, x.buf()?, recv, a.root)
 }
 
@@ -142,12 +137,12 @@ fn gathered_into<'a>(
     call: &Call<'a>,
     library: &dyn Library,
     backend: &dyn Backend,
-    (comm, root, at_root): (Comm, i32, AtRoot),
+    (comm, root): (Comm, i32),
     x: &Operand,
 ) -> Result<BufMut<'a>> {
     match call.optional_ret(0) {
         Some(y) => {
-            if !is_root(library, comm, root, at_root)? {
+            if !is_root(library, comm, root)? {
                 backend.fill_zeros(y.buf_mut()?)?;
             }
             y.buf_mut()
@@ -171,10 +166,10 @@ pub fn allgather(
 fn scattered<'a>(
     call: &Call<'a>,
     library: &dyn Library,
-    (comm, root, at_root): (Comm, i32, AtRoot),
+    (comm, root): (Comm, i32),
     y: &Operand,
 ) -> Result<Buf<'a>> {
-    if is_root(library, comm, root, at_root)? {
+    if is_root(library, comm, root)? {
         call.arg(0)?.buf()
     } else {
         Ok(empty_buf(y.dtype()?))
@@ -188,7 +183,7 @@ pub fn scatter(
     a: &attrs::Scatter,
 ) -> Result<()> {
     let y = call.ret(0)?;
-    let send = scattered(call, library, (a.comm, a.root, a.at_root), &y)?;
+    let send = scattered(call, library, (a.comm, a.root), &y)?;
     backend.scatter(a.comm, send, y.buf_mut()?, a.root)
 }
 
@@ -213,7 +208,7 @@ pub fn gatherv(
 ) -> Result<()> {
     let x = call.arg(0)?;
     let (counts, displs) = a.counts.elements(x.row());
-    let recv = gathered_into(call, library, backend, (a.comm, a.root, a.at_root), &x)?;
+    let recv = gathered_into(call, library, backend, (a.comm, a.root), &x)?;
     let recv = PartitionMut::new(recv, &counts, &displs);
     backend.gatherv(a.comm, x.buf()?, recv, a.root)
 }
@@ -238,7 +233,7 @@ pub fn scatterv(
 ) -> Result<()> {
     let y = call.ret(0)?;
     let (counts, displs) = a.counts.elements(y.row());
-    let send = scattered(call, library, (a.comm, a.root, a.at_root), &y)?;
+    let send = scattered(call, library, (a.comm, a.root), &y)?;
     let send = Partition::new(send, &counts, &displs);
     backend.scatterv(a.comm, send, y.buf_mut()?, a.root)
 }

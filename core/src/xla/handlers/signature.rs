@@ -76,7 +76,7 @@ macro_rules! declare_ops {
         /// Each op's attributes, typed.
         pub mod attrs {
             use crate::xla::frame::{
-                Address, AtRoot, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree,
+                Address, Attr, Attrs, Call, Counts, Devices, Shown, Sizes, Tree,
             };
             use crate::{Comm, Peer, ReduceOp, Result};
             $(
