@@ -170,16 +170,20 @@ pub trait Backend: Send + Sync {
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()>;
     /// The root sends its (read-only) buffer; every other rank receives into its own.
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()>;
-    /// `recv` (at root only) holds `size` blocks of `send.count()` elements.
-    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()>;
+    /// `recv` (at root only) holds `size` blocks of `send.count()` elements. Returns
+    /// whether this rank is the root, which the backend learns anyway: a body that binds
+    /// the root's result on every rank (inside shard_map) fills it with zeros elsewhere
+    /// without asking the communicator again.
+    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<bool>;
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()>;
     /// `send` (at root only) holds `size` blocks of `recv.count()` elements.
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()>;
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()>;
 
     // --- variable-count collectives: one block per rank, in elements ---
-    /// `recv` is significant at `root` only.
-    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()>;
+    /// `recv` is significant at `root` only. Returns whether this rank is the root, as
+    /// `gather` does.
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<bool>;
     fn allgatherv(&self, comm: Comm, send: Buf, recv: PartitionMut) -> Result<()>;
     /// `send` is significant at `root` only.
     fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()>;

@@ -172,7 +172,7 @@ impl Backend for Direct<'_> {
         let route = self.route(&[at]);
         self.run(route, |b| b.bcast(comm, buf, root))
     }
-    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<bool> {
         let route = self.route(&[of(&send), of_mut(&recv)]);
         self.run(route, |b| b.gather(comm, send, recv, root))
     }
@@ -188,7 +188,7 @@ impl Backend for Direct<'_> {
         let route = self.route(&[of(&send), of_mut(&recv)]);
         self.run(route, |b| b.alltoall(comm, send, recv))
     }
-    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<bool> {
         let route = self.route(&[of(&send), of_mut(&recv.buf)]);
         self.run(route, |b| b.gatherv(comm, send, recv, root))
     }

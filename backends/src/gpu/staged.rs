@@ -386,7 +386,7 @@ impl Backend for Staged<'_> {
         })
     }
 
-    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<bool> {
         self.whole(Some(send), recv, false, |s, r| {
             self.inner.gather(comm, s.expect("staged send"), r, root)
         })
@@ -406,7 +406,7 @@ impl Backend for Staged<'_> {
             self.inner.alltoall(comm, s.expect("staged send"), r)
         })
     }
-    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<bool> {
         let blocks = recv.blocks;
         self.whole(Some(send), recv.buf, false, |s, r| {
             let recv = PartitionMut { buf: r, blocks };

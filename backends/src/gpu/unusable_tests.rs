@@ -63,8 +63,8 @@ impl Backend for Recording {
     fn bcast(&self, _: Comm, buf: Broadcast, _: i32) -> Result<()> {
         self.record("bcast", buf.count())
     }
-    fn gather(&self, _: Comm, send: Buf, _: BufMut, _: i32) -> Result<()> {
-        self.record("gather", send.count())
+    fn gather(&self, _: Comm, send: Buf, _: BufMut, _: i32) -> Result<bool> {
+        self.record("gather", send.count()).map(|()| false)
     }
     fn allgather(&self, _: Comm, send: Buf, _: BufMut) -> Result<()> {
         self.record("allgather", send.count())
@@ -75,8 +75,8 @@ impl Backend for Recording {
     fn alltoall(&self, _: Comm, send: Buf, _: BufMut) -> Result<()> {
         self.record("alltoall", send.count())
     }
-    fn gatherv(&self, _: Comm, send: Buf, _: jaxmpi_core::PartitionMut, _: i32) -> Result<()> {
-        self.record("gatherv", send.count())
+    fn gatherv(&self, _: Comm, send: Buf, _: jaxmpi_core::PartitionMut, _: i32) -> Result<bool> {
+        self.record("gatherv", send.count()).map(|()| false)
     }
     fn allgatherv(&self, _: Comm, send: Buf, _: jaxmpi_core::PartitionMut) -> Result<()> {
         self.record("allgatherv", send.count())

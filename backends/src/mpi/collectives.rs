@@ -40,7 +40,7 @@ pub(super) fn rooted<A: Abi>(
     recv: BufMut,
     blocks: Option<Blocks>,
     root: i32,
-) -> Result<()> {
+) -> Result<bool> {
     let c = lib.rooted_comm(comm, root)?;
     let (own, own_dtype, all, all_name) = match direction {
         Direction::Gather => (
@@ -66,13 +66,15 @@ pub(super) fn rooted<A: Abi>(
     let t = lib.typed(own, own_dtype)?;
     let (s, r) = (send.ptr().cast(), recv.ptr().cast());
     let Some(blocks) = blocks else {
-        return lib.mpi_equal_blocks(direction, s, r, &t, Some(root), c.handle);
+        lib.mpi_equal_blocks(direction, s, r, &t, Some(root), c.handle)?;
+        return Ok(c.at_root);
     };
     let dt = lib.pre.datatype(own_dtype);
     match direction {
-        Direction::Gather => lib.mpi_gatherv(s, &t, r, &blocks, dt, Some(root), c.handle),
-        Direction::Scatter => lib.mpi_scatterv(s, &blocks, dt, r, &t, root, c.handle),
+        Direction::Gather => lib.mpi_gatherv(s, &t, r, &blocks, dt, Some(root), c.handle)?,
+        Direction::Scatter => lib.mpi_scatterv(s, &blocks, dt, r, &t, root, c.handle)?,
     }
+    Ok(c.at_root)
 }
 
 /// allgather (every rank's block to every rank) and alltoall (block r of every rank to

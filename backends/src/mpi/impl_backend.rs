@@ -71,20 +71,20 @@ impl<A: Abi> Backend for MpiLibrary<A> {
             collectives::bcast(self, comm, buf.part(start, n), root)
         })
     }
-    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+    fn gather(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<bool> {
         collectives::rooted(self, Direction::Gather, comm, send, recv, None, root)
     }
     fn allgather(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
         collectives::unrooted(self, Direction::Gather, comm, send, recv)
     }
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        collectives::rooted(self, Direction::Scatter, comm, send, recv, None, root)
+        collectives::rooted(self, Direction::Scatter, comm, send, recv, None, root).map(|_| ())
     }
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
         collectives::unrooted(self, Direction::Scatter, comm, send, recv)
     }
 
-    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+    fn gatherv(&self, comm: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<bool> {
         let (recv, blocks) = (recv.buf, Some(recv.blocks));
         collectives::rooted(self, Direction::Gather, comm, send, recv, blocks, root)
     }
@@ -93,7 +93,7 @@ impl<A: Abi> Backend for MpiLibrary<A> {
     }
     fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
         let (send, blocks) = (send.buf, Some(send.blocks));
-        collectives::rooted(self, Direction::Scatter, comm, send, recv, blocks, root)
+        collectives::rooted(self, Direction::Scatter, comm, send, recv, blocks, root).map(|_| ())
     }
     fn alltoallv(&self, comm: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
         vector::alltoallv(self, comm, send, recv)

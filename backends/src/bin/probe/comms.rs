@@ -135,7 +135,9 @@ pub fn bad_input(p: &mut Probe, g: &Group) {
     p.refused("bcast root=-1", bcast);
     let reduced = b.reduce(comm, Input::Data(ints.buf()), out.buf_mut(), sum, g.size);
     p.refused("reduce root=size", reduced);
-    let gathered_at = b.gather(comm, ints.buf(), gathered.buf_mut(), g.size + 3);
+    let gathered_at = b
+        .gather(comm, ints.buf(), gathered.buf_mut(), g.size + 3)
+        .map(|_| ());
     p.refused("gather root=size+3", gathered_at);
     p.refused("send to ANY_SOURCE", b.send(comm, ints.buf(), Peer::Any, 1));
     let to_any = Envelope {

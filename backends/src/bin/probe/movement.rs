@@ -65,7 +65,10 @@ fn gather(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, root: i32) {
     };
     let mut recv = Array::zeroed(dtype, total);
     let expected = Array::from_fn(dtype, total, |i| data.value((i / n) as i32, i % n));
-    let result = p.backend.gather(g.comm, send.buf(), recv.buf_mut(), root);
+    let result = p
+        .backend
+        .gather(g.comm, send.buf(), recv.buf_mut(), root)
+        .map(|_| ());
     p.result(&label, result, &expected, &recv);
 }
 

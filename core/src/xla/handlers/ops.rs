@@ -122,32 +122,31 @@ pub fn bcast(
 
 pub fn gather(
     call: &Call,
-    library: &dyn Library,
+    _: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Gather,
 ) -> Result<()> {
     let x = call.arg(0)?;
-    let recv = gathered_into(call, library, backend, (a.comm, a.root), &x)?;
-    backend.gather(a.comm, x.buf()?, recv, a.root)
+    let at_root = backend.gather(a.comm, x.buf()?, gathered_into(call, &x)?, a.root)?;
+    zeros_away_from_root(call, backend, at_root)
 }
 
-/// Where a gather's root receives. One program for every rank (inside shard_map, on a
-/// MeshComm) binds the root's result everywhere: away from the root it is zeros.
-fn gathered_into<'a>(
-    call: &Call<'a>,
-    library: &dyn Library,
-    backend: &dyn Backend,
-    (comm, root): (Comm, i32),
-    x: &Operand,
-) -> Result<BufMut<'a>> {
+/// Where a gather's root receives: its result; none elsewhere, except where one program
+/// serves every rank (inside shard_map, on a MeshComm) and binds the root's result on
+/// every rank.
+fn gathered_into<'a>(call: &Call<'a>, x: &Operand) -> Result<BufMut<'a>> {
     match call.optional_ret(0) {
-        Some(y) => {
-            if !is_root(library, comm, root)? {
-                backend.fill_zeros(y.buf_mut()?)?;
-            }
-            y.buf_mut()
-        }
+        Some(y) => y.buf_mut(),
         None => Ok(empty_buf_mut(x.dtype()?)),
+    }
+}
+
+/// A gather's result bound away from the root (which MPI does not write there) is zeros.
+/// The backend says whether this rank is the root: it asks the communicator anyway.
+fn zeros_away_from_root(call: &Call, backend: &dyn Backend, at_root: bool) -> Result<()> {
+    match call.optional_ret(0) {
+        Some(y) if !at_root => backend.fill_zeros(y.buf_mut()?),
+        _ => Ok(()),
     }
 }
 
@@ -202,15 +201,15 @@ pub fn alltoall(
 
 pub fn gatherv(
     call: &Call,
-    library: &dyn Library,
+    _: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Gatherv,
 ) -> Result<()> {
     let x = call.arg(0)?;
     let (counts, displs) = a.counts.elements(x.row());
-    let recv = gathered_into(call, library, backend, (a.comm, a.root), &x)?;
-    let recv = PartitionMut::new(recv, &counts, &displs);
-    backend.gatherv(a.comm, x.buf()?, recv, a.root)
+    let recv = PartitionMut::new(gathered_into(call, &x)?, &counts, &displs);
+    let at_root = backend.gatherv(a.comm, x.buf()?, recv, a.root)?;
+    zeros_away_from_root(call, backend, at_root)
 }
 
 pub fn allgatherv(

@@ -96,8 +96,8 @@ impl Backend for OnDevices {
         )
     }
 
-    /// Away from the root the body has made the result zeros (`ops::gather`).
-    fn gather(&self, _: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
+    /// Away from the root the body makes the result zeros (`ops::gather`).
+    fn gather(&self, _: Comm, send: Buf, recv: BufMut, root: i32) -> Result<bool> {
         let root = self.rank_named(root, "root")?;
         let b = send.len_bytes();
         let at_root = self.rank == root;
@@ -111,7 +111,8 @@ impl Backend for OnDevices {
                 Vec::new()
             },
         );
-        self.run(seat, Traffic::Collective)
+        self.run(seat, Traffic::Collective)?;
+        Ok(at_root)
     }
 
     fn allgather(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
@@ -143,9 +144,10 @@ impl Backend for OnDevices {
         })
     }
 
-    fn gatherv(&self, _: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<()> {
+    fn gatherv(&self, _: Comm, send: Buf, recv: PartitionMut, root: i32) -> Result<bool> {
         let root = self.rank_named(root, "root")?;
-        let receives = if self.rank == root {
+        let at_root = self.rank == root;
+        let receives = if at_root {
             self.blocks_in(&recv)
         } else {
             Vec::new()
@@ -154,7 +156,8 @@ impl Backend for OnDevices {
             vec![self.to(root, send.ptr() as usize, send.len_bytes())],
             receives,
         );
-        self.run(seat, Traffic::Collective)
+        self.run(seat, Traffic::Collective)?;
+        Ok(at_root)
     }
 
     fn allgatherv(&self, _: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
