@@ -126,16 +126,16 @@ pub fn gather(
     backend: &dyn Backend,
     a: &attrs::Gather,
 ) -> Result<()> {
-    let x = call.arg(0)?;
-    let at_root = backend.gather(a.comm, x.buf()?, gathered_into(call, &x)?, a.root)?;
-    zeros_away_from_root(call, backend, at_root)
+    let (x, y) = (call.arg(0)?, call.optional_ret(0));
+    let at_root = backend.gather(a.comm, x.buf()?, gathered_into(&x, &y)?, a.root)?;
+    zeros_away_from_root(&y, backend, at_root)
 }
 
 /// Where a gather's root receives: its result; none elsewhere, except where one program
 /// serves every rank (inside shard_map, on a MeshComm) and binds the root's result on
 /// every rank.
-fn gathered_into<'a>(call: &Call<'a>, x: &Operand) -> Result<BufMut<'a>> {
-    match call.optional_ret(0) {
+fn gathered_into<'a>(x: &Operand, y: &Option<Operand<'a>>) -> Result<BufMut<'a>> {
+    match y {
         Some(y) => y.buf_mut(),
         None => Ok(empty_buf_mut(x.dtype()?)),
     }
@@ -143,8 +143,8 @@ fn gathered_into<'a>(call: &Call<'a>, x: &Operand) -> Result<BufMut<'a>> {
 
 /// A gather's result bound away from the root (which MPI does not write there) is zeros.
 /// The backend says whether this rank is the root: it asks the communicator anyway.
-fn zeros_away_from_root(call: &Call, backend: &dyn Backend, at_root: bool) -> Result<()> {
-    match call.optional_ret(0) {
+fn zeros_away_from_root(y: &Option<Operand>, backend: &dyn Backend, at_root: bool) -> Result<()> {
+    match y {
         Some(y) if !at_root => backend.fill_zeros(y.buf_mut()?),
         _ => Ok(()),
     }
@@ -205,11 +205,11 @@ pub fn gatherv(
     backend: &dyn Backend,
     a: &attrs::Gatherv,
 ) -> Result<()> {
-    let x = call.arg(0)?;
+    let (x, y) = (call.arg(0)?, call.optional_ret(0));
     let (counts, displs) = a.counts.elements(x.row());
-    let recv = PartitionMut::new(gathered_into(call, &x)?, &counts, &displs);
+    let recv = PartitionMut::new(gathered_into(&x, &y)?, &counts, &displs);
     let at_root = backend.gatherv(a.comm, x.buf()?, recv, a.root)?;
-    zeros_away_from_root(call, backend, at_root)
+    zeros_away_from_root(&y, backend, at_root)
 }
 
 pub fn allgatherv(
