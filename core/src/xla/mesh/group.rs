@@ -58,8 +58,8 @@ impl Group {
             local,
             tag,
             even,
-            comm: Made::default(),
-            p2p: Made::default(),
+            comm: Made::new(),
+            p2p: Made::new(),
         })
     }
 
@@ -111,12 +111,14 @@ impl Group {
 
     /// The communicator among the group's processes, made at the first call.
     pub fn comm(&self, library: &dyn Library) -> Result<Comm> {
-        self.comm.get(library, &self.processes, self.tag)
+        self.comm
+            .get(|| library.comm_create_group(&self.processes, self.tag))
     }
 
     /// The communicator for point-to-point messages among the group's processes.
     pub fn p2p_comm(&self, library: &dyn Library) -> Result<Comm> {
-        self.p2p.get(library, &self.processes, self.tag + 1)
+        self.p2p
+            .get(|| library.comm_create_group(&self.processes, self.tag + 1))
     }
 
     /// Meets this process's other devices of the group for the same call: the last one to
@@ -148,17 +150,24 @@ impl Group {
     }
 }
 
-/// A communicator made once, by every process of the group (MPI_Comm_create_group is
-/// collective over them), with errors returned from the start. Every call after the first
-/// reads it without a lock; the first ones to come make it under `making` (one of them).
-#[derive(Default)]
-struct Made {
+/// A communicator made once, at its first use (a group's, by every process of the group:
+/// MPI_Comm_create_group is collective over them). Every call after the first reads it
+/// without a lock; of the first ones to come, one makes it under `making`, so it is never
+/// made twice.
+pub(super) struct Made {
     comm: OnceLock<Comm>,
     making: Mutex<()>,
 }
 
 impl Made {
-    fn get(&self, library: &dyn Library, ranks: &[i32], tag: i32) -> Result<Comm> {
+    pub(super) const fn new() -> Made {
+        Made {
+            comm: OnceLock::new(),
+            making: Mutex::new(()),
+        }
+    }
+
+    pub(super) fn get(&self, make: impl FnOnce() -> Result<Comm>) -> Result<Comm> {
         if let Some(&comm) = self.comm.get() {
             return Ok(comm);
         }
@@ -166,7 +175,7 @@ impl Made {
         if let Some(&comm) = self.comm.get() {
             return Ok(comm);
         }
-        let comm = library.comm_create_group(ranks, tag)?;
+        let comm = make()?;
         Ok(*self.comm.get_or_init(|| comm))
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use super::group::Made;
 use super::seat::{deliver, fits, Half};
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
 
@@ -32,13 +33,11 @@ fn boxes() -> MutexGuard<'static, Boxes> {
 
 /// A communicator of this process alone, for the signals.
 fn alone(library: &dyn Library) -> Result<Comm> {
-    static ALONE: OnceLock<Comm> = OnceLock::new();
-    if let Some(&comm) = ALONE.get() {
-        return Ok(comm);
-    }
-    let me = library.comm_rank(library.world())?;
-    let comm = library.comm_create_group(&[me], 31_999)?;
-    Ok(*ALONE.get_or_init(|| comm))
+    static ALONE: Made = Made::new();
+    ALONE.get(|| {
+        let me = library.comm_rank(library.world())?;
+        library.comm_create_group(&[me], 31_999)
+    })
 }
 
 fn matches(receive: &Half, group: usize, key: &Key) -> bool {
