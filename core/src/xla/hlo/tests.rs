@@ -99,6 +99,32 @@ pub(super) fn rewritten(bytes: &[u8]) -> Vec<Computation> {
         .collect()
 }
 
+/// An entry running computation 2 (the body) in a while loop whose state is one `x`
+/// (parameter 2, the loop instruction 4), and its condition, computation 3.
+pub(super) fn loop_entry_and_condition(x: &Shape) -> (Vec<u8>, Vec<u8>) {
+    let state = Shape::tuple(std::slice::from_ref(x));
+    let condition = computation_of(
+        3,
+        "condition",
+        vec![
+            parameter(30, 0, &state),
+            Instruction::new(31, "go", "constant", &array(1, &[]), &[]),
+        ],
+        31,
+    );
+    let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
+    lp.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2, 3]);
+    let entry = entry(
+        vec![
+            parameter(2, 0, x),
+            Instruction::new(5, "init", "tuple", &state, &[2]),
+            lp,
+        ],
+        4,
+    );
+    (entry, condition)
+}
+
 pub(super) fn find<'a>(c: &'a Computation, opcode: &str) -> Vec<&'a Instruction> {
     c.instructions
         .iter()
@@ -176,7 +202,6 @@ fn an_operand_used_elsewhere_too_keeps_its_memory() {
 fn the_token_goes_through_a_loop_state() {
     let x = array(F32, &[4]);
     let state = Shape::tuple(std::slice::from_ref(&x));
-    let pred = array(1, &[]);
     // Body (computation 2): psum of the state's element, back into a tuple.
     let body = computation_of(
         2,
@@ -193,30 +218,8 @@ fn the_token_goes_through_a_loop_state() {
         ],
         23,
     );
-    let condition = computation_of(
-        3,
-        "condition",
-        vec![
-            parameter(30, 0, &state),
-            Instruction::new(31, "go", "constant", &pred, &[]),
-        ],
-        31,
-    );
-    let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
-    lp.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2, 3]);
-    let bytes = module_of(vec![
-        entry(
-            vec![
-                parameter(2, 0, &x),
-                Instruction::new(5, "init", "tuple", &state, &[2]),
-                lp,
-            ],
-            4,
-        ),
-        adder(),
-        body,
-        condition,
-    ]);
+    let (entry, condition) = loop_entry_and_condition(&x);
+    let bytes = module_of(vec![entry, adder(), body, condition]);
     let computations = rewritten(&bytes);
     let (main, body, condition) = (&computations[0], &computations[2], &computations[3]);
     let while_loop = main.instructions.iter().find(|i| i.id() == 4).unwrap();
@@ -268,30 +271,8 @@ fn a_loop_state_element_read_twice_keeps_its_memory() {
         ],
         23,
     );
-    let condition = computation_of(
-        3,
-        "condition",
-        vec![
-            parameter(30, 0, &state),
-            Instruction::new(31, "go", "constant", &array(1, &[]), &[]),
-        ],
-        31,
-    );
-    let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
-    lp.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2, 3]);
-    let bytes = module_of(vec![
-        entry(
-            vec![
-                parameter(2, 0, &x),
-                Instruction::new(5, "init", "tuple", &state, &[2]),
-                lp,
-            ],
-            4,
-        ),
-        adder(),
-        body,
-        condition,
-    ]);
+    let (entry, condition) = loop_entry_and_condition(&x);
+    let bytes = module_of(vec![entry, adder(), body, condition]);
     let computations = rewritten(&bytes);
     let [call] = find(&computations[2], "custom-call")[..] else {
         panic!("one call")

@@ -1,7 +1,10 @@
 //! The pass on JAX's tiled all_to_all (`tiled.rs`), on modules built field by field.
 
 use super::proto::{instruction, module, Instruction, Shape};
-use super::tests::{array, computation_of, entry, find, module_of, parameter, rewritten, F32};
+use super::tests::{
+    array, computation_of, entry, find, loop_entry_and_condition, module_of, parameter, rewritten,
+    F32,
+};
 use super::wire::Message;
 
 // JAX's tiled all_to_all as XLA hands it over: slices of the array (fusions wrapping one
@@ -248,31 +251,8 @@ fn a_tiled_all_to_all_of_a_loop_state_element_reads_a_copy_of_it() {
     instructions.extend(tuple_all_to_all(&[5, 6], &part, &whole, 0));
     instructions.push(Instruction::new(23, "next", "tuple", &state, &[43]));
     let body = computation_of(2, "body", instructions, 23);
-    let condition = computation_of(
-        3,
-        "condition",
-        vec![
-            parameter(30, 0, &state),
-            Instruction::new(31, "go", "constant", &array(1, &[]), &[]),
-        ],
-        31,
-    );
-    let mut lp = Instruction::new(4, "loop", "while", &state, &[5]);
-    lp.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[2, 3]);
-    let bytes = module_of(vec![
-        entry(
-            vec![
-                parameter(2, 0, &whole),
-                Instruction::new(5, "init", "tuple", &state, &[2]),
-                lp,
-            ],
-            4,
-        ),
-        body,
-        condition,
-        c0,
-        c1,
-    ]);
+    let (entry, condition) = loop_entry_and_condition(&whole);
+    let bytes = module_of(vec![entry, body, condition, c0, c1]);
     let computations = rewritten(&bytes);
     assert_eq!(computations.len(), 3, "the slices' computations are gone");
     let body = &computations[1];
