@@ -21,13 +21,15 @@ fn span(operand: &Operand) -> Result<Span> {
 }
 
 fn seat_of(call: &Call) -> Result<Seat> {
+    let spans = |n: usize, nth: &dyn Fn(usize) -> Result<Span>| -> Result<Spans> {
+        match n {
+            1 => Ok(Spans::One(nth(0)?)),
+            _ => (0..n).map(nth).collect::<Result<Vec<_>>>().map(Spans::Many),
+        }
+    };
     Ok(Seat::of_buffers(
-        (0..call.args_len())
-            .map(|i| span(&call.arg(i)?))
-            .collect::<Result<Spans>>()?,
-        (0..call.rets_len())
-            .map(|i| span(&call.ret(i)?))
-            .collect::<Result<Spans>>()?,
+        spans(call.args_len(), &|i| span(&call.arg(i)?))?,
+        spans(call.rets_len(), &|i| span(&call.ret(i)?))?,
     ))
 }
 

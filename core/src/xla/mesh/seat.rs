@@ -83,17 +83,6 @@ impl From<Vec<Span>> for Spans {
     }
 }
 
-/// One span stays in place; any other number goes into a Vec.
-impl FromIterator<Span> for Spans {
-    fn from_iter<I: IntoIterator<Item = Span>>(spans: I) -> Spans {
-        let mut spans = spans.into_iter();
-        match (spans.next(), spans.next()) {
-            (Some(one), None) => Spans::One(one),
-            (first, second) => Spans::Many(first.into_iter().chain(second).chain(spans).collect()),
-        }
-    }
-}
-
 /// What one device brings to a meeting. When the op is started, not completed, the
 /// requests its messages left in flight come back in `started`, for its own wait.
 #[derive(Clone, Debug, Default)]
