@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Instructions one jaxmpi call costs inside its handler, before and after a change, in one
 # run: `valgrind --tool=callgrind` counting only inside the op's exported handler
-# (--toggle-collect), over a jitted fori_loop of 1-element calls of the op on 1 rank of
-# PyPI MPICH, at 1,000 and 11,000 calls; the slope is the cost per call. OP: allreduce
-# (the default), bcast or gather (root 0). Each revision's extension is built in a
-# worktree of its own (benches/builds.sh) and loaded in place of the installed one.
-# Usage: [OP=allreduce] benches/bench_callgrind.sh BEFORE [AFTER]
+# (--toggle-collect), over a jitted fori_loop of 1-element calls of the op on PyPI MPICH,
+# at 1,000 and 11,000 calls; the slope is the cost per call. Each revision's extension is
+# built in a worktree of its own (benches/builds.sh) and loaded in place of the installed
+# one.
+#
+# OP: allreduce (the default), bcast, reduce, gather or scatter (the rooted ones at root 0).
+# RANKS: 1 (the default) or 2. At 2 ranks rank 1 shows the path away from the root, and
+# the handler's total includes waiting inside MPI for the other rank, which varies from
+# run to run; the "own" column counts only jaxmpi's extension and the allocator, the
+# work that does not wait.
+# Usage: [OP=allreduce] [RANKS=1] benches/bench_callgrind.sh BEFORE [AFTER]
 #        (revisions; AFTER: the working tree)
 set -eu -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-before=$1 after=${2:-} op=${OP:-allreduce}
+before=$1 after=${2:-} op=${OP:-allreduce} ranks=${RANKS:-1}
 work=${TMPDIR:-/tmp}/jaxmpi-callgrind
 mkdir -p "$work"
 py=$ROOT/.venvs/mpich/bin/python
@@ -23,34 +29,57 @@ import jax
 import jax.numpy as jnp
 import jaxmpi
 calls = int(sys.argv[1])
+size = jaxmpi.COMM_WORLD.Get_size()
 op = {
     "allreduce": lambda y: jaxmpi.allreduce(y, jaxmpi.SUM),
     "bcast": lambda y: jaxmpi.bcast(y, 0),
+    "reduce": lambda y: jaxmpi.reduce(y, jaxmpi.SUM, 0),
     "gather": lambda y: jaxmpi.gather(y, 0)[0],
+    "scatter": lambda y: jaxmpi.scatter(jnp.broadcast_to(y, (size, *y.shape)), 0),
 }[sys.argv[2]]
 run = jax.jit(lambda x: jax.lax.fori_loop(0, calls, lambda _, y: op(y), x))
-print(float(run(jnp.ones(1))))
+print("finished", run(jnp.ones(1)))
 PY
 
-# count TREE CALLS: instructions inside the handler for CALLS calls, with TREE's extension
-# and Python package in place of the installed ones.
+# count TREE CALLS: for each rank, "total own" instructions inside the handler for CALLS
+# calls, with TREE's extension and Python package in place of the installed ones.
 count() {
-    local tree=$1 calls=$2 site
+    local tree=$1 calls=$2 site rank out
     site=$(site "$tree" "$calls")
+    # Under valgrind, Python and jaxlib sometimes crash on the way out (in the garbage
+    # collector, in oneDNN's static destructors), after the loop: what counts is that every
+    # rank printed its result, and then its counts are whole.
     (cd "$work" && env -i HOME="$HOME" PATH="$ROOT/.venvs/mpich/bin:$PATH" JAX_PLATFORMS=cpu \
-        PYTHONPATH="$site" valgrind --tool=callgrind --callgrind-out-file="$work/out.$$" \
+        PYTHONPATH="$site" mpiexec -n "$ranks" valgrind --tool=callgrind \
+        --callgrind-out-file="$work/out.$$.%q{PMI_RANK}" \
         --toggle-collect="jaxmpi_core::xla::handlers::exported::$op*" \
-        "$py" "$work/loop.py" "$calls" "$op" >/dev/null 2>&1)
-    callgrind_annotate "$work/out.$$" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
-    rm -f "$work/out.$$"
+        "$py" "$work/loop.py" "$calls" "$op" >"$work/printed.$$" 2>/dev/null) || true
+    if [[ $(grep -c '^finished' "$work/printed.$$") != "$ranks" ]]; then
+        echo "the $calls-call loop of $op did not finish on every rank ($tree)" >&2
+        return 1
+    fi
+    for ((rank = 0; rank < ranks; rank++)); do
+        out=$work/out.$$.$rank
+        callgrind_annotate --threshold=100 "$out" 2>/dev/null | awk '
+            /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
+            /_native\.abi3\.so\]$|\/malloc\.c:/ { gsub(",", "", $1); own += $1 }
+            END { printf "%d %d\n", total, own }'
+        rm -f "$out"
+    done
 }
 
-echo "$op:"
-echo "| build | 1,000 calls | 11,000 calls | per call (slope) |"
+slope() { python3 -c "print(f'{($2 - $1) / 10000:,.1f}')"; }
+
+echo "$op at $ranks rank(s), instructions a call inside the handler (slope from 1,000 to 11,000 calls):"
+echo "| build | rank | total | own (extension + allocator) |"
 echo "|---|---:|---:|---:|"
 for rev in "$before" "$after"; do
     tree=$(extension "$rev")
-    small=$(count "$tree" 1000)
-    large=$(count "$tree" 11000)
-    echo "| ${rev:-working tree} | $small | $large | $(python3 -c "print(f'{($large - $small) / 10000:.1f}')") |"
+    mapfile -t small < <(count "$tree" 1000)
+    mapfile -t large < <(count "$tree" 11000)
+    for ((rank = 0; rank < ranks; rank++)); do
+        read -r small_total small_own <<<"${small[rank]}"
+        read -r large_total large_own <<<"${large[rank]}"
+        echo "| ${rev:-working tree} | $rank | $(slope "$small_total" "$large_total") | $(slope "$small_own" "$large_own") |"
+    done
 done

@@ -185,24 +185,36 @@ impl Deref for BufMut<'_> {
     }
 }
 
-/// bcast's buffer on one rank: the root's message, which is only read (it may be an XLA
-/// input), or the buffer any other rank receives into.
+/// bcast's buffer on one rank.
 #[derive(Debug)]
 pub enum Broadcast<'a> {
+    /// The root's message, only read (it may be an XLA input).
     Root(Buf<'a>),
+    /// Where a rank other than the root receives.
     Receiver(BufMut<'a>),
+    /// One buffer on every rank, as MPI_Bcast takes it: the message at the root, where the
+    /// message arrives elsewhere. For a body that binds the result on every rank (one
+    /// program for every rank, the root's result aliasing its message), so that it need not
+    /// ask the communicator which rank it is: the backend learns that anyway.
+    InPlace(BufMut<'a>),
 }
 
 impl Broadcast<'_> {
-    pub fn is_root(&self) -> bool {
-        matches!(self, Broadcast::Root(_))
+    /// Whether a rank that is (`at_root`) or is not the root may pass this buffer.
+    pub fn fits(&self, at_root: bool) -> bool {
+        match self {
+            Broadcast::Root(_) => at_root,
+            Broadcast::Receiver(_) => !at_root,
+            Broadcast::InPlace(_) => true,
+        }
     }
 
-    /// Elements `start..start + n` (clamped), on the same side of the broadcast.
+    /// Elements `start..start + n` (clamped), of the same kind.
     pub fn part(&mut self, start: usize, n: usize) -> Broadcast<'_> {
         match self {
             Broadcast::Root(buf) => Broadcast::Root(buf.part(start, n)),
             Broadcast::Receiver(buf) => Broadcast::Receiver(buf.part(start, n)),
+            Broadcast::InPlace(buf) => Broadcast::InPlace(buf.part(start, n)),
         }
     }
 }
@@ -212,7 +224,7 @@ impl Deref for Broadcast<'_> {
     fn deref(&self) -> &Extent {
         match self {
             Broadcast::Root(buf) => buf,
-            Broadcast::Receiver(buf) => buf,
+            Broadcast::Receiver(buf) | Broadcast::InPlace(buf) => buf,
         }
     }
 }

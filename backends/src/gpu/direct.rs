@@ -167,7 +167,7 @@ impl Backend for Direct<'_> {
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         let at = match &buf {
             Broadcast::Root(b) => of(b),
-            Broadcast::Receiver(b) => of_mut(b),
+            Broadcast::Receiver(b) | Broadcast::InPlace(b) => of_mut(b),
         };
         let route = self.route(&[at]);
         self.run(route, |b| b.bcast(comm, buf, root))

@@ -342,12 +342,15 @@ impl Backend for Staged<'_> {
     }
 
     /// Pipelined: the root's chunk k+1 travels GPU→host while chunk k is broadcast;
-    /// elsewhere chunk k travels host→GPU while chunk k+1 is received.
+    /// elsewhere chunk k travels host→GPU while chunk k+1 is received. A buffer `InPlace`
+    /// travels both ways: which side this rank is on is MPI's to know, and the root's
+    /// price is one copy back of its own message.
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()> {
         let (dtype, size) = (buf.dtype(), buf.dtype().size());
         let (sent, received) = match &buf {
             Broadcast::Root(b) => (Some(b.ptr()), None),
             Broadcast::Receiver(b) => (None, Some(b.ptr())),
+            Broadcast::InPlace(b) => (Some(b.ptr().cast_const()), Some(b.ptr())),
         };
         let pieces = self.chunks(buf.count(), dtype);
         self.run(|o| {
@@ -372,9 +375,10 @@ impl Backend for Staged<'_> {
                 o.wait(arrived[k]);
                 k += 1;
                 let at = host.wrapping_add(start * size);
-                let chunk = match sent {
-                    Some(_) => Broadcast::Root(o.buf(at, n, dtype)),
-                    None => Broadcast::Receiver(o.buf_mut(at, n, dtype)),
+                let chunk = match (sent, received) {
+                    (Some(_), Some(_)) => Broadcast::InPlace(o.buf_mut(at, n, dtype)),
+                    (Some(_), None) => Broadcast::Root(o.buf(at, n, dtype)),
+                    (None, _) => Broadcast::Receiver(o.buf_mut(at, n, dtype)),
                 };
                 Stats::bump(&self.stats.staged_chunks);
                 self.inner.bcast(comm, chunk, root)?;

@@ -134,6 +134,19 @@ fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
 }
 
 #[test]
+fn in_place_bcast_stages_both_ways_and_keeps_the_roots_message() {
+    let Some(mpi) = mpi() else { return };
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(4);
+    let expected = floats([9.0, 8.0, 7.0]);
+    let mut data = expected.clone();
+    let buf = Broadcast::InPlace(output(&mut data));
+    staged.bcast(mpi.world(), buf, 0).unwrap();
+    assert_eq!((data, gpu.pending()), (expected, 0));
+    assert_eq!(count(&stats.staged_chunks), 3);
+}
+
+#[test]
 fn whole_staged_collectives_copy_results_back_to_the_gpu() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());

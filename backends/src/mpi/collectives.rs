@@ -18,7 +18,7 @@ pub(super) fn bcast<A: Abi>(
 ) -> Result<()> {
     let c = lib.rooted_comm(comm, root)?;
     // The root's buffer may be read-only memory: it must be the root's to pass.
-    if buf.is_root() != c.at_root {
+    if !buf.fits(c.at_root) {
         return Err(Error::invalid_argument(
             "root",
             format!("internal error: the root's buffer passed on a rank that is not root {root}, or the reverse"),

@@ -62,7 +62,7 @@ impl<A: Abi> MpiLibrary<A> {
             // SAFETY: MPI_Bcast only reads the buffer at the root (MPI 4.1, 6.4): the
             // read-only root buffer is never written through this pointer.
             Broadcast::Root(b) => b.ptr().cast_mut().cast(),
-            Broadcast::Receiver(b) => b.ptr().cast(),
+            Broadcast::Receiver(b) | Broadcast::InPlace(b) => b.ptr().cast(),
         };
         let (n, dt) = (t.count, t.datatype);
         let (f, rc) = match self.width(&[n as usize])? {

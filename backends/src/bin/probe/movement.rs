@@ -12,7 +12,7 @@ use crate::{cases, BIG, SOME_DTYPES};
 /// Roots cycle along with dtypes and sizes (see `cases`), so each op meets every root.
 pub fn full(p: &mut Probe, g: &Group) {
     for (k, dtype, n) in cases(&Dtype::ALL) {
-        bcast(p, g, dtype, n, (k % g.size as usize) as i32);
+        bcast(p, g, dtype, n, (k % g.size as usize) as i32, Side::Own);
     }
     let roots = g.roots();
     for (k, dtype, n) in cases(&SOME_DTYPES) {
@@ -22,14 +22,16 @@ pub fn full(p: &mut Probe, g: &Group) {
         allgather(p, g, dtype, n);
         alltoall(p, g, dtype, n);
     }
-    bcast(p, g, Dtype::F32, BIG, g.size - 1);
+    bcast(p, g, Dtype::F32, BIG, g.size - 1, Side::Own);
+    bcast(p, g, Dtype::F32, BIG, g.size - 1, Side::InPlace);
     allgather(p, g, Dtype::F32, BIG);
     alltoall(p, g, Dtype::BF16, BIG);
 }
 
 pub fn subset(p: &mut Probe, g: &Group) {
     for dtype in [Dtype::Bool, Dtype::F64] {
-        bcast(p, g, dtype, 1001, g.size - 1);
+        bcast(p, g, dtype, 1001, g.size - 1, Side::Own);
+        bcast(p, g, dtype, 1001, 0, Side::InPlace);
         gather(p, g, dtype, 7, 0);
         allgather(p, g, dtype, 7);
         scatter(p, g, dtype, 7, g.size - 1);
@@ -37,16 +39,29 @@ pub fn subset(p: &mut Probe, g: &Group) {
     }
 }
 
-fn bcast(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, root: i32) {
-    let label = format!("bcast {dtype} n={n} root={root} on {}", g.name);
+/// What a rank passes to bcast: the buffer of its own side (the root's message or the
+/// buffer it receives into), or the one buffer every rank passes alike (`InPlace`).
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Own,
+    InPlace,
+}
+
+fn bcast(p: &mut Probe, g: &Group, dtype: Dtype, n: usize, root: i32, side: Side) {
+    let how = if side == Side::InPlace {
+        " in place"
+    } else {
+        ""
+    };
+    let label = format!("bcast{how} {dtype} n={n} root={root} on {}", g.name);
     p.start(&label);
     let data = Data::new(&label, dtype, Pattern::Wide, g.size);
     let mut buf = data.of_rank(g.rank, n);
     let expected = data.of_rank(root, n);
-    let buf_of_rank = if g.rank == root {
-        Broadcast::Root(buf.buf())
-    } else {
-        Broadcast::Receiver(buf.buf_mut())
+    let buf_of_rank = match side {
+        Side::InPlace => Broadcast::InPlace(buf.buf_mut()),
+        Side::Own if g.rank == root => Broadcast::Root(buf.buf()),
+        Side::Own => Broadcast::Receiver(buf.buf_mut()),
     };
     let result = p.backend.bcast(g.comm, buf_of_rank, root);
     p.result(&label, result, &expected, &buf);

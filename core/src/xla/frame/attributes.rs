@@ -173,9 +173,8 @@ fn int(call: &Call, name: &'static str) -> Result<i32> {
         .map_err(|_| call.bad_attr(name, format_args!("= {value} does not fit a C int")))
 }
 
-/// The raw value behind a handle attribute, which carries its id (`handles.rs`).
-fn handle(call: &Call, name: &'static str, which: Table) -> Result<usize> {
-    let id = call.scalar_i64(name)?;
+/// The raw value behind the id `id` a handle attribute carries (`handles.rs`).
+fn handle(call: &Call, (name, id): (&'static str, i64), which: Table) -> Result<usize> {
     resolve(which, id).ok_or_else(|| {
         call.bad_attr(
             name,
@@ -188,16 +187,17 @@ fn handle(call: &Call, name: &'static str, which: Table) -> Result<usize> {
 }
 
 fn address(call: &Call, name: &'static str) -> Result<usize> {
-    handle(call, name, Table::Address)
+    handle(call, (name, call.scalar_i64(name)?), Table::Address)
 }
 
 impl Attr for Comm {
     const KIND: Kind = Kind::Comm;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
-        if call.scalar_i64(name)? < 0 {
+        let id = call.scalar_i64(name)?;
+        if id < 0 {
             return Ok(ON_DEVICES);
         }
-        Ok(Comm(handle(call, name, Table::Comm)?))
+        Ok(Comm(handle(call, (name, id), Table::Comm)?))
     }
     /// None on a MeshComm: no MPI handle, and its communicators among
     /// processes return errors from the start.

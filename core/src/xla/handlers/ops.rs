@@ -16,8 +16,8 @@ use super::received::{fill_status, whole_message};
 use super::services::checked;
 use crate::xla::frame::{Call, Operand};
 use crate::{
-    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Input, Library, Partition,
-    PartitionMut, Result,
+    Backend, Broadcast, Buf, BufMut, Dtype, Envelope, Input, Library, Partition, PartitionMut,
+    Result,
 };
 
 fn empty_buf<'a>(dtype: Dtype) -> Buf<'a> {
@@ -30,10 +30,6 @@ fn empty_buf_mut<'a>(dtype: Dtype) -> BufMut<'a> {
     unsafe { BufMut::from_raw(std::ptr::null_mut(), 0, dtype) }
 }
 
-fn is_root(library: &dyn Library, comm: Comm, root: i32) -> Result<bool> {
-    Ok(library.comm_rank(comm)? == root)
-}
-
 pub fn allreduce(
     call: &Call,
     _: &dyn Library,
@@ -44,24 +40,17 @@ pub fn allreduce(
     backend.allreduce(a.comm, call.reduction_input()?, recv, a.op)
 }
 
+/// Inside shard_map (one program for every rank) the result is bound on every rank,
+/// aliased to the operand: `Input::InPlace` there is the backend's to read as MPI allows
+/// (MPI_IN_PLACE at the root, the receive buffer as the input elsewhere).
 pub fn reduce(
     call: &Call,
-    library: &dyn Library,
+    _: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Reduce,
 ) -> Result<()> {
     match call.optional_ret(0) {
-        Some(y) => {
-            let send = match call.reduction_input()? {
-                // One program for every rank (inside shard_map, on a MeshComm): the result is
-                // bound everywhere, aliased to the operand, but MPI_IN_PLACE is the root's.
-                Input::InPlace if !is_root(library, a.comm, a.root)? => {
-                    Input::Data(call.arg(0)?.buf()?)
-                }
-                send => send,
-            };
-            backend.reduce(a.comm, send, y.buf_mut()?, a.op, a.root)
-        }
+        Some(y) => backend.reduce(a.comm, call.reduction_input()?, y.buf_mut()?, a.op, a.root),
         None => {
             let x = call.arg(0)?;
             let send = Input::Data(x.buf()?);
@@ -101,21 +90,17 @@ pub fn reduce_scatter(
     backend.reduce_scatter(a.comm, x, y, a.op)
 }
 
-/// The root has no result: its operand is the message, which MPI_Bcast only reads there
-/// (the `Backend::bcast` contract), so it is passed as the buffer without a copy.
-pub fn bcast(
-    call: &Call,
-    library: &dyn Library,
-    backend: &dyn Backend,
-    a: &attrs::Bcast,
-) -> Result<()> {
-    // Elsewhere the template is no operand: the result is the buffer received into. One
-    // program for every rank (inside shard_map, on a MeshComm) binds the result at the
-    // root too, aliased to its message.
-    let buf = match call.optional_ret(0) {
-        Some(y) if is_root(library, a.comm, a.root)? => Broadcast::Root(y.buf()?),
-        Some(y) => Broadcast::Receiver(y.buf_mut()?),
-        None => Broadcast::Root(call.arg(0)?.buf()?),
+/// Three shapes of call, none of which needs to ask which rank this is:
+/// - the root (its lowering knew) has no result: its operand is the message, which
+///   MPI_Bcast only reads there (the `Backend::bcast` contract), passed without a copy;
+/// - another rank has no operand (the template stays in JAX): the result is received into;
+/// - one program for every rank (inside shard_map, on a MeshComm) has both, the result
+///   aliased to the operand: one buffer on every rank, as MPI_Bcast takes it.
+pub fn bcast(call: &Call, _: &dyn Library, backend: &dyn Backend, a: &attrs::Bcast) -> Result<()> {
+    let buf = match (call.optional_ret(0), call.optional_arg(0)) {
+        (Some(y), None) => Broadcast::Receiver(y.buf_mut()?),
+        (Some(y), Some(_)) => Broadcast::InPlace(y.buf_mut()?),
+        (None, _) => Broadcast::Root(call.arg(0)?.buf()?),
     };
     backend.bcast(a.comm, buf, a.root)
 }
@@ -160,29 +145,24 @@ pub fn allgather(
     backend.allgather(a.comm, x, y)
 }
 
-/// What the root scatters; elsewhere the call has no operand (the template stays in
-/// JAX: XLA never sees it).
-fn scattered<'a>(
-    call: &Call<'a>,
-    library: &dyn Library,
-    (comm, root): (Comm, i32),
-    y: &Operand,
-) -> Result<Buf<'a>> {
-    if is_root(library, comm, root)? {
-        call.arg(0)?.buf()
-    } else {
-        Ok(empty_buf(y.dtype()?))
+/// What the root scatters. Elsewhere the call has no operand (the template stays in JAX:
+/// XLA never sees it), except where one program serves every rank (inside shard_map, on a
+/// MeshComm): there the backend reads the operand at the root only, as MPI_Scatter does.
+fn scattered<'a>(call: &Call<'a>, y: &Operand) -> Result<Buf<'a>> {
+    match call.optional_arg(0) {
+        Some(x) => x.buf(),
+        None => Ok(empty_buf(y.dtype()?)),
     }
 }
 
 pub fn scatter(
     call: &Call,
-    library: &dyn Library,
+    _: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Scatter,
 ) -> Result<()> {
     let y = call.ret(0)?;
-    let send = scattered(call, library, (a.comm, a.root), &y)?;
+    let send = scattered(call, &y)?;
     backend.scatter(a.comm, send, y.buf_mut()?, a.root)
 }
 
@@ -226,13 +206,13 @@ pub fn allgatherv(
 
 pub fn scatterv(
     call: &Call,
-    library: &dyn Library,
+    _: &dyn Library,
     backend: &dyn Backend,
     a: &attrs::Scatterv,
 ) -> Result<()> {
     let y = call.ret(0)?;
     let (counts, displs) = a.counts.elements(y.row());
-    let send = scattered(call, library, (a.comm, a.root), &y)?;
+    let send = scattered(call, &y)?;
     let send = Partition::new(send, &counts, &displs);
     backend.scatterv(a.comm, send, y.buf_mut()?, a.root)
 }

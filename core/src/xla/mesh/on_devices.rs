@@ -80,12 +80,12 @@ impl Backend for OnDevices {
     }
 
     /// On a MeshComm every rank binds the result, the root's holding its message already
-    /// (the result aliases the operand), so the root sends whatever side its body names.
+    /// (the result aliases the operand): every kind of buffer is the result's span.
     fn bcast(&self, _: Comm, buf: Broadcast, root: i32) -> Result<()> {
         let root = self.rank_named(root, "root")?;
         let buffer = match &buf {
             Broadcast::Root(buf) => span(buf.ptr(), buf.count(), buf.dtype()),
-            Broadcast::Receiver(buf) => result(buf),
+            Broadcast::Receiver(buf) | Broadcast::InPlace(buf) => result(buf),
         };
         self.collective(
             Vec::new(),
