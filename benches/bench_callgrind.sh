@@ -29,43 +29,57 @@ import jax
 import jax.numpy as jnp
 import jaxmpi
 calls = int(sys.argv[1])
-size = jaxmpi.COMM_WORLD.Get_size()
+rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
+# Each keeps the loop's 1-element carry on every rank (the rooted ops return their input
+# away from the root; a scatter's input is a template there).
 op = {
     "allreduce": lambda y: jaxmpi.allreduce(y, jaxmpi.SUM),
     "bcast": lambda y: jaxmpi.bcast(y, 0),
     "reduce": lambda y: jaxmpi.reduce(y, jaxmpi.SUM, 0),
-    "gather": lambda y: jaxmpi.gather(y, 0)[0],
-    "scatter": lambda y: jaxmpi.scatter(jnp.broadcast_to(y, (size, *y.shape)), 0),
+    "gather": lambda y: jaxmpi.gather(y, 0).reshape(-1)[:1],
+    "scatter": lambda y: jaxmpi.scatter(jnp.broadcast_to(y, (size, 1)) if rank == 0 else y, 0),
 }[sys.argv[2]]
 run = jax.jit(lambda x: jax.lax.fori_loop(0, calls, lambda _, y: op(y), x))
 print("finished", run(jnp.ones(1)))
 PY
 
-# count TREE CALLS: for each rank, "total own" instructions inside the handler for CALLS
-# calls, with TREE's extension and Python package in place of the installed ones.
-count() {
-    local tree=$1 calls=$2 site rank out
-    site=$(site "$tree" "$calls")
-    # Under valgrind, Python and jaxlib sometimes crash on the way out (in the garbage
-    # collector, in oneDNN's static destructors), after the loop: what counts is that every
-    # rank printed its result, and then its counts are whole.
+# run SITE CALLS: the loop under callgrind on every rank; true if every rank printed its
+# result and left its counts. Under valgrind, Python and jaxlib sometimes crash on the way
+# out (in the garbage collector, in oneDNN's static destructors), after the loop, now and
+# then before callgrind has written a rank's file.
+run() {
+    local site=$1 calls=$2 rank
+    rm -f "$work/out.$$".*
     (cd "$work" && env -i HOME="$HOME" PATH="$ROOT/.venvs/mpich/bin:$PATH" JAX_PLATFORMS=cpu \
         PYTHONPATH="$site" mpiexec -n "$ranks" valgrind --tool=callgrind \
         --callgrind-out-file="$work/out.$$.%q{PMI_RANK}" \
         --toggle-collect="jaxmpi_core::xla::handlers::exported::$op*" \
         "$py" "$work/loop.py" "$calls" "$op" >"$work/printed.$$" 2>/dev/null) || true
-    if [[ $(grep -c '^finished' "$work/printed.$$") != "$ranks" ]]; then
-        echo "the $calls-call loop of $op did not finish on every rank ($tree)" >&2
-        return 1
-    fi
+    [[ $(grep -c '^finished' "$work/printed.$$") == "$ranks" ]] || return 1
     for ((rank = 0; rank < ranks; rank++)); do
-        out=$work/out.$$.$rank
-        callgrind_annotate --threshold=100 "$out" 2>/dev/null | awk '
+        [[ -s $work/out.$$.$rank ]] || return 1
+    done
+}
+
+# count TREE CALLS: for each rank, "total own" instructions inside the handler for CALLS
+# calls, with TREE's extension and Python package in place of the installed ones.
+count() {
+    local tree=$1 calls=$2 site rank attempt
+    site=$(site "$tree" "$calls")
+    for attempt in 1 2 3; do
+        run "$site" "$calls" && break
+        if ((attempt == 3)); then
+            echo "the $calls-call loop of $op failed 3 times ($tree)" >&2
+            return 1
+        fi
+    done
+    for ((rank = 0; rank < ranks; rank++)); do
+        callgrind_annotate --threshold=100 "$work/out.$$.$rank" 2>/dev/null | awk '
             /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
             /_native\.abi3\.so\]$|\/malloc\.c:/ { gsub(",", "", $1); own += $1 }
             END { printf "%d %d\n", total, own }'
-        rm -f "$out"
     done
+    rm -f "$work/out.$$".*
 }
 
 slope() { python3 -c "print(f'{($2 - $1) / 10000:,.1f}')"; }
@@ -77,6 +91,7 @@ for rev in "$before" "$after"; do
     tree=$(extension "$rev")
     mapfile -t small < <(count "$tree" 1000)
     mapfile -t large < <(count "$tree" 11000)
+    ((${#small[@]} == ranks && ${#large[@]} == ranks)) || exit 1
     for ((rank = 0; rank < ranks; rank++)); do
         read -r small_total small_own <<<"${small[rank]}"
         read -r large_total large_own <<<"${large[rank]}"

@@ -23,7 +23,8 @@ pub fn full(p: &mut Probe, g: &Group) {
         alltoall(p, g, dtype, n);
     }
     bcast(p, g, Dtype::F32, BIG, g.size - 1, Side::Own);
-    bcast(p, g, Dtype::F32, BIG, g.size - 1, Side::InPlace);
+    // 8 MiB: two of the chunks every rank cuts, each a part of the one buffer.
+    bcast(p, g, Dtype::F64, BIG, g.size - 1, Side::InPlace);
     allgather(p, g, Dtype::F32, BIG);
     alltoall(p, g, Dtype::BF16, BIG);
 }
