@@ -17,6 +17,7 @@
 
 mod config;
 mod groups;
+mod in_place;
 mod order;
 mod pass;
 mod proto;

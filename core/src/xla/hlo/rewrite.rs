@@ -1,13 +1,14 @@
 //! What each XLA collective becomes: the `jaxmpi_hlo_*` handler it calls and the
 //! attributes that handler reads (its devices' groups, the reduction, the physical layout
 //! of the dimension it works along), and whether its result may take the operand's
-//! memory. `order.rs` then puts the calls in the module, in one order; `pass.rs` runs the
+//! memory (`in_place.rs` decides). `order.rs` then puts the calls in the module, in one order; `pass.rs` runs the
 //! two on a whole module.
 
 use std::collections::HashMap;
 
 use super::config::Config;
 use super::groups::{self, DeviceAssignment, Mode};
+use super::in_place::{may_take_operand_memory, uses_in};
 use super::proto::{instruction, Computation, Instruction, Shape};
 use super::Refusal;
 use crate::{Dtype, ReduceOp};
@@ -233,71 +234,6 @@ fn along(inst: &Instruction, operand: &Shape, result: &Shape) -> Result<usize, R
     Ok(dim as usize)
 }
 
-/// Whether the result may be written into the operand's memory: only where nothing else
-/// can see it. Copy insertion has already run, so an operand that is a parameter, a
-/// constant, a view of another value (tuple element, bitcast) or a copy XLA may still
-/// remove, one used elsewhere too, or the computation's result, must keep its contents.
-/// One view is safe: an element of a loop body's state that nothing else in the body
-/// reads. The state is the loop's own (copy insertion gave the loop a copy of what it
-/// started from), and the body's result replaces it anyway.
-fn may_take_operand_memory(
-    operand: &Instruction,
-    uses: &HashMap<i64, usize>,
-    computation: &Computation,
-    loop_body: bool,
-) -> bool {
-    const SHARED: [&str; 6] = [
-        "parameter",
-        "get-tuple-element",
-        "constant",
-        "tuple",
-        "bitcast",
-        "copy",
-    ];
-    if uses[&operand.id()] != 1 || operand.id() == computation.root_id() {
-        return false;
-    }
-    if operand.opcode() == "get-tuple-element" {
-        return loop_body && only_reader_of_its_state_element(operand, uses, computation);
-    }
-    !SHARED.contains(&operand.opcode().as_str())
-}
-
-/// Whether `element` (a get-tuple-element) reads a loop body's parameter, whose other uses
-/// are all reads of other elements.
-fn only_reader_of_its_state_element(
-    element: &Instruction,
-    uses: &HashMap<i64, usize>,
-    computation: &Computation,
-) -> bool {
-    let (Ok(of), index) = (element.operands(), element.0.int(instruction::TUPLE_INDEX)) else {
-        return false;
-    };
-    let Some(parameter) = computation.instructions.iter().find(|i| of == [i.id()]) else {
-        return false;
-    };
-    if parameter.opcode() != "parameter" || parameter.id() == computation.root_id() {
-        return false;
-    }
-    let mut readers = 0;
-    for inst in &computation.instructions {
-        if !inst
-            .operands()
-            .unwrap_or_default()
-            .contains(&parameter.id())
-        {
-            continue;
-        }
-        if inst.opcode() != "get-tuple-element" {
-            return false; // the whole state is read (or handed on)
-        }
-        if inst.0.int(instruction::TUPLE_INDEX) == index {
-            readers += 1 + usize::from(uses[&inst.id()] == 0);
-        }
-    }
-    readers == 1
-}
-
 /// What `inst` (a collective) becomes in `computation`.
 pub fn translate(
     inst: &Instruction,
@@ -449,19 +385,4 @@ pub fn translate(
         config,
         aliases,
     })
-}
-
-/// How many times each instruction is an operand in `computation`, the root counting once.
-pub fn uses_in(computation: &Computation) -> HashMap<i64, usize> {
-    let mut uses: HashMap<i64, usize> = HashMap::new();
-    for inst in &computation.instructions {
-        for operand in inst.operands().unwrap_or_default() {
-            *uses.entry(operand).or_default() += 1;
-        }
-    }
-    *uses.entry(computation.root_id()).or_default() += 1;
-    for inst in &computation.instructions {
-        uses.entry(inst.id()).or_default();
-    }
-    uses
 }

@@ -19,8 +19,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::groups::{self, DeviceAssignment, Mode};
+use super::in_place::uses_in;
 use super::proto::{instruction, slice, Computation, Instruction};
-use super::rewrite::uses_in;
 
 /// One tuple all-to-all between slices and a concatenate, to become one array all-to-all.
 struct Found {
