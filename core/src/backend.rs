@@ -160,7 +160,8 @@ pub trait Backend: Send + Sync {
     // --- collectives ---
     fn barrier(&self, comm: Comm) -> Result<()>;
     fn allreduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
-    /// `recv` is significant at `root` only.
+    /// `recv` is significant at `root` only. `Input::InPlace` is allowed on every rank:
+    /// away from the root the input is in `recv` (where MPI_IN_PLACE would be erroneous).
     fn reduce(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()>;
     /// Inclusive prefix reduction.
     fn scan(&self, comm: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()>;
@@ -169,6 +170,7 @@ pub trait Backend: Send + Sync {
     /// `send` holds `size` equal blocks; rank i receives the reduction of block i.
     fn reduce_scatter(&self, comm: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()>;
     /// The root sends its (read-only) buffer; every other rank receives into its own.
+    /// `Broadcast::InPlace` leaves telling the two apart to the backend.
     fn bcast(&self, comm: Comm, buf: Broadcast, root: i32) -> Result<()>;
     /// `recv` (at root only) holds `size` blocks of `send.count()` elements. Returns
     /// whether this rank is the root, which the backend learns anyway: a body that binds
