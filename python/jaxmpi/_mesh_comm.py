@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from . import _native
-from ._binding import placement
+from ._binding import jax_collectives, placement
 
 
 class MeshComm:
@@ -35,6 +35,11 @@ class MeshComm:
     device: the root's is the op's; elsewhere `reduce` returns the operand, `bcast` the
     root's data, `gather` zeros, `scatter` needs the root's shape on every device.
 
+    Constructing one is collective over the processes of the mesh, as
+    `MPI_Comm_create_group` is: each of them builds the same MeshComm, in the same order
+    as the others, from one thread (it makes the communicators among them there, so that
+    whatever path each device takes later, no process waits for another's).
+
     Args:
         mesh: A `jax.sharding.Mesh` over devices of this job (all of them for MPI's
             processes to agree: each process builds the same mesh).
@@ -44,7 +49,12 @@ class MeshComm:
     Raises:
         ValueError: `axis_names` names no axis of the mesh; or several JAX processes
             that `jaxmpi.distributed.initialize` did not start (a process's index must
-            be its MPI rank).
+            be its MPI rank); or JAX's own collectives run over gloo
+            (`collectives="gloo"`), which nothing orders against a MeshComm's ops (a
+            program holding both could deadlock).
+        RuntimeError: a process of the mesh holds several devices and MPI was
+            initialized below `MPI_THREAD_MULTIPLE`; or an MPI error making the
+            communicators.
 
     Example:
         .. mpirun::
@@ -162,10 +172,20 @@ class MeshComm:
 
 def _give_device_owners() -> None:
     """The handlers name a device's process by its MPI world rank: JAX's process index,
-    where jaxmpi.distributed.initialize started JAX (or a single process runs)."""
+    where jaxmpi.distributed.initialize started JAX (or a single process runs). Refuses
+    JAX's collectives over gloo: XLA orders them against each other, and jaxmpi's calls
+    against each other, but nothing orders one against the other (a device in gloo's
+    all-reduce, the other in a MeshComm's, each waiting for the other)."""
     if jax.process_count() > 1 and not placement.process_index_is_world_rank:
         raise ValueError(
             "jaxmpi.MeshComm: JAX's processes must be MPI's ranks: start JAX with "
             "jaxmpi.distributed.initialize()"
+        )
+    if jax_collectives.chosen is not None and jax_collectives.chosen[0] == "gloo":
+        raise ValueError(
+            "jaxmpi.MeshComm: JAX's own collectives run over gloo here, and nothing puts "
+            "them in one order with a MeshComm's ops (a program holding both can hang): "
+            'start JAX with jaxmpi.distributed.initialize(collectives="jaxmpi"), which '
+            "hands JAX's collectives to jaxmpi too"
         )
     _native.set_device_owners([(d.id, d.process_index) for d in jax.devices()])

@@ -84,10 +84,13 @@ fn handle_id(kind: &str, raw: u64) -> PyResult<i64> {
     Ok(handles::id_of(table, raw as usize))
 }
 
-/// The FFI targets the HLO pass calls, by HLO opcode.
+/// The FFI targets the HLO pass calls, by the HLO opcode each takes the place of; a
+/// program's prologue (which makes its communicators) by none, "".
 #[pyfunction]
 fn hlo_targets() -> Vec<(&'static str, &'static str)> {
-    hlo::TARGETS.to_vec()
+    let mut targets = hlo::TARGETS.to_vec();
+    targets.push(("", hlo::PROLOGUE));
+    targets
 }
 
 /// The HLO pass's revision (`hlo::REVISION`), which salts JAX's compilation cache.
@@ -104,10 +107,14 @@ fn set_device_owners(owners: Vec<(i64, i32)>) -> PyResult<()> {
 }
 
 /// Registers a device communicator (`jaxmpi.MeshComm`): its groups of devices (global ids,
-/// each group's in rank order). Returns the negative id programs carry as its `comm`.
+/// each group's in rank order), and makes its communicators among processes (collective
+/// over them; the GIL is released meanwhile). Returns the negative id programs carry as
+/// its `comm`.
 #[pyfunction]
 fn mesh_comm(py: Python<'_>, groups: Vec<Vec<i64>>) -> PyResult<i64> {
-    on_library(py, "MeshComm", |_| register_mesh_comm(groups))
+    on_library(py, "MeshComm", |library| {
+        register_mesh_comm(library, groups)
+    })
 }
 
 /// Keeps failures of ops without results for later (fast dispatch), or stops keeping them.

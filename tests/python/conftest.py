@@ -20,6 +20,7 @@ jax.config.update("jax_enable_x64", True)
 
 import selection  # noqa: E402  (after the x64 switch, as every import of helpers)
 
+import helpers  # noqa: E402
 from helpers import MPI, RANK, SIZE  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
@@ -60,6 +61,12 @@ def pytest_collection_modifyitems(config, items):
 # ---------------------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _hang_reports_reach_the_log(pytestconfig):
+    """`helpers.within` lifts pytest's capture before it ends a hung process."""
+    helpers.CAPTURE = pytestconfig.pluginmanager.getplugin("capturemanager")
 
 
 @pytest.fixture(autouse=True)

@@ -31,8 +31,12 @@ declares nothing runs on every build at every number of ranks.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import functools
+import os
 import re
+import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +52,33 @@ except ImportError:  # jaxmpi works without mpi4py; tests that need it are skipp
 
 RANK: int = jaxmpi.COMM_WORLD.Get_rank()
 SIZE: int = jaxmpi.COMM_WORLD.Get_size()
+
+# pytest's capture of output, lifted before a hung process ends (conftest.py sets it).
+CAPTURE = None
+
+
+@contextlib.contextmanager
+def within(what: str, seconds: float = 60):
+    """Ends this process (exit 3, saying so, with every thread's stack) if the block takes
+    longer than `seconds`: a call stuck in MPI cannot be interrupted, and the other ranks
+    would wait on; their own timers end them. A hang so fails its cell, naming the test,
+    instead of stalling it."""
+
+    def hung() -> None:
+        with contextlib.suppress(Exception):
+            CAPTURE.suspend_global_capture(in_=False)
+        print(f"\nHUNG: {what} took over {seconds} s on rank {RANK}", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, hung)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
 
 # ---------------------------------------------------------------------------------------
 # Markers

@@ -5,19 +5,15 @@ scrambled devices made at once, collectives in branches that each device takes o
 and a MeshComm beside psum; scans along ranks that alternate between processes. Expected
 values are numpy's, from the global input.
 
-A hang must fail, not stall the cell: each program here runs under `within`, which ends
-the process, naming the test, when it takes longer than HANG seconds.
+A hang must fail, not stall the cell: each program here runs under `within` (helpers.py),
+which ends the process, naming the test, when it takes longer than a minute.
 
 Runs in the layouts' cells (layouts.py starts jax.distributed in the cell's layout).
 """
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
 import os
-import sys
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -41,41 +37,7 @@ from layouts import (
 )
 
 import jaxmpi
-from helpers import RANK
-
-HANG = 60  # seconds: every program here takes well under one on 2 cores
-
-
-_capture = None  # pytest's capture of output, to be lifted before a hung process ends
-
-
-@pytest.fixture(autouse=True)
-def _reach_the_log(pytestconfig):
-    global _capture
-    _capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-
-@contextlib.contextmanager
-def within(what: str, seconds: float = HANG):
-    """Ends this process (exit 3, saying so, with every thread's stack) if the block takes
-    longer than `seconds`: a call stuck in MPI cannot be interrupted, and the other ranks
-    would wait on; their own timers end them."""
-
-    def hung() -> None:
-        with contextlib.suppress(Exception):
-            _capture.suspend_global_capture(in_=False)
-        print(f"\nHUNG: {what} took over {seconds} s on rank {RANK}", file=sys.stderr, flush=True)
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        os._exit(3)
-
-    timer = threading.Timer(seconds, hung)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-
+from helpers import RANK, within
 
 # --- 1. A ragged all-to-all whose sizes fail on one device only ------------------------
 

@@ -43,7 +43,7 @@ import numpy as np
 from .. import _native
 from .._runtime import library
 from .._runtime.errors import raise_kept_failure
-from . import jax_shim
+from . import jax_shim, placement
 from .placement import ONE_PROCESS_PER_DEVICE
 
 
@@ -153,7 +153,7 @@ def _only_mesh_comms(closed_jaxpr) -> bool:
     ranks are devices: each device keeps its own calls in order, program after program,
     so the program lowers as in fast dispatch whatever the devices per process."""
     ops = list(jax_shim.mpi_ops(closed_jaxpr.jaxpr))
-    return bool(ops) and all(params.get("comm", 0) < 0 for _, params in ops)
+    return bool(ops) and all(placement.is_mesh_comm(params.get("comm", 0)) for _, params in ops)
 
 
 def _lowering_without_effect(lower, closed_jaxpr, *args, **kwargs):

@@ -5,7 +5,7 @@
 
 use super::handles::{resolve, Table};
 use super::Call;
-use crate::xla::mesh::ON_DEVICES;
+use crate::xla::mesh::{is_mesh_comm, ON_DEVICES};
 use crate::{Comm, Peer, ReduceOp, Result};
 
 /// Portable encodings shared with the Python lowerings, which import them from `_native`:
@@ -194,7 +194,7 @@ impl Attr for Comm {
     const KIND: Kind = Kind::Comm;
     fn decode(call: &Call, name: &'static str) -> Result<Self> {
         let id = call.scalar_i64(name)?;
-        if id < 0 {
+        if is_mesh_comm(id) {
             return Ok(ON_DEVICES);
         }
         Ok(Comm(handle(call, (name, id), Table::Comm)?))

@@ -8,7 +8,7 @@ use super::services::checked;
 use crate::xla::frame::{Call, Devices, Operand};
 use crate::xla::mesh::ON_DEVICES;
 use crate::xla::mesh::{
-    self, collectives, reductions, AllToAll, Group, Naming, OnDevices, Seat, Span, Spans,
+    self, collectives, reductions, AllToAll, CallKey, Naming, OnDevices, Place, Seat, Span, Spans,
 };
 use crate::{Backend, Error, Library, Result};
 
@@ -20,8 +20,9 @@ fn span(operand: &Operand) -> Result<Span> {
     })
 }
 
-fn seat_of(call: &Call) -> Result<Seat> {
+fn seat_of(call: &Call, key: CallKey) -> Result<Seat> {
     Ok(Seat::of_buffers(
+        key,
         spans(call.args_len(), |i| span(&call.arg(i)?))?,
         spans(call.rets_len(), |i| span(&call.ret(i)?))?,
     ))
@@ -38,25 +39,36 @@ fn spans(n: usize, nth: impl Fn(usize) -> Result<Span>) -> Result<Spans> {
 }
 
 /// Runs `run` on the seats of this process's devices of the call's group, once they all
-/// arrived (at once where the device is the only one). None: a pair names no such device.
+/// arrived (at once where the device is the only one); `detail` sets the call apart from
+/// another of the same handler on the group (`CallKey`). None: a pair names no such device.
 fn on_group(
     call: &Call,
     library: &dyn Library,
     naming: Naming,
-    run: impl FnOnce(&Group, &[Seat]) -> Result<()>,
+    detail: u64,
+    run: impl FnOnce(&Place, &[Seat]) -> Result<()>,
 ) -> Result<Option<()>> {
-    let Some((group, position)) = mesh::placed(library, naming, call.device()?)? else {
+    let Some(place) = mesh::placed(library, naming, call.device()?)? else {
         return Ok(None);
     };
+    let group = &place.group;
     if checked::enabled() {
-        let ranks = OnDevices::in_group(crate::library()?, group.clone(), position);
+        let ranks = OnDevices::in_group(crate::library()?, group.clone(), place.position);
         checked::collective(call, &ranks, ON_DEVICES)?;
     }
+    let key = CallKey::new(call.name(), detail ^ place.detail);
     group
-        .meet(library, position, seat_of(call)?, |seats| {
-            run(&group, seats)
+        .meet(place.position, seat_of(call, key)?, |seats| {
+            run(&place, seats)
         })
         .map(Some)
+}
+
+/// What sets a call with `outer` slices apart from another of the same handler and group.
+fn of_outer(outer: &[usize]) -> u64 {
+    outer
+        .iter()
+        .fold(outer.len() as u64, |h, &o| h.rotate_left(17) ^ o as u64)
 }
 
 /// The call's groups, as its attribute lists them.
@@ -73,9 +85,14 @@ pub fn hlo_all_reduce(
     backend: &dyn Backend,
     a: &attrs::HloAllReduce,
 ) -> Result<()> {
-    on_group(call, library, groups(call, &a.groups), |group, seats| {
-        reductions::all_reduce(group, library, backend, seats, a.op)
-    })
+    let detail = CallKey::reducing("", a.op, 0).detail;
+    on_group(
+        call,
+        library,
+        groups(call, &a.groups),
+        detail,
+        |place, seats| reductions::all_reduce(&place.group, library, backend, seats, a.op),
+    )
     .map(|_| ())
 }
 
@@ -85,9 +102,14 @@ pub fn hlo_all_gather(
     backend: &dyn Backend,
     a: &attrs::HloAllGather,
 ) -> Result<()> {
-    on_group(call, library, groups(call, &a.groups), |group, seats| {
-        collectives::all_gather(group, library, backend, seats, &a.outer.0)
-    })
+    let detail = of_outer(&a.outer.0);
+    on_group(
+        call,
+        library,
+        groups(call, &a.groups),
+        detail,
+        |place, seats| collectives::all_gather(&place.group, library, backend, seats, &a.outer.0),
+    )
     .map(|_| ())
 }
 
@@ -97,9 +119,16 @@ pub fn hlo_reduce_scatter(
     backend: &dyn Backend,
     a: &attrs::HloReduceScatter,
 ) -> Result<()> {
-    on_group(call, library, groups(call, &a.groups), |group, seats| {
-        reductions::reduce_scatter(group, library, backend, seats, &a.outer.0, a.op)
-    })
+    let detail = CallKey::reducing("", a.op, of_outer(&a.outer.0)).detail;
+    on_group(
+        call,
+        library,
+        groups(call, &a.groups),
+        detail,
+        |place, seats| {
+            reductions::reduce_scatter(&place.group, library, backend, seats, &a.outer.0, a.op)
+        },
+    )
     .map(|_| ())
 }
 
@@ -119,9 +148,14 @@ pub fn hlo_all_to_all(
             ))
         }
     };
-    on_group(call, library, groups(call, &a.groups), |group, seats| {
-        collectives::all_to_all(group, library, backend, seats, form)
-    })
+    let detail = of_outer(&a.outer.0);
+    on_group(
+        call,
+        library,
+        groups(call, &a.groups),
+        detail,
+        |place, seats| collectives::all_to_all(&place.group, library, backend, seats, form),
+    )
     .map(|_| ())
 }
 
@@ -131,19 +165,12 @@ pub fn hlo_collective_permute(
     backend: &dyn Backend,
     a: &attrs::HloCollectivePermute,
 ) -> Result<()> {
-    let flat = a.pairs.of(call);
     let naming = Naming::Pairs {
         at: a.pairs.key(),
-        flat,
+        flat: a.pairs.of(call),
     };
-    let moved = on_group(call, library, naming, |group, seats| {
-        // The devices the pairs name are the group, in the order they first appear.
-        let position = |d: i64| group.devices.iter().position(|&x| x == d).unwrap_or(0);
-        let pairs: Vec<(usize, usize)> = flat
-            .chunks(2)
-            .map(|p| (position(p[0]), position(p[1])))
-            .collect();
-        collectives::permute(group, library, backend, seats, &pairs)
+    let moved = on_group(call, library, naming, 0, |place, seats| {
+        collectives::permute(&place.group, library, backend, seats, &place.pairs)
     })?;
     match moved {
         Some(()) => Ok(()),
@@ -158,8 +185,19 @@ pub fn hlo_ragged_all_to_all(
     a: &attrs::HloRaggedAllToAll,
 ) -> Result<()> {
     let row = call.arg(0)?.row() * call.arg(0)?.dtype()?.size();
-    on_group(call, library, groups(call, &a.groups), |group, seats| {
-        mesh::ragged::ragged_all_to_all(group, library, backend, seats, row, call.name())
+    on_group(call, library, groups(call, &a.groups), 0, |place, seats| {
+        mesh::ragged::ragged_all_to_all(&place.group, library, backend, seats, row, call.name())
     })
     .map(|_| ())
+}
+
+/// A program's prologue, before its first MPI call: the communicators its collectives need
+/// among processes, made at its first run (`mesh/communicators.rs`).
+pub fn hlo_communicators(
+    call: &Call,
+    library: &dyn Library,
+    _: &dyn Backend,
+    a: &attrs::HloCommunicators,
+) -> Result<()> {
+    mesh::make_program_communicators(library, a.groups.of(call))
 }

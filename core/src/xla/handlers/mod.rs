@@ -121,4 +121,8 @@ declare_ops! {
     hlo_ragged_all_to_all: HloRaggedAllToAll (
         input, output, input_offsets, send_sizes, output_offsets, recv_sizes
     ) -> (y) { groups: Devices, origin: Shown } host_only HLO_PASS,
+    // The pass's prologue of a program, before its first MPI call: `groups` lists every
+    // group of devices its collectives name, whose communicators among processes it makes
+    // at the program's first run.
+    hlo_communicators: HloCommunicators () -> () { groups: Devices } host_only HLO_PASS,
 }

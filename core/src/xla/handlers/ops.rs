@@ -5,8 +5,8 @@
 //! whether this rank receives.
 
 pub use super::hlo::{
-    hlo_all_gather, hlo_all_reduce, hlo_all_to_all, hlo_collective_permute, hlo_ragged_all_to_all,
-    hlo_reduce_scatter,
+    hlo_all_gather, hlo_all_reduce, hlo_all_to_all, hlo_collective_permute, hlo_communicators,
+    hlo_ragged_all_to_all, hlo_reduce_scatter,
 };
 pub use super::ragged::ragged_alltoallv;
 pub use super::requests::nonblocking::wait;

@@ -208,6 +208,27 @@ impl Module {
         Ok(())
     }
 
+    /// Every group of devices the calls run among (of two or more devices), once each, in
+    /// the module's order: the same on every rank for the same program, the order its
+    /// prologue makes their communicators in (`mesh/communicators.rs`).
+    pub fn groups_in_order(&self, calls: &HashMap<(i64, i64), Call>) -> Vec<Vec<i64>> {
+        let mut seen = HashSet::new();
+        let mut groups = Vec::new();
+        for computation in &self.computations {
+            for inst in &computation.instructions {
+                let Some(call) = calls.get(&(computation.id(), inst.id())) else {
+                    continue;
+                };
+                for group in &call.groups {
+                    if group.len() > 1 && seen.insert(group.clone()) {
+                        groups.push(group.clone());
+                    }
+                }
+            }
+        }
+        groups
+    }
+
     /// The computations that make MPI calls, refusing a module whose calls cannot be put
     /// in one order: programs that differ by rank, or a computation making MPI calls that
     /// is called from several places (it would need a token from each).

@@ -72,7 +72,8 @@ pub fn rewrite_module(bytes: &[u8]) -> Result<Option<Rewritten>, Refusal> {
         return Ok(None);
     }
     let calling = program.calling_mpi_in_order(&calls)?;
-    threader::thread(&mut program, &calls, &calling)?;
+    let groups = program.groups_in_order(&calls);
+    threader::thread(&mut program, &calls, &calling, &groups)?;
     let at = whole
         .fields
         .iter()

@@ -11,6 +11,7 @@ use super::groups::{self, DeviceAssignment, Mode};
 use super::in_place::{may_take_operand_memory, uses_in};
 use super::proto::{instruction, Computation, Instruction, Shape};
 use super::Refusal;
+use crate::xla::mesh::connected;
 use crate::{Dtype, ReduceOp};
 
 /// The handlers the pass calls, by HLO opcode.
@@ -22,6 +23,10 @@ pub const TARGETS: [(&str, &str); 6] = [
     ("collective-permute", "jaxmpi_hlo_collective_permute"),
     ("ragged-all-to-all", "jaxmpi_hlo_ragged_all_to_all"),
 ];
+
+/// The handler of a program's prologue, which makes the communicators its collectives run
+/// on (`threader.rs` puts it first).
+pub const PROLOGUE: &str = "jaxmpi_hlo_communicators";
 
 /// XLA's other ways of communicating, which this pass does not take: a module holding
 /// one is refused whole.
@@ -40,12 +45,15 @@ const OTHER_COMMUNICATION: [&str; 12] = [
     "async-start",
 ];
 
-/// A collective as a call: its handler, attributes, and the results that take their
-/// operand's memory (`(result index, operand index)`).
+/// A collective as a call: its handler, attributes, the results that take their
+/// operand's memory (`(result index, operand index)`), and the groups of devices it runs
+/// among (a permute's: the devices its pairs connect), whose communicators the program's
+/// prologue makes.
 pub struct Call {
     pub target: &'static str,
     pub config: Config,
     pub aliases: Vec<(usize, usize)>,
+    pub groups: Vec<Vec<i64>>,
 }
 
 pub fn target_of(opcode: &str) -> Option<&'static str> {
@@ -269,9 +277,11 @@ pub fn translate(
     };
     let config = Config::default().text("origin", &inst.op_name());
     let mut aliases = Vec::new();
+    let mut among = Vec::new();
     let config = match opcode.as_str() {
         "all-reduce" => {
             let groups = grouped(true)?;
+            among.clone_from(&groups);
             let element = dtype(results[0].element_type()).unwrap_or(Dtype::U8);
             let op = reduction(inst, computations, element)?;
             let uses = uses_in(computation);
@@ -287,6 +297,7 @@ pub fn translate(
         }
         "all-gather" | "reduce-scatter" => {
             let groups = grouped(true)?;
+            among.clone_from(&groups);
             let size = groups.first().map_or(1, Vec::len) as i64;
             if groups.iter().any(|g| g.len() as i64 != size) {
                 return Err(refusal(inst, "its groups are of different sizes"));
@@ -316,6 +327,7 @@ pub fn translate(
         }
         "all-to-all" => {
             let groups = grouped(false)?;
+            among.clone_from(&groups);
             let size = groups.first().map_or(1, Vec::len);
             if groups.iter().any(|g| g.len() != size) {
                 return Err(refusal(inst, "its groups are of different sizes"));
@@ -356,10 +368,12 @@ pub fn translate(
             let pairs =
                 groups::device_pairs(&inst.0, mode, assignment).map_err(|e| refusal(inst, e))?;
             let flat: Vec<i64> = pairs.iter().flat_map(|&(s, t)| [s, t]).collect();
+            among = connected(&flat);
             config.ints("pairs", &flat)
         }
         "ragged-all-to-all" => {
             let groups = grouped(false)?;
+            among.clone_from(&groups);
             if operand_ids.len() != 6 {
                 return Err(refusal(
                     inst,
@@ -384,5 +398,6 @@ pub fn translate(
         target,
         config,
         aliases,
+        groups: among,
     })
 }

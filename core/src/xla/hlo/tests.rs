@@ -5,6 +5,7 @@
 
 use super::pass::rewrite_module;
 use super::proto::{computation, instruction, module, shape, Computation, Instruction, Shape};
+use super::rewrite::PROLOGUE;
 use super::wire::Message;
 
 pub(super) fn array(element_type: i64, dims: &[i64]) -> Shape {
@@ -132,6 +133,53 @@ pub(super) fn find<'a>(c: &'a Computation, opcode: &str) -> Vec<&'a Instruction>
         .collect()
 }
 
+/// The custom calls of `c` that stand for collectives (the prologue left out).
+pub(super) fn collectives(c: &Computation) -> Vec<&Instruction> {
+    find(c, "custom-call")
+        .into_iter()
+        .filter(|i| i.target() != PROLOGUE)
+        .collect()
+}
+
+/// The token the entry's prologue gives on, checking that the prologue takes the fresh
+/// one, before every other MPI call.
+pub(super) fn after_prologue(main: &Computation) -> i64 {
+    let [token] = find(main, "after-all")[..] else {
+        panic!("one fresh token")
+    };
+    let [prologue] = find(main, "custom-call")
+        .into_iter()
+        .filter(|i| i.target() == PROLOGUE)
+        .collect::<Vec<_>>()[..]
+    else {
+        panic!("one prologue")
+    };
+    assert_eq!(prologue.operands().unwrap(), vec![token.id()]);
+    let given = main
+        .instructions
+        .iter()
+        .find(|i| i.opcode() == "get-tuple-element" && i.operands().unwrap() == [prologue.id()])
+        .expect("the prologue's token taken out");
+    given.id()
+}
+
+#[test]
+fn a_program_begins_with_the_communicators_of_its_groups() {
+    let x = array(F32, &[4]);
+    let bytes = module_of(vec![
+        entry(vec![parameter(2, 0, &x), all_reduce(2, &x)], 3),
+        adder(),
+    ]);
+    let main = &rewritten(&bytes)[0];
+    after_prologue(main);
+    let prologue = find(main, "custom-call")
+        .into_iter()
+        .find(|i| i.target() == PROLOGUE)
+        .unwrap();
+    let config = prologue.0.string(instruction::BACKEND_CONFIG);
+    assert_eq!(config, "{groups = dense<[2, 0, 2048]> : tensor<3xi64>}");
+}
+
 #[test]
 fn a_psum_becomes_a_call_taking_and_giving_the_token() {
     let x = array(F32, &[4]);
@@ -141,7 +189,7 @@ fn a_psum_becomes_a_call_taking_and_giving_the_token() {
     ]);
     let computations = rewritten(&bytes);
     let main = &computations[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert_eq!(call.target(), "jaxmpi_hlo_all_reduce");
@@ -151,10 +199,7 @@ fn a_psum_becomes_a_call_taking_and_giving_the_token() {
         "{config}"
     );
     assert!(config.contains("op = 0 : i64"), "{config}");
-    let [token] = find(main, "after-all")[..] else {
-        panic!("one fresh token")
-    };
-    assert_eq!(call.operands().unwrap(), vec![2, token.id()]);
+    assert_eq!(call.operands().unwrap(), vec![2, after_prologue(main)]);
     // A parameter's memory is the caller's: the result never takes it.
     assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
     // The psum's id now names the call's first result: the root needs no change.
@@ -173,7 +218,7 @@ fn a_fresh_operand_used_once_is_written_in_place() {
         adder(),
     ]);
     let main = &rewritten(&bytes)[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert!(call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
@@ -192,7 +237,7 @@ fn an_operand_used_elsewhere_too_keeps_its_memory() {
         adder(),
     ]);
     let main = &rewritten(&bytes)[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));
@@ -228,7 +273,7 @@ fn the_token_goes_through_a_loop_state() {
     assert!(elements[1].is_token());
     // The body takes the token from its state, gives it to the call, and puts back
     // the call's.
-    let [call] = find(body, "custom-call")[..] else {
+    let [call] = collectives(body)[..] else {
         panic!("one call in the body")
     };
     let token_in = call.operands().unwrap()[1];
@@ -274,7 +319,7 @@ fn a_loop_state_element_read_twice_keeps_its_memory() {
     let (entry, condition) = loop_entry_and_condition(&x);
     let bytes = module_of(vec![entry, adder(), body, condition]);
     let computations = rewritten(&bytes);
-    let [call] = find(&computations[2], "custom-call")[..] else {
+    let [call] = collectives(&computations[2])[..] else {
         panic!("one call")
     };
     assert!(!call.0.has(instruction::OUTPUT_OPERAND_ALIASING));

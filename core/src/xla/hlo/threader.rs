@@ -5,9 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::config::Config;
 use super::order::{is_jaxmpi_op, Module};
 use super::proto::{instruction, Instruction, Shape};
-use super::rewrite::{refusal, Call};
+use super::rewrite::{encode_groups, refusal, Call, PROLOGUE};
 use super::Refusal;
 
 /// Where a computation's token comes from.
@@ -20,17 +21,21 @@ enum Start {
 }
 
 /// Threads the token through every MPI call, replacing each collective by its call;
-/// `calling`: the computations that make MPI calls (`Module::calling_mpi_in_order`).
+/// `calling`: the computations that make MPI calls (`Module::calling_mpi_in_order`);
+/// `groups`: the groups of devices they run among (`Module::groups_in_order`), whose
+/// communicators a call before all the others, the program's prologue, makes.
 pub fn thread(
     module: &mut Module,
     calls: &HashMap<(i64, i64), Call>,
     calling: &HashSet<i64>,
+    groups: &[Vec<i64>],
 ) -> Result<(), Refusal> {
     let entry = module.entry;
     let mut threader = Threader {
         module,
         calls,
         calling,
+        groups,
         threaded: HashSet::new(),
     };
     threader.computation(entry, Start::Fresh)?;
@@ -41,6 +46,7 @@ struct Threader<'a> {
     module: &'a mut Module,
     calls: &'a HashMap<(i64, i64), Call>,
     calling: &'a HashSet<i64>,
+    groups: &'a [Vec<i64>],
     /// Computations already threaded: one reached twice would get two tokens.
     threaded: HashSet<i64>,
 }
@@ -170,6 +176,9 @@ impl Threader<'_> {
                 &Shape::token(),
                 &[],
             ))?;
+            if !self.groups.is_empty() {
+                chain = self.prologue(&mut b, chain)?;
+            }
         } else {
             // Parameters take no operands: the first place is theirs without breaking the
             // dependency order.
@@ -211,6 +220,25 @@ impl Threader<'_> {
         }
         self.module.computations[at].instructions = b.out;
         Ok(chain)
+    }
+
+    /// The program's prologue: a call that takes the token first and makes the
+    /// communicators of `groups` (`jaxmpi_hlo_communicators`).
+    fn prologue(&mut self, b: &mut Builder, chain: i64) -> Result<i64, Refusal> {
+        let config = Config::default().ints("groups", &encode_groups(self.groups));
+        let name = self.fresh_name("communicators");
+        let shape = Shape::tuple(&[Shape::token()]);
+        let mut cc = Instruction::new(b.fresh_id(), &name, "custom-call", &shape, &[chain]);
+        let m = &mut cc.0;
+        m.set_string(instruction::CUSTOM_CALL_TARGET, PROLOGUE);
+        m.set_string(instruction::BACKEND_CONFIG, &config.render());
+        m.set_int(
+            instruction::CUSTOM_CALL_API_VERSION,
+            super::proto::API_VERSION_TYPED_FFI,
+        );
+        m.set_int(instruction::CUSTOM_CALL_HAS_SIDE_EFFECT, 1);
+        let id = b.push(cc)?;
+        self.gte(b, id, 0, &name)
     }
 
     /// The collective's call, taking and giving the token; the collective's id now names

@@ -2,8 +2,8 @@
 
 use super::proto::{instruction, module, Instruction, Shape};
 use super::tests::{
-    array, computation_of, entry, find, loop_entry_and_condition, module_of, parameter, rewritten,
-    F32,
+    after_prologue, array, collectives, computation_of, entry, find, loop_entry_and_condition,
+    module_of, parameter, rewritten, F32,
 };
 use super::wire::Message;
 
@@ -97,14 +97,11 @@ fn a_tiled_all_to_all_becomes_one_call_on_the_whole_array() {
     // The slices' computations are called by nothing any more: gone.
     assert_eq!(computations.len(), 1);
     let main = &computations[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert_eq!(call.target(), "jaxmpi_hlo_all_to_all");
-    let [token] = find(main, "after-all")[..] else {
-        panic!("one fresh token")
-    };
-    assert_eq!(call.operands().unwrap(), vec![4, token.id()]);
+    assert_eq!(call.operands().unwrap(), vec![4, after_prologue(main)]);
     let config = call.0.string(instruction::BACKEND_CONFIG);
     assert!(
         config.contains("outer = dense<[1]> : tensor<1xi64>"),
@@ -136,7 +133,7 @@ fn a_tiled_all_to_all_of_plain_slices_inside_a_dimension_counts_its_outer_slices
     let mut instructions = vec![parameter(4, 0, &whole), s0, s1];
     instructions.extend(tuple_all_to_all(&[5, 6], &part, &whole, 1));
     let main = &rewritten(&module_of(vec![entry(instructions, 43)]))[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert_eq!(call.operands().unwrap()[0], 4);
@@ -153,7 +150,7 @@ fn a_tiled_all_to_all_of_plain_slices_inside_a_dimension_counts_its_outer_slices
 fn left_as_a_tuple_all_to_all(bytes: &[u8]) {
     let computations = rewritten(bytes);
     let main = &computations[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert_eq!(call.operands().unwrap()[..2], [5, 6]);
@@ -202,7 +199,7 @@ fn a_concatenate_along_another_dimension_is_left_alone() {
     let mut instructions = vec![parameter(4, 0, &whole), s0, s1];
     instructions.extend(tuple_all_to_all(&[5, 6], &part, &array(F32, &[1, 8]), 1));
     let main = &rewritten(&module_of(vec![entry(instructions, 43)]))[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     assert_eq!(call.operands().unwrap()[..2], [5, 6]);
@@ -221,7 +218,7 @@ fn a_tiled_all_to_all_of_a_donated_argument_reads_a_copy_of_it() {
     alias.push_message(1, &entry);
     m.set_message(module::INPUT_OUTPUT_ALIAS, &alias);
     let main = &rewritten(&m.encode())[0];
-    let [call] = find(main, "custom-call")[..] else {
+    let [call] = collectives(main)[..] else {
         panic!("one call")
     };
     let [copy] = find(main, "copy")[..] else {
@@ -256,7 +253,7 @@ fn a_tiled_all_to_all_of_a_loop_state_element_reads_a_copy_of_it() {
     let computations = rewritten(&bytes);
     assert_eq!(computations.len(), 3, "the slices' computations are gone");
     let body = &computations[1];
-    let [call] = find(body, "custom-call")[..] else {
+    let [call] = collectives(body)[..] else {
         panic!("one call in the body")
     };
     let [copy] = find(body, "copy")[..] else {

@@ -32,7 +32,7 @@ pub fn all_gather(
         if group.distinct() && outer == 1 && group.spans_processes() {
             // SAFETY: live buffers of this device's call.
             let (send, recv) = unsafe { (x.buf(), y.buf_mut()) };
-            backend.allgather(group.comm(library)?, send, recv)?;
+            backend.allgather(group.comm()?, send, recv)?;
             continue;
         }
         let inner = x.bytes() / outer.max(1);
@@ -49,7 +49,7 @@ pub fn all_gather(
             let all = all.span(0, y.count, y.dtype);
             // SAFETY: scratch of this call.
             let (send, recv) = unsafe { (mine.buf(), all.buf_mut()) };
-            backend.allgather(group.comm(library)?, send, recv)?;
+            backend.allgather(group.comm()?, send, recv)?;
             for rank in 0..group.processes() {
                 for (s, i) in group.positions_of(rank).enumerate() {
                     for o in 0..outer {
@@ -113,9 +113,7 @@ pub fn all_to_all(
         if let AllToAll::Array { .. } = form {
             let (x, y) = (seats[0].args[0], seats[0].rets[0]);
             // SAFETY: live buffers of this device's call.
-            return backend.alltoall(group.comm(library)?, unsafe { x.buf() }, unsafe {
-                y.buf_mut()
-            });
+            return backend.alltoall(group.comm()?, unsafe { x.buf() }, unsafe { y.buf_mut() });
         }
     }
     // Packed when there is something to gain: several devices' blocks to one process, or
@@ -144,7 +142,7 @@ pub fn all_to_all(
             }
         }
         // SAFETY: scratch of this call.
-        backend.alltoall(group.comm(library)?, unsafe { out.buf() }, unsafe {
+        backend.alltoall(group.comm()?, unsafe { out.buf() }, unsafe {
             inn.buf_mut()
         })?;
         let mut next = 0;
@@ -175,7 +173,7 @@ pub fn all_to_all(
 }
 
 /// Each (source, target) pair's operand to the target's result; a result no pair targets
-/// is zeros.
+/// is zeros. `pairs` are positions of the group: the devices they connect (`connected`).
 pub fn permute(
     group: &Group,
     library: &dyn Library,
@@ -189,22 +187,15 @@ pub fn permute(
             backend.fill_zeros(unsafe { seat(group, seats, p).rets[0].buf_mut() })?;
         }
     }
-    if group.local.len() == 1 && group.distinct() {
+    if group.local.len() == 1 && group.distinct() && group.spans_processes() {
         // One MPI call, as jaxmpi.sendrecv makes: to this device's target, from its source.
         let me = group.local[0];
         let (x, y) = (seats[0].args[0], seats[0].rets[0]);
         let target = pairs.iter().find(|p| p.0 == me).map(|p| p.1);
         let source = pairs.iter().find(|p| p.1 == me).map(|p| p.0);
-        // Made by every process the pairs name (MPI_Comm_create_group is collective over
-        // them), a device that only keeps its own piece included: the others wait in it.
-        let comm = group.comm(library)?;
-        if target == Some(me) {
-            copy(&x, &y); // a pair from itself to itself
-            return Ok(());
-        }
         let peer = |p: Option<usize>| p.map_or(Peer::Null, |p| Peer::Rank(group.rank_of(p)));
         let envelope = Envelope {
-            comm,
+            comm: group.comm()?,
             dest: peer(target),
             sendtag: 0,
             source: peer(source),
@@ -231,21 +222,15 @@ pub fn permute(
 }
 
 /// Nobody leaves before every member has arrived.
-pub fn barrier(group: &Group, library: &dyn Library, backend: &dyn Backend) -> Result<()> {
+pub fn barrier(group: &Group, backend: &dyn Backend) -> Result<()> {
     if group.spans_processes() {
-        backend.barrier(group.comm(library)?)?;
+        backend.barrier(group.comm()?)?;
     }
     Ok(())
 }
 
 /// The root's buffer to every member's (each seat's `rets[0]`, the root's read).
-pub fn bcast(
-    group: &Group,
-    library: &dyn Library,
-    backend: &dyn Backend,
-    seats: &[Seat],
-    root: usize,
-) -> Result<()> {
+pub fn bcast(group: &Group, backend: &dyn Backend, seats: &[Seat], root: usize) -> Result<()> {
     let source = if group.is_local(root) {
         seat(group, seats, root).rets[0]
     } else {
@@ -259,7 +244,7 @@ pub fn bcast(
             // SAFETY: a live result of this meeting, written by this broadcast only.
             crate::Broadcast::Receiver(unsafe { source.buf_mut() })
         };
-        backend.bcast(group.comm(library)?, buf, group.rank_of(root))?;
+        backend.bcast(group.comm()?, buf, group.rank_of(root))?;
     }
     for s in seats {
         copy(&source, &s.rets[0]);

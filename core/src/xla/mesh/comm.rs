@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use super::group::Group;
 use super::messages::{move_messages, Traffic};
 use super::place::{placed, Naming};
-use super::seat::{Half, Seat, Span, Spans};
+use super::seat::{CallKey, Half, Seat, Span, Spans};
 use crate::{Backend, Dtype, ReduceOp};
 use crate::{Comm, Error, Library, LibraryInfo, Peer, Request, Result, ThreadLevel};
 
@@ -32,12 +32,12 @@ pub struct OnDevices {
 impl OnDevices {
     /// The call of `device` on the MeshComm `id`.
     pub fn at(library: &'static dyn Library, id: i64, device: i64) -> Result<OnDevices> {
-        let (group, rank) = placed(library, Naming::MeshComm(id), device)?
+        let place = placed(library, Naming::MeshComm(id), device)?
             .expect("a MeshComm places each of its devices or refuses it");
         Ok(OnDevices {
             library,
-            group,
-            rank,
+            group: place.group,
+            rank: place.position,
             starting: None,
         })
     }
@@ -70,22 +70,23 @@ impl OnDevices {
         }
         let (group, library) = (&*self.group, self.library);
         let host = library.backend();
-        group.meet(library, self.rank, seat, |seats| {
+        group.meet(self.rank, seat, |seats| {
             move_messages(group, library, host, seats, traffic)
         })
     }
 
-    /// Runs a collective of `collectives.rs` on this device's buffers, with the
-    /// process's other devices of the group.
+    /// Runs a collective of `collectives.rs` (the call `key`) on this device's buffers,
+    /// with the process's other devices of the group.
     pub(super) fn collective(
         &self,
+        key: CallKey,
         args: impl Into<Spans>,
         rets: impl Into<Spans>,
         run: impl FnOnce(&Group, &dyn Library, &dyn Backend, &[Seat]) -> Result<()>,
     ) -> Result<()> {
         let (group, library) = (&*self.group, self.library);
-        let seat = Seat::of_buffers(args, rets);
-        group.meet(library, self.rank, seat, |seats| {
+        let seat = Seat::of_buffers(key, args, rets);
+        group.meet(self.rank, seat, |seats| {
             run(group, library, library.backend(), seats)
         })
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use super::room::Room;
 use super::seat::Seat;
 use crate::xla::devices;
-use crate::{Comm, Error, Library, Result, ThreadLevel};
+use crate::{Comm, Error, Library, Result};
 
 pub struct Group {
     pub devices: Vec<i64>,
@@ -24,19 +24,28 @@ pub struct Group {
     processes: Vec<i32>,
     /// The positions this process holds, in order.
     pub local: Vec<usize>,
-    /// The tag its communicators are made with (`Tag`).
-    tag: i32,
     even: bool,
     comm: Made,
     /// A second communicator among the same processes, for the messages of jaxmpi's
     /// point-to-point ops on a MeshComm: a user's pending send there can never match a
     /// collective's message on `comm`.
     p2p: Made,
+    kind: Kind,
     room: Room<Seat>,
 }
 
+/// Who names a group, and so where its communicators are made (`make`): a program's
+/// collectives, in the program's prologue (`make_program_communicators`), or a MeshComm,
+/// when it is constructed. The two keep their groups (and communicators, and rooms)
+/// apart even over the same devices, so that neither ever waits for the other's making.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Program,
+    MeshComm,
+}
+
 impl Group {
-    fn new(devices: &[i64], me: i32, tag: i32) -> Result<Group> {
+    fn new(kind: Kind, devices: &[i64], me: i32) -> Result<Group> {
         let owners = devices
             .iter()
             .map(|&d| devices::owner(d))
@@ -56,10 +65,10 @@ impl Group {
             owners,
             processes,
             local,
-            tag,
             even,
             comm: Made::new(),
             p2p: Made::new(),
+            kind,
         })
     }
 
@@ -109,24 +118,53 @@ impl Group {
         self.local.iter().position(|&p| p == position).unwrap_or(0)
     }
 
-    /// The communicator among the group's processes, made at the first call.
-    pub fn comm(&self, library: &dyn Library) -> Result<Comm> {
+    /// Makes the group's communicators among its processes (none where it spans one), if
+    /// this process is one of them and they are not made yet, with `tag` (and the next
+    /// one for a MeshComm's point-to-point communicator). Every process of the group makes
+    /// them at the same point of its program (MPI_Comm_create_group is collective over
+    /// them), whatever its own part in the collectives that follow: the first run of a
+    /// program's prologue, or a MeshComm's construction.
+    pub fn make(&self, library: &dyn Library, tag: i32) -> Result<()> {
+        if self.local.is_empty() || !self.spans_processes() {
+            return Ok(());
+        }
         self.comm
-            .get(|| library.comm_create_group(&self.processes, self.tag))
+            .get(|| library.comm_create_group(&self.processes, tag))?;
+        if self.kind == Kind::MeshComm {
+            self.p2p
+                .get(|| library.comm_create_group(&self.processes, tag + 1))?;
+        }
+        Ok(())
+    }
+
+    /// The communicator among the group's processes.
+    pub fn comm(&self) -> Result<Comm> {
+        self.comm.made().ok_or_else(|| self.not_made())
     }
 
     /// The communicator for point-to-point messages among the group's processes.
-    pub fn p2p_comm(&self, library: &dyn Library) -> Result<Comm> {
-        self.p2p
-            .get(|| library.comm_create_group(&self.processes, self.tag + 1))
+    pub fn p2p_comm(&self) -> Result<Comm> {
+        self.p2p.made().ok_or_else(|| self.not_made())
+    }
+
+    fn not_made(&self) -> Error {
+        Error::unsupported(
+            "comm",
+            format!(
+                "internal error: the communicator of devices {:?} was not made before their \
+                 first collective",
+                self.devices
+            ),
+        )
     }
 
     /// Meets this process's other devices of the group for the same call: the last one to
     /// arrive runs `run` on every device's seat (in position order), and each gets its
-    /// outcome. A device alone in its process runs it at once.
+    /// outcome. A device alone in its process runs it at once. Each member's n-th call
+    /// must be the same call (`Seat::key`): where the members' paths through the program
+    /// differ, every member here fails, naming each one's call.
     pub fn meet(
         &self,
-        library: &dyn Library,
         position: usize,
         seat: Seat,
         run: impl FnOnce(&[Seat]) -> Result<()>,
@@ -134,23 +172,39 @@ impl Group {
         if self.local.len() == 1 {
             return run(&[seat]);
         }
-        if library.thread_level() < ThreadLevel::Multiple {
-            return Err(Error::unsupported(
-                "comm",
-                format!(
-                    "{} devices of this process take part in one collective, each calling \
-                     MPI from its own thread, which needs MPI_THREAD_MULTIPLE (MPI runs at \
-                     {}): let jaxmpi or mpi4py initialize MPI (both ask for it)",
-                    self.local.len(),
-                    library.thread_level().name()
-                ),
-            ));
+        self.room.meet(self.slot(position), seat, |seats| {
+            self.same_call(seats)?;
+            run(seats)
+        })
+    }
+
+    /// Fails where the seats of one meeting are not the same call, naming each device's.
+    fn same_call(&self, seats: &[Seat]) -> Result<()> {
+        if seats.iter().all(|s| s.same_call(&seats[0])) {
+            return Ok(());
         }
-        self.room.meet(self.slot(position), seat, run)
+        let calls: Vec<String> = self
+            .local
+            .iter()
+            .zip(seats)
+            .map(|(&p, s)| format!("device {} calls {}", self.devices[p], s.described()))
+            .collect();
+        Err(Error::invalid_argument(
+            "collective",
+            format!(
+                "the devices of this process in the group of devices {:?} took different \
+                 paths through the program: {}. Every member of a group makes the same \
+                 collectives in the same order: a collective inside a cond, switch or \
+                 while loop whose predicate or trip count differs between the members of \
+                 its group cannot be matched",
+                self.devices,
+                calls.join(", ")
+            ),
+        ))
     }
 }
 
-/// A communicator made once, at its first use (a group's, by every process of the group:
+/// A communicator made once (a group's, by every process of the group:
 /// MPI_Comm_create_group is collective over them). Every call after the first reads it
 /// without a lock; of the first ones to come, one makes it under `making`, so it is never
 /// made twice.
@@ -178,36 +232,32 @@ impl Made {
         let comm = make()?;
         Ok(*self.comm.get_or_init(|| comm))
     }
+
+    fn made(&self) -> Option<Comm> {
+        self.comm.get().copied()
+    }
 }
 
-/// The tags a collective's groups make their communicators with: MPI_Comm_create_group
-/// calls that one process's threads make at once must carry distinct tags, or MPI may
-/// pair one group's call with another's. The groups of one collective are made at once
-/// (each device's thread makes its own group's), so each gets its own: its index in the
-/// collective's list, two apart (its point-to-point communicator takes the odd one),
-/// from a base taken from the whole list, which sets apart, by chance only, groups of
-/// different collectives made at the same moment by devices at different steps.
-#[derive(Clone, Copy)]
-pub struct Tag {
-    base: u64,
-}
+/// The tags communicators are made with. MPI_Comm_create_group calls that one process's
+/// threads make at once must carry distinct tags, or MPI may pair one group's call with
+/// another's; the calls that can run at once here are set apart by construction:
+/// - a MeshComm's, in its constructor: one constructor at a time in a process
+///   (`mesh_comms::register`), so one pair of tags serves them all;
+/// - a program's, in its prologue: one after another, each group its index in the
+///   program's list past a base hashed from the list (`program_tag`), which sets apart
+///   programs whose first runs overlap on disjoint devices of one process;
+/// - the mailbox's communicator of one process alone (`MAILBOX_TAG`): no other process
+///   takes part, so nothing can be paired with it.
+pub const MESH_COMM_TAG: i32 = 1; // its point-to-point communicator's: 2
+pub const MAILBOX_TAG: i32 = 31_999;
+/// Programs' tags: every one from here to the mailbox's, below every library's
+/// MPI_TAG_UB (the standard guarantees 32,767).
+const PROGRAM_TAGS: std::ops::Range<u64> = 3..31_999;
 
-/// Pairs of tags: below every library's MPI_TAG_UB (the standard guarantees 32767), with
-/// 31,999 kept for the mailbox's communicator of one process.
-const PAIRS: u64 = 15_999;
-
-impl Tag {
-    /// For the groups of a collective whose devices, as it lists them, are `all`.
-    pub fn of_list(all: &[i64]) -> Tag {
-        Tag {
-            base: fnv(all) % PAIRS,
-        }
-    }
-
-    /// The tag of the list's `index`-th group (even; its point-to-point one is next).
-    pub fn of(&self, index: usize) -> i32 {
-        (2 * ((self.base + index as u64) % PAIRS)) as i32
-    }
+/// The tag of the `index`-th group of a program whose groups, listed, are `all`.
+pub fn program_tag(all: &[i64], index: usize) -> i32 {
+    let span = PROGRAM_TAGS.end - PROGRAM_TAGS.start;
+    (PROGRAM_TAGS.start + (fnv(all) + index as u64) % span) as i32
 }
 
 fn fnv(values: &[i64]) -> u64 {
@@ -220,22 +270,24 @@ fn fnv(values: &[i64]) -> u64 {
     hash
 }
 
-/// Every group this process has taken part in, by its devices.
-fn groups() -> MutexGuard<'static, HashMap<Vec<i64>, Arc<Group>>> {
-    static GROUPS: OnceLock<Mutex<HashMap<Vec<i64>, Arc<Group>>>> = OnceLock::new();
+type Registry = HashMap<(Kind, Vec<i64>), Arc<Group>>;
+
+/// Every group this process has taken part in, by who names it and its devices.
+fn groups() -> MutexGuard<'static, Registry> {
+    static GROUPS: OnceLock<Mutex<Registry>> = OnceLock::new();
     GROUPS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner())
 }
 
-/// The group of `devices` as this process sees it; `tag` names its communicators where
-/// this is the first the process hears of it.
-pub fn group(library: &dyn Library, devices: &[i64], tag: i32) -> Result<Arc<Group>> {
-    if let Some(group) = groups().get(devices) {
+/// The group of `devices` that `kind` names, as this process sees it.
+pub fn group(library: &dyn Library, kind: Kind, devices: &[i64]) -> Result<Arc<Group>> {
+    let key = (kind, devices.to_vec());
+    if let Some(group) = groups().get(&key) {
         return Ok(group.clone());
     }
     let me = library.comm_rank(library.world())?;
-    let group = Arc::new(Group::new(devices, me, tag)?);
-    Ok(groups().entry(devices.to_vec()).or_insert(group).clone())
+    let group = Arc::new(Group::new(kind, devices, me)?);
+    Ok(groups().entry(key).or_insert(group).clone())
 }

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use super::group::Made;
+use super::group::{Made, MAILBOX_TAG};
 use super::seat::{deliver, fits, Half};
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
 
@@ -36,7 +36,7 @@ fn alone(library: &dyn Library) -> Result<Comm> {
     static ALONE: Made = Made::new();
     ALONE.get(|| {
         let me = library.comm_rank(library.world())?;
-        library.comm_create_group(&[me], 31_999)
+        library.comm_create_group(&[me], MAILBOX_TAG)
     })
 }
 

@@ -3,12 +3,18 @@
 //! several devices each. A program carries one as a negative `comm` id (MPI
 //! communicators' ids are positive: `frame/handles.rs`), the one place that rule
 //! lives in Rust (`is_mesh_comm`).
+//!
+//! Constructing one is collective over the processes of its devices, as
+//! MPI_Comm_create_group is: each makes there the communicators of its groups that span
+//! processes, so that every process of a group makes them at the same point of its program,
+//! whatever its devices later do.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::group::{self, Kind, MESH_COMM_TAG};
 use crate::xla::devices;
-use crate::{Error, Result};
+use crate::{Error, Library, Result};
 
 /// A MeshComm's groups of devices (global ids, in rank order); each device is in one at
 /// most (several: one communicator per slice of a mesh, as `Split` gives).
@@ -24,9 +30,10 @@ pub fn is_mesh_comm(id: i64) -> bool {
     id < 0
 }
 
-/// Registers the MeshComm of `groups` and returns the id programs carry (the same for the
-/// same groups, and in every run that registers them in the same order).
-pub fn register(groups: Vec<Vec<i64>>) -> Result<i64> {
+/// Registers the MeshComm of `groups`, makes the communicators among processes of the
+/// groups this process is in, and returns the id programs carry (the same for the same
+/// groups, and in every run that registers them in the same order).
+pub fn register(library: &dyn Library, groups: Vec<Vec<i64>>) -> Result<i64> {
     let mut seen = HashSet::new();
     if let Some(device) = groups.iter().flatten().find(|&&d| !seen.insert(d)) {
         return Err(Error::invalid_argument(
@@ -40,6 +47,13 @@ pub fn register(groups: Vec<Vec<i64>>) -> Result<i64> {
     // A device of no process of this job is named now, not at the first op.
     for &device in groups.iter().flatten() {
         devices::owner(device)?;
+    }
+    // One constructor at a time makes communicators (their tag is one for all), apart
+    // from the registry, which device threads read meanwhile.
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|p| p.into_inner());
+    for devices in &groups {
+        group::group(library, Kind::MeshComm, devices)?.make(library, MESH_COMM_TAG)?;
     }
     let mut registered = registered();
     let index = match registered.iter().position(|g| **g == groups) {

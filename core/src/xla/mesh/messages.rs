@@ -86,7 +86,10 @@ pub enum Traffic {
 }
 
 /// Moves the messages of every seat of this meeting (this process's devices of `group`,
-/// in slot order). Seats that were started leave their messages in flight.
+/// in slot order). Seats that were started leave their messages in flight. The messages
+/// to and from other processes are posted first, so that an error here (a message too
+/// long for its receive between two devices of this process) leaves no other process
+/// waiting for a message it kept back.
 pub fn move_messages(
     group: &Group,
     library: &dyn Library,
@@ -94,17 +97,41 @@ pub fn move_messages(
     seats: &[Seat],
     traffic: Traffic,
 ) -> Result<()> {
-    let local = |p: usize| group.is_local(p);
-    let owner = |position: usize| &seats[group.slot(position)];
-    let mut sends: Vec<Half> = seats.iter().flat_map(|p| p.sends.iter().copied()).collect();
-    let mut receives: Vec<Half> = seats
+    let sends: Vec<Half> = seats.iter().flat_map(|p| p.sends.iter().copied()).collect();
+    let receives: Vec<Half> = seats
         .iter()
         .flat_map(|p| p.receives.iter().copied())
         .collect();
-    let key = group as *const Group as usize;
+    let (waited, mut outcome) =
+        between_processes(group, backend, seats, &sends, &receives, traffic);
+    let copied = within_process(group, library, backend, seats, &sends, &receives, traffic);
+    if outcome.is_ok() {
+        outcome = copied;
+    }
+    // Transfers complete before their buffers are handed back, even after an error (a
+    // started op's, at its wait).
+    for mut request in waited {
+        let done = backend.wait(&mut request);
+        if outcome.is_ok() {
+            outcome = done.map(|_| ());
+        }
+    }
+    outcome
+}
 
-    // Between this process's devices: a copy, from this meeting's send, the mailbox, or
-    // into a started receive's buffer.
+/// Between this process's devices: a copy, from this meeting's send, the mailbox, or into
+/// a started receive's buffer.
+fn within_process(
+    group: &Group,
+    library: &dyn Library,
+    backend: &dyn Backend,
+    seats: &[Seat],
+    sends: &[Half],
+    receives: &[Half],
+    traffic: Traffic,
+) -> Result<()> {
+    let local = |p: usize| group.is_local(p);
+    let key = group as *const Group as usize;
     let mut sent_here = vec![false; sends.len()];
     for receive in receives.iter().filter(|r| local(r.from)) {
         let matching = (0..sends.len()).find(|&i| {
@@ -122,7 +149,7 @@ pub fn move_messages(
                 if mailbox::take(key, receive)? {
                     continue;
                 }
-                let Some(started) = &owner(receive.to).started else {
+                let Some(started) = &seats[group.slot(receive.to)].started else {
                     return Err(mailbox::nothing_sent(receive));
                 };
                 let request = mailbox::await_send(key, receive, library, backend)?;
@@ -141,27 +168,43 @@ pub fn move_messages(
             }
         }
     }
+    Ok(())
+}
 
-    // Between processes: MPI, receives posted first, each list in (from, to) order.
-    sends.retain(|s| !local(s.to));
-    receives.retain(|r| !local(r.from));
+/// Between processes: MPI, receives posted first, each list in (from, to) order. Returns
+/// the requests to wait for here (a started seat keeps its own), and whether every one
+/// was posted.
+fn between_processes(
+    group: &Group,
+    backend: &dyn Backend,
+    seats: &[Seat],
+    sends: &[Half],
+    receives: &[Half],
+    traffic: Traffic,
+) -> (Vec<Request>, Result<()>) {
+    let local = |p: usize| group.is_local(p);
+    let mut sends: Vec<&Half> = sends.iter().filter(|s| !local(s.to)).collect();
+    let mut receives: Vec<&Half> = receives.iter().filter(|r| !local(r.from)).collect();
+    let mut waited = Vec::new();
     if sends.is_empty() && receives.is_empty() {
-        return Ok(());
+        return (waited, Ok(()));
     }
     let comm = match traffic {
-        Traffic::Collective => group.comm(library)?,
-        Traffic::PointToPoint => group.p2p_comm(library)?,
+        Traffic::Collective => group.comm(),
+        Traffic::PointToPoint => group.p2p_comm(),
+    };
+    let comm = match comm {
+        Ok(comm) => comm,
+        Err(err) => return (waited, Err(err)),
     };
     sends.sort_by_key(|h| (h.from, h.to));
     receives.sort_by_key(|h| (h.from, h.to));
-    let mut waited = Vec::new();
-    let mut outcome = Ok(());
     let halves = receives
         .iter()
-        .map(|r| (r, true))
-        .chain(sends.iter().map(|s| (s, false)));
+        .map(|r| (*r, true))
+        .chain(sends.iter().map(|s| (*s, false)));
     for (half, receive) in halves {
-        let device = owner(if receive { half.to } else { half.from });
+        let device = &seats[group.slot(if receive { half.to } else { half.from })];
         match start(group, backend, comm, half, receive) {
             Ok(request) => match &device.started {
                 Some(started) => started
@@ -170,21 +213,10 @@ pub fn move_messages(
                     .push(request),
                 None => waited.push(request),
             },
-            Err(err) => {
-                outcome = Err(err);
-                break;
-            }
+            Err(err) => return (waited, Err(err)),
         }
     }
-    // Transfers complete before their buffers are handed back, even after an error (a
-    // started op's, at its wait).
-    for mut request in waited {
-        let done = backend.wait(&mut request);
-        if outcome.is_ok() {
-            outcome = done.map(|_| ());
-        }
-    }
-    outcome
+    (waited, Ok(()))
 }
 
 fn start(

@@ -5,9 +5,10 @@
 //! arrives as its device, how it names its group, and its buffers.
 //!
 //! - `group.rs`: a group of devices, the processes it spans, their communicators;
+//!   `communicators.rs`: a program's, made by its prologue (a MeshComm's: `mesh_comms.rs`);
 //! - `place.rs`: a call's group and position, found once per thread;
 //! - `room.rs`, `seat.rs`: where a process's devices of one group meet, call after call,
-//!   and what each brings;
+//!   and what each brings (its call, checked to be every member's);
 //! - `messages.rs`, `mailbox.rs`: a meeting's messages (copies inside a process, MPI
 //!   between processes);
 //! - `reductions.rs`, `collectives.rs`: each collective once (those that combine, those
@@ -21,6 +22,7 @@
 mod buffers;
 pub mod collectives;
 mod comm;
+mod communicators;
 mod group;
 mod mailbox;
 mod mesh_comms;
@@ -36,7 +38,8 @@ mod seat;
 
 pub use collectives::AllToAll;
 pub use comm::{OnDevices, ON_DEVICES};
+pub use communicators::make_program_communicators;
 pub use group::Group;
 pub use mesh_comms::{is_mesh_comm, register};
-pub use place::{placed, Naming, Place};
-pub use seat::{Seat, Span, Spans};
+pub use place::{connected, placed, Naming, Place};
+pub use seat::{CallKey, Seat, Span, Spans};

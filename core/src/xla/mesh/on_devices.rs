@@ -9,7 +9,7 @@ use super::comm::{span, OnDevices};
 use super::messages::Traffic;
 use super::reductions;
 use super::scans::{self, Prefix};
-use super::seat::{Half, Seat, Span, Spans};
+use super::seat::{CallKey, Half, Seat, Span, Spans};
 use crate::{
     Backend, Broadcast, Buf, BufMut, Comm, Envelope, Error, Input, NativeStatus, Partition,
     PartitionMut, Peer, Progress, ReduceOp, Request, Result, Started, Status,
@@ -43,15 +43,17 @@ impl Backend for OnDevices {
 
     fn barrier(&self, _: Comm) -> Result<()> {
         self.collective(
+            CallKey::new("barrier", 0),
             Spans::default(),
             Spans::default(),
-            |group, library, backend, _| collectives::barrier(group, library, backend),
+            |group, _, backend, _| collectives::barrier(group, backend),
         )
     }
 
     fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (operand(&send, &recv), result(&recv));
-        self.collective(x, y, |group, library, backend, seats| {
+        let key = CallKey::reducing("allreduce", op, 0);
+        self.collective(key, x, y, |group, library, backend, seats| {
             reductions::all_reduce(group, library, backend, seats, op)
         })
     }
@@ -59,7 +61,8 @@ impl Backend for OnDevices {
     fn reduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp, root: i32) -> Result<()> {
         let root = self.rank_named(root, "root")?;
         let (x, y) = (operand(&send, &recv), result(&recv));
-        self.collective(x, y, |group, library, backend, seats| {
+        let key = CallKey::reducing("reduce", op, root as u64);
+        self.collective(key, x, y, |group, library, backend, seats| {
             reductions::reduce(group, library, backend, seats, op, root)
         })
     }
@@ -74,7 +77,8 @@ impl Backend for OnDevices {
 
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
-        self.collective(x, y, |group, library, backend, seats| {
+        let key = CallKey::reducing("reduce_scatter", op, 0);
+        self.collective(key, x, y, |group, library, backend, seats| {
             reductions::reduce_scatter(group, library, backend, seats, &[1], op)
         })
     }
@@ -88,11 +92,10 @@ impl Backend for OnDevices {
             Broadcast::Receiver(buf) | Broadcast::InPlace(buf) => result(buf),
         };
         self.collective(
+            CallKey::new("bcast", root as u64),
             Vec::new(),
             vec![buffer],
-            |group, library, backend, seats| {
-                collectives::bcast(group, library, backend, seats, root)
-            },
+            |group, _, backend, seats| collectives::bcast(group, backend, seats, root),
         )
     }
 
@@ -102,6 +105,7 @@ impl Backend for OnDevices {
         let b = send.len_bytes();
         let at_root = self.rank == root;
         let seat = Seat::of_messages(
+            CallKey::new("gather", root as u64),
             vec![self.to(root, send.ptr() as usize, b)],
             if at_root {
                 (0..self.size())
@@ -117,7 +121,8 @@ impl Backend for OnDevices {
 
     fn allgather(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
-        self.collective(x, y, |group, library, backend, seats| {
+        let key = CallKey::new("allgather", 0);
+        self.collective(key, x, y, |group, library, backend, seats| {
             collectives::all_gather(group, library, backend, seats, &[1])
         })
     }
@@ -132,14 +137,16 @@ impl Backend for OnDevices {
         } else {
             Vec::new()
         };
-        let seat = Seat::of_messages(sends, vec![self.from(root, recv.ptr() as usize, b)]);
+        let receive = vec![self.from(root, recv.ptr() as usize, b)];
+        let seat = Seat::of_messages(CallKey::new("scatter", root as u64), sends, receive);
         self.run(seat, Traffic::Collective)
     }
 
     fn alltoall(&self, _: Comm, send: Buf, recv: BufMut) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
         let form = AllToAll::Array { outer: 1 };
-        self.collective(x, y, |group, library, backend, seats| {
+        let key = CallKey::new("alltoall", 0);
+        self.collective(key, x, y, |group, library, backend, seats| {
             collectives::all_to_all(group, library, backend, seats, form)
         })
     }
@@ -153,6 +160,7 @@ impl Backend for OnDevices {
             Vec::new()
         };
         let seat = Seat::of_messages(
+            CallKey::new("gatherv", root as u64),
             vec![self.to(root, send.ptr() as usize, send.len_bytes())],
             receives,
         );
@@ -162,6 +170,7 @@ impl Backend for OnDevices {
 
     fn allgatherv(&self, _: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
         let seat = Seat::of_messages(
+            CallKey::new("allgatherv", 0),
             (0..self.size())
                 .map(|q| self.to(q, send.ptr() as usize, send.len_bytes()))
                 .collect(),
@@ -178,6 +187,7 @@ impl Backend for OnDevices {
             Vec::new()
         };
         let seat = Seat::of_messages(
+            CallKey::new("scatterv", root as u64),
             sends,
             vec![self.from(root, recv.ptr() as usize, recv.len_bytes())],
         );
@@ -185,36 +195,41 @@ impl Backend for OnDevices {
     }
 
     fn alltoallv(&self, _: Comm, send: Partition, recv: PartitionMut) -> Result<()> {
-        let seat = Seat::of_messages(self.blocks_out(&send), self.blocks_in(&recv));
+        let key = CallKey::new("alltoallv", 0);
+        let seat = Seat::of_messages(key, self.blocks_out(&send), self.blocks_in(&recv));
         self.run(seat, Traffic::Collective)
     }
 
+    /// A send to PROC_NULL meets too, with nothing to send: the process's other devices
+    /// meet it as their call of the same step.
     fn send(&self, _: Comm, buf: Buf, dest: Peer, tag: i32) -> Result<()> {
-        let Some(to) = self.peer(dest, "dest")? else {
-            return Ok(());
-        };
-        let seat = Seat::of_messages(
-            vec![Half {
+        let to = self.peer(dest, "dest")?;
+        let sends = to
+            .map(|to| Half {
                 tag: Some(tag),
                 ..self.to(to, buf.ptr() as usize, buf.len_bytes())
-            }],
-            Vec::new(),
-        );
+            })
+            .into_iter()
+            .collect();
+        let seat = Seat::of_messages(CallKey::POINT_TO_POINT, sends, Vec::new());
         self.run(seat, Traffic::PointToPoint)
     }
 
+    /// A receive from PROC_NULL meets too, receiving nothing (as a send to it).
     fn recv(&self, _: Comm, buf: BufMut, source: Peer, tag: Option<i32>) -> Result<Status> {
-        let Some(from) = self.peer(source, "source")? else {
-            return Ok(received(None, None, 0));
-        };
-        let seat = Seat::of_messages(
-            Vec::new(),
-            vec![Half {
+        let from = self.peer(source, "source")?;
+        let receives = from
+            .map(|from| Half {
                 tag,
                 ..self.from(from, buf.ptr() as usize, buf.len_bytes())
-            }],
-        );
+            })
+            .into_iter()
+            .collect();
+        let seat = Seat::of_messages(CallKey::POINT_TO_POINT, Vec::new(), receives);
         self.run(seat, Traffic::PointToPoint)?;
+        let Some(from) = from else {
+            return Ok(received(None, None, 0));
+        };
         if self.starting.is_some() {
             return Ok(Status::not_yet());
         }
@@ -237,6 +252,7 @@ impl Backend for OnDevices {
             }
         };
         let seat = Seat::of_messages(
+            CallKey::POINT_TO_POINT,
             to.map(|to| Half {
                 tag: Some(envelope.sendtag),
                 ..self.to(to, at, bytes)
@@ -298,8 +314,13 @@ impl Backend for OnDevices {
 impl OnDevices {
     fn prefix(&self, send: &Input, recv: &BufMut, op: ReduceOp, prefix: Prefix) -> Result<()> {
         let (x, y) = (operand(send, recv), result(recv));
-        self.collective(x, y, |group, library, backend, seats| {
-            scans::scan(group, library, backend, seats, op, prefix)
+        let name = match prefix {
+            Prefix::Inclusive => "scan",
+            Prefix::Exclusive => "exscan",
+        };
+        let key = CallKey::reducing(name, op, 0);
+        self.collective(key, x, y, |group, _, backend, seats| {
+            scans::scan(group, backend, seats, op, prefix)
         })
     }
 

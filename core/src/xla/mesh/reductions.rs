@@ -94,7 +94,7 @@ pub fn all_reduce(
                 unsafe { input(&x, &y) }
             };
             // SAFETY: as above.
-            backend.allreduce(group.comm(library)?, send, unsafe { y.buf_mut() }, op)?;
+            backend.allreduce(group.comm()?, send, unsafe { y.buf_mut() }, op)?;
         } else if seats.len() == 1 {
             copy(&x, &y);
         }
@@ -131,7 +131,7 @@ pub fn reduce(
                 } else {
                     spare.span(s * x.bytes(), x.count, x.dtype)
                 };
-                Seat::of_buffers(seats[s].args.clone(), vec![ret])
+                Seat::of_buffers(seats[s].key, seats[s].args.clone(), vec![ret])
             })
             .collect();
         return ordered::all_reduce(group, library, backend, &seats, op);
@@ -142,7 +142,7 @@ pub fn reduce(
     if !group.spans_processes() {
         return Ok(());
     }
-    let comm = group.comm(library)?;
+    let comm = group.comm()?;
     let root_rank = group.rank_of(root);
     if group.is_local(root) {
         let send = if seats.len() > 1 {
@@ -183,7 +183,7 @@ pub fn reduce_scatter(
         if group.distinct() && outer == 1 && group.spans_processes() {
             // SAFETY: live buffers of this device's call.
             let (send, recv) = unsafe { (x.buf(), y.buf_mut()) };
-            backend.reduce_scatter(group.comm(library)?, send, recv, op)?;
+            backend.reduce_scatter(group.comm()?, send, recv, op)?;
             continue;
         }
         let inner = y.bytes() / outer.max(1);
@@ -218,7 +218,7 @@ pub fn reduce_scatter(
             }
             // SAFETY: scratch of this call.
             let (send, recv) = unsafe { (packed.buf(), mine.buf_mut()) };
-            backend.reduce_scatter(group.comm(library)?, send, recv, op)?;
+            backend.reduce_scatter(group.comm()?, send, recv, op)?;
             for (slot, s) in seats.iter().enumerate() {
                 let from = mine.ptr + slot * outer * inner;
                 move_bytes(from, s.rets[k].ptr, outer * inner);
@@ -228,7 +228,7 @@ pub fn reduce_scatter(
         if group.spans_processes() {
             // SAFETY: `whole` is this call's own.
             let buf = unsafe { total.buf_mut() };
-            backend.allreduce(group.comm(library)?, Input::InPlace, buf, op)?;
+            backend.allreduce(group.comm()?, Input::InPlace, buf, op)?;
         }
         for &p in &group.local {
             for o in 0..outer {

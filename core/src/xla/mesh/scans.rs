@@ -14,7 +14,7 @@ use super::buffers::{copy, seat, Scratch};
 use super::group::Group;
 use super::reductions::{reductions, Reductions};
 use super::seat::{Seat, Span};
-use crate::{Backend, Input, Library, Peer, ReduceOp, Result};
+use crate::{Backend, Input, Peer, ReduceOp, Result};
 
 /// Which prefix a scan gives rank r.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,6 @@ const CHAIN_TAG: i32 = 0;
 
 pub fn scan(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     op: ReduceOp,
@@ -45,7 +44,7 @@ pub fn scan(
             // SAFETY: this device's live operand.
             Input::Data(unsafe { x.buf() })
         };
-        let comm = group.comm(library)?;
+        let comm = group.comm()?;
         // SAFETY: this device's live result.
         let recv = unsafe { y.buf_mut() };
         return match prefix {
@@ -53,7 +52,7 @@ pub fn scan(
             Prefix::Exclusive => backend.exscan(comm, send, recv, op),
         };
     }
-    chain(group, library, backend, seats, op, prefix)
+    chain(group, backend, seats, op, prefix)
 }
 
 /// The prefix along the ranks, this process's positions in rank order: the prefix before
@@ -61,7 +60,6 @@ pub fn scan(
 /// it), and goes on to the next (sent where another process holds it).
 fn chain(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     op: ReduceOp,
@@ -86,7 +84,7 @@ fn chain(
                 let from = Peer::Rank(group.rank_of(p - 1));
                 // SAFETY: scratch of this call.
                 let buf = unsafe { before.buf_mut() };
-                backend.recv(group.comm(library)?, buf, from, Some(CHAIN_TAG))?;
+                backend.recv(group.comm()?, buf, from, Some(CHAIN_TAG))?;
                 Some(before)
             }
         };
@@ -114,7 +112,7 @@ fn chain(
         if p + 1 < n && !group.is_local(p + 1) {
             let to = Peer::Rank(group.rank_of(p + 1));
             // SAFETY: this meeting's result or scratch, complete.
-            backend.send(group.comm(library)?, unsafe { done.buf() }, to, CHAIN_TAG)?;
+            backend.send(group.comm()?, unsafe { done.buf() }, to, CHAIN_TAG)?;
         }
         previous = Some(done);
     }

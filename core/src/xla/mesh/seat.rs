@@ -5,7 +5,7 @@
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use crate::{Buf, BufMut, Dtype, Error, Request, Result};
+use crate::{Buf, BufMut, Dtype, Error, ReduceOp, Request, Result};
 
 /// One buffer of a device's call: an operand or a result.
 #[derive(Clone, Copy, Debug)]
@@ -83,10 +83,44 @@ impl From<Vec<Span>> for Spans {
     }
 }
 
+/// What a seat's call is: its op (the handler's, or the backend method's on a MeshComm)
+/// and what else sets it apart (`detail`: the reduction, the root, the layout, a
+/// permute's pairs), besides its buffers' types and lengths, which the seat holds. The
+/// members of one meeting must bring the same call (`Group::meet`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallKey {
+    pub op: &'static str,
+    pub detail: u64,
+}
+
+impl CallKey {
+    pub const fn new(op: &'static str, detail: u64) -> CallKey {
+        CallKey { op, detail }
+    }
+
+    /// The key of a reduction by `reduce`, with `more` (a root) beside it.
+    pub fn reducing(op: &'static str, reduce: ReduceOp, more: u64) -> CallKey {
+        let code = match reduce {
+            ReduceOp::User(handle) => handle as u64,
+            predefined => ReduceOp::PREDEFINED
+                .iter()
+                .position(|p| *p == predefined)
+                .unwrap_or(0) as u64,
+        };
+        CallKey::new(op, code ^ more.rotate_left(32))
+    }
+
+    /// A key for every point-to-point op of a MeshComm: a send of one device may meet a
+    /// receive of another (even ranks send, odd ones receive), as their messages, not
+    /// their buffers, say what moves.
+    pub const POINT_TO_POINT: CallKey = CallKey::new("point to point", 0);
+}
+
 /// What one device brings to a meeting. When the op is started, not completed, the
 /// requests its messages left in flight come back in `started`, for its own wait.
 #[derive(Clone, Debug, Default)]
 pub struct Seat {
+    pub key: CallKey,
     pub args: Spans,
     pub rets: Spans,
     pub sends: Vec<Half>,
@@ -96,8 +130,9 @@ pub struct Seat {
 
 impl Seat {
     /// A seat of buffers, for a collective that plans the meeting's messages itself.
-    pub fn of_buffers(args: impl Into<Spans>, rets: impl Into<Spans>) -> Seat {
+    pub fn of_buffers(key: CallKey, args: impl Into<Spans>, rets: impl Into<Spans>) -> Seat {
         Seat {
+            key,
             args: args.into(),
             rets: rets.into(),
             ..Seat::default()
@@ -105,12 +140,45 @@ impl Seat {
     }
 
     /// A seat of messages, which complete in its meeting.
-    pub fn of_messages(sends: Vec<Half>, receives: Vec<Half>) -> Seat {
+    pub fn of_messages(key: CallKey, sends: Vec<Half>, receives: Vec<Half>) -> Seat {
         Seat {
+            key,
             sends,
             receives,
             ..Seat::default()
         }
+    }
+
+    /// Whether `other` is the same call: the same key, buffers of the same types and
+    /// lengths.
+    pub fn same_call(&self, other: &Seat) -> bool {
+        let shapes = |a: &[Span], b: &[Span]| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| (x.dtype, x.count) == (y.dtype, y.count))
+        };
+        self.key == other.key && shapes(&self.args, &other.args) && shapes(&self.rets, &other.rets)
+    }
+
+    /// The call as an error names it: `op dtype[count], ... -> dtype[count], ...`.
+    pub fn described(&self) -> String {
+        let list = |spans: &[Span]| {
+            spans
+                .iter()
+                .map(|s| format!("{}[{}]", s.dtype, s.count))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if self.args.is_empty() && self.rets.is_empty() {
+            return self.key.op.to_string();
+        }
+        format!(
+            "{} {} -> {}",
+            self.key.op,
+            list(&self.args),
+            list(&self.rets)
+        )
     }
 }
 
