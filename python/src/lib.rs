@@ -19,6 +19,7 @@ use jaxmpi_core::xla::handlers::services::{checked, pending, start_verdict};
 use jaxmpi_core::xla::handlers::{
     ragged, register_mesh_comm, GPU_HANDLERS, HANDLERS, NON_BLOCKING, SIGNATURES, STARTED_RESULTS,
 };
+use jaxmpi_core::xla::mesh::reductions;
 use jaxmpi_core::xla::{devices, hlo};
 use jaxmpi_core::{library, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -91,6 +92,13 @@ fn hlo_targets() -> Vec<(&'static str, &'static str)> {
     let mut targets = hlo::TARGETS.to_vec();
     targets.push(("", hlo::PROLOGUE));
     targets
+}
+
+/// How reductions among devices combine (`JAXMPI_MESH_REDUCTIONS`): "fast" or "ordered",
+/// read from the environment on the first call, for good.
+#[pyfunction]
+fn mesh_reductions() -> PyResult<&'static str> {
+    reductions::reductions().map(|r| r.name()).map_err(to_py)
 }
 
 /// The HLO pass's revision (`hlo::REVISION`), which salts JAX's compilation cache.
@@ -410,6 +418,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(handle_id, m)?)?;
     m.add_function(wrap_pyfunction!(hlo_targets, m)?)?;
     m.add_function(wrap_pyfunction!(hlo_revision, m)?)?;
+    m.add_function(wrap_pyfunction!(mesh_reductions, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;

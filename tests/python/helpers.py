@@ -22,8 +22,11 @@ test_control_flow), errors at trace time (test_errors) and from MPI (test_mpi_er
 copies (test_zero_copy), dispatch and threads (test_dispatch, test_threads), communicators
 (test_comms), the drop-in API (test_mpi4jax_api), the declarations (test_signatures,
 test_native), JAX's collectives by route (test_jax_collectives: jaxmpi's pass;
-test_xla_plugin: XLA's MPI backend through the plug-in), GPUs (test_gpu_startup: the
-start-up, on the CPU, up to a faked driver; test_cuda, test_cuda_order: on a GPU). Test ids carry the op names: `pytest -k sendrecv` selects one op's tests.
+test_xla_plugin: XLA's MPI backend through the plug-in), devices as ranks (test_mesh_comm:
+a MeshComm's ops; test_device_layer, test_divergent_paths: the device-rank layer where
+issues 50 and 57 found it wanting), GPUs (test_gpu_startup: the start-up, on the CPU, up
+to a faked driver; test_cuda, test_cuda_order: on a GPU). Test ids carry the op names:
+`pytest -k sendrecv` selects one op's tests.
 Which CI cells run a file is what its markers declare (selection.py): a file that
 declares nothing runs on every build at every number of ranks.
 """

@@ -153,6 +153,8 @@ def _initialize() -> tuple[_LibraryInfo, tuple[int, int], gpu_choice.Early]:
     loaded = _native.info()
     slurm.check_world(_native.comm_size(_native.world()), loaded["family"])
     _agree_across_ranks(loaded)
+    # The handlers take the mode the ranks just compared, not what os.environ says later.
+    _native.mesh_reductions()
     _agree_on_start_verdicts(early)
     # Collective over COMM_WORLD, on every rank alike: this rank's place among the ranks
     # of its node (for the GPU it uses, and whether a progress thread has a core to spare).

@@ -25,6 +25,8 @@ mod rewrite;
 #[cfg(test)]
 mod tests;
 mod threader;
+#[cfg(test)]
+mod threader_tests;
 mod tiled;
 #[cfg(test)]
 mod tiled_tests;

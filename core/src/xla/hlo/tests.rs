@@ -267,7 +267,9 @@ fn the_token_goes_through_a_loop_state() {
     let bytes = module_of(vec![entry, adder(), body, condition]);
     let computations = rewritten(&bytes);
     let (main, body, condition) = (&computations[0], &computations[2], &computations[3]);
-    let while_loop = main.instructions.iter().find(|i| i.id() == 4).unwrap();
+    let [while_loop] = find(main, "while")[..] else {
+        panic!("one loop")
+    };
     let elements = while_loop.shape().unwrap().elements().unwrap();
     assert_eq!(elements.len(), 2);
     assert!(elements[1].is_token());

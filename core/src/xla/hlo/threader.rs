@@ -196,10 +196,20 @@ impl Threader<'_> {
                     "a loop or branch whose state is no tuple",
                 ));
             }
+            // The parameter, now with the token, under a new id; its old id names the
+            // tuple of its old elements, for the instructions that take it whole (an
+            // inner conditional's operand, the root).
+            let (kept, name) = (parameter.id(), parameter.name());
             let extended = shape.appended(&Shape::token())?;
             parameter.set_shape(&extended);
+            parameter.0.set_int(instruction::ID, b.fresh_id());
             let pid = b.push(parameter)?;
             let n = shape.elements()?.len();
+            let parts = (0..n)
+                .map(|i| self.gte(&mut b, pid, i, &name))
+                .collect::<Result<Vec<_>, _>>()?;
+            let whole = self.fresh_name(&name);
+            b.push(Instruction::new(kept, &whole, "tuple", &shape, &parts))?;
             chain = self.gte(&mut b, pid, n, "order")?;
             self.module.computations[at].set_program_shape(Some(&extended), None)?;
         }
@@ -376,12 +386,31 @@ impl Threader<'_> {
         let end = self.computation(body, Start::Parameter)?;
         self.extend_root(body, end)?;
         self.computation(condition, Start::Parameter)?;
-        let shape = inst.shape()?.appended(&Shape::token())?;
-        inst.set_shape(&shape);
         inst.set_operands(&[state]);
-        let name = inst.name();
+        self.with_token(b, inst)
+    }
+
+    /// Pushes a loop or conditional whose result now ends with the token, under a new id;
+    /// its old id names the tuple of its old elements, so that every instruction that
+    /// read it (whole, as an inner conditional's operand or the root, or an element)
+    /// reads the same as before. Returns the token it gives on.
+    fn with_token(&mut self, b: &mut Builder, mut inst: Instruction) -> Result<i64, Refusal> {
+        let (kept, name, shape) = (inst.id(), inst.name(), inst.shape()?);
+        if !shape.is_tuple() {
+            return Err(refusal(
+                &inst,
+                "a loop or conditional whose result is no tuple",
+            ));
+        }
+        inst.set_shape(&shape.appended(&Shape::token())?);
+        inst.0.set_int(instruction::ID, b.fresh_id());
         let id = b.push(inst)?;
-        let n = shape.elements()?.len() - 1;
+        let n = shape.elements()?.len();
+        let parts = (0..n)
+            .map(|i| self.gte(b, id, i, &name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let whole = self.fresh_name(&name);
+        b.push(Instruction::new(kept, &whole, "tuple", &shape, &parts))?;
         self.gte(b, id, n, &name)
     }
 
@@ -415,17 +444,8 @@ impl Threader<'_> {
             let end = self.computation(branch, Start::Parameter)?;
             self.extend_root(branch, end)?;
         }
-        let shape = inst.shape()?;
-        if !shape.is_tuple() {
-            return Err(refusal(&inst, "a conditional whose result is no tuple"));
-        }
-        let shape = shape.appended(&Shape::token())?;
-        inst.set_shape(&shape);
         inst.set_operands(&operands);
-        let name = inst.name();
-        let id = b.push(inst)?;
-        let n = shape.elements()?.len() - 1;
-        self.gte(b, id, n, &name)
+        self.with_token(b, inst)
     }
 
     /// An instruction already placed in the computation being built.

@@ -22,7 +22,17 @@ pub enum Reductions {
     Ordered,
 }
 
-/// The choice of `JAXMPI_MESH_REDUCTIONS`, read once.
+impl Reductions {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reductions::Fast => "fast",
+            Reductions::Ordered => "ordered",
+        }
+    }
+}
+
+/// The choice of `JAXMPI_MESH_REDUCTIONS`, read once: at import (Python asks here right
+/// after the ranks compared it), else at the first reduction among devices.
 pub fn reductions() -> Result<Reductions> {
     static CHOICE: std::sync::OnceLock<std::result::Result<Reductions, String>> =
         std::sync::OnceLock::new();
