@@ -174,17 +174,37 @@ class Program:
                 return self.norm(REDUCE[MPI_REDUCE[s["reduce"]]](v, axes))
             op = getattr(jaxmpi, s["reduce"])
             return self.norm(jaxmpi.allreduce(v, op, comm=self.comms[axes]))
+        root = s.get("root", 0)
+        if kind == "reduce":  # the root's is reduced; elsewhere the operand stays
+            if not self.meshcomms:
+                reduced = REDUCE[MPI_REDUCE[s["reduce"]]](v, axes)
+                return self.norm(jnp.where(index == root, reduced, v))
+            op = getattr(jaxmpi, s["reduce"])
+            return self.norm(jaxmpi.reduce(v, op, root, comm=self.comms[axes]))
+        if kind == "gather":  # every block at the root, zeros elsewhere
+            if not self.meshcomms:
+                whole = jnp.where(
+                    index == root, lax.all_gather(v, axes), False if self.boolean else 0
+                )
+            else:
+                whole = jaxmpi.gather(v, root, comm=self.comms[axes])
+            return self.combine(whole[n - 1 - root], v)
+        if kind == "scatter":  # block q of the root's table to rank q
+            if not self.meshcomms:
+                return self.norm(lax.all_gather(v, axes)[root] * (index + 1))
+            table = jnp.stack([v * (q + 1) for q in range(n)])
+            return self.norm(jaxmpi.scatter(table, root, comm=self.comms[axes]))
         if kind == "bcast":
             if not self.meshcomms:
-                return lax.all_gather(v, axes)[s["root"]]
-            return jaxmpi.bcast(v, s["root"], comm=self.comms[axes])
+                return lax.all_gather(v, axes)[root]
+            return jaxmpi.bcast(v, root, comm=self.comms[axes])
         if kind == "allgather":
             whole = (
                 jaxmpi.allgather(v, comm=self.comms[axes])
                 if self.meshcomms
                 else lax.all_gather(v, axes)
             )
-            return self.combine(whole[s["root"]], v)
+            return self.combine(whole[root], v)
         if kind == "alltoall":
             if not self.meshcomms:
                 return lax.all_to_all(v, axes, 0, 0, tiled=True)

@@ -11,8 +11,9 @@ shape), an input of one block per device in one of four dtypes, and three parts:
   pinned to a sharding so that XLA must move data between devices;
 - `body`: the `shard_map`'s statements, each on the current block `v`: JAX's collectives
   (psum, pmax, pmin, psum_scatter, all_gather, all_to_all, ppermute with random pairs)
-  over one mesh axis or both, axis_index arithmetic, local arithmetic, MeshComm ops with
-  PROC_NULL ends (`meshcomm`: under gloo, which refuses a MeshComm, their JAX twins run),
+  over one mesh axis or both, axis_index arithmetic, local arithmetic, MeshComm ops
+  (point to point with PROC_NULL ends, collectives, rooted ops, a scan: `meshcomm`; under
+  gloo, which refuses a MeshComm, their JAX twins run),
   and statements holding statements: `cond` and `switch` whose predicate differs per
   device, `while` loops whose trip count differs per device, `scan`. `emit` keeps the
   current block as an output.
@@ -174,19 +175,19 @@ class Generator:
 
     def meshcomm(self, axes: list[str]) -> dict:
         n = self.size(axes)
-        kinds = ["sendrecv", "pipeline", "bcast", "allgather", "alltoall"]
+        kinds = ["sendrecv", "pipeline", "bcast", "allgather", "alltoall", "gather"]
         if self.dtype != "bool":
-            kinds += ["allreduce", "allreduce", "scan"]
+            kinds += ["allreduce", "allreduce", "scan", "reduce", "scatter"]
         kind = self.rng.choice(kinds)
         op = {"op": "meshcomm", "kind": kind, "axes": axes}
-        if kind == "allreduce":
+        if kind in ("allreduce", "reduce"):
             op["reduce"] = self.rng.choice(("SUM", "MAX", "MIN"))
         elif kind == "sendrecv":
             pairs = self.pairs(n)
             op["dest"] = [next((t for s, t in pairs if s == q), -1) for q in range(n)]
         elif kind == "pipeline":
             op["forward"] = self.rng.random() < 0.5
-        elif kind in ("bcast", "allgather"):
+        if kind in ("bcast", "allgather", "reduce", "gather", "scatter"):
             op["root"] = self.rng.randrange(n)
         return op
 
