@@ -6,6 +6,9 @@ sets them), one case per run.
             rank and device
     stuck   process 1 never runs the program: process 0's devices wait for its ranks until
             JAXMPI_TIMEOUT ends the job, naming the op and where it waits
+    serialized  MPI initialized (by mpi4py) at MPI_THREAD_SERIALIZED, one process of 2
+            devices: the MeshComm is refused when it is made, naming the level (each
+            device calls MPI from its own thread)
     beside_psum  a MeshComm allreduce and JAX's psum in one jitted loop of 100 steps, on the
             route COLLECTIVES names: prints "BESIDE right" or what it got (jaxmpi's pass,
             the default), or "REFUSED" and why (gloo, which nothing orders against a
@@ -25,16 +28,21 @@ import os
 import socket
 import sys
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
-
-import jaxmpi
-from jaxmpi import distributed
-
 case = sys.argv[1]
+if case == "serialized":  # before jaxmpi, which would initialize MPI at MULTIPLE
+    import mpi4py
+
+    mpi4py.rc.thread_level = "serialized"
+    from mpi4py import MPI  # noqa: F401  (initializes MPI at that level)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jaxmpi  # noqa: E402
+from jaxmpi import distributed  # noqa: E402
 
 try:
     from jax import shard_map
@@ -51,7 +59,7 @@ devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
 mesh = Mesh(np.array(devices), ("i",))
 try:
     comm = jaxmpi.MeshComm(mesh)
-except ValueError as err:  # the refusal, on every process
+except (ValueError, jaxmpi.MPIError) as err:  # the refusal, on every process
     print(f"process {jax.process_index()} REFUSED: {err}")
     sys.exit(0)
 n = len(devices)

@@ -6,6 +6,8 @@
 # - JAXMPI_DEBUG names each call's MeshComm rank and device (tests/mesh_comm_jobs.py debug);
 # - a process that never runs the program: JAXMPI_TIMEOUT ends the job, naming the op and
 #   the waiting device's rank (stuck);
+# - MPI at MPI_THREAD_SERIALIZED, one process of 2 devices: a MeshComm refused when made,
+#   naming the level;
 # - a MeshComm with JAX's collectives on gloo, which nothing orders against its ops (issue
 #   50 saw a MeshComm allreduce beside psum hang there): refused when it is made, on every
 #   process, saying to use collectives="jaxmpi" (beside psum under jaxmpi's pass: the
@@ -118,6 +120,12 @@ PY
         "allreduce (MeshComm 0, rank 3 (device" "sendrecv (MeshComm 0, rank 0 (device" \
         "dest 1, source 3")
     verdict "JAXMPI_DEBUG names the MeshComm rank and device, $build" "$result"
+
+    ENV=()
+    run "$build" 1 2 "$ROOT/tests/mesh_comm_jobs.py" serialized
+    result=$(outcome 0 "process 0 REFUSED" "2 devices of process 0 are its ranks" \
+        "MPI runs at MPI_THREAD_SERIALIZED")
+    verdict "MPI_THREAD_SERIALIZED with 2 devices a process: refused when made, $build" "$result"
 
     ENV=(COLLECTIVES=gloo)
     run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" beside_psum

@@ -52,9 +52,9 @@ class MeshComm:
             be its MPI rank); or JAX's own collectives run over gloo
             (`collectives="gloo"`), which nothing orders against a MeshComm's ops (a
             program holding both could deadlock).
-        RuntimeError: a process of the mesh holds several devices and MPI was
-            initialized below `MPI_THREAD_MULTIPLE`; or an MPI error making the
-            communicators.
+        jaxmpi.MPIError: a process of the mesh holds several devices and MPI was
+            initialized below `MPI_THREAD_MULTIPLE` (each device calls MPI from its own
+            thread); or MPI failed to make the communicators.
 
     Example:
         .. mpirun::

@@ -291,3 +291,99 @@ pub fn group(library: &dyn Library, kind: Kind, devices: &[i64]) -> Result<Arc<G
     let group = Arc::new(Group::new(kind, devices, me)?);
     Ok(groups().entry(key).or_insert(group).clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{Group, Kind};
+    use crate::xla::devices;
+    use crate::xla::mesh::seat::{CallKey, Seat, Span};
+    use crate::Dtype;
+
+    fn seat(op: &'static str, count: usize) -> Seat {
+        let span = Span {
+            ptr: 0,
+            count,
+            dtype: Dtype::F32,
+        };
+        Seat::of_buffers(CallKey::new(op, 0), span, span)
+    }
+
+    /// Two devices of one process meet: `calls` is each one's, round after round.
+    fn meet(group: &Group, calls: [&[Seat]; 2]) -> Vec<Vec<Result<(), String>>> {
+        let ran = AtomicUsize::new(0);
+        let outcomes: Vec<Vec<Result<(), String>>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = calls
+                .iter()
+                .enumerate()
+                .map(|(position, seats)| {
+                    let ran = &ran;
+                    scope.spawn(move || {
+                        seats
+                            .iter()
+                            .map(|s| {
+                                group
+                                    .meet(position, s.clone(), |_| {
+                                        ran.fetch_add(1, Ordering::Relaxed);
+                                        Ok(())
+                                    })
+                                    .map_err(|e| e.to_string())
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let runs = ran.load(Ordering::Relaxed);
+        let agreed = outcomes[0].iter().filter(|o| o.is_ok()).count();
+        assert_eq!(runs, agreed, "a round ran where its members' calls differ");
+        outcomes
+    }
+
+    #[test]
+    fn members_whose_calls_differ_all_fail_naming_each_call_and_meet_on() {
+        devices::set_owners(&[(0, 0), (1, 0), (2, 1)]).unwrap();
+        let group = Group::new(Kind::Program, &[0, 1], 0).unwrap();
+        let first = [seat("hlo_all_reduce", 4), seat("hlo_all_reduce", 4)];
+        let second = [seat("hlo_all_reduce", 4), seat("hlo_all_gather", 4)];
+        let third = [seat("hlo_all_reduce", 4), seat("hlo_all_reduce", 2)];
+        let calls = [
+            &[
+                first[0].clone(),
+                second[0].clone(),
+                third[0].clone(),
+                first[0].clone(),
+            ][..],
+            &[
+                first[1].clone(),
+                second[1].clone(),
+                third[1].clone(),
+                first[1].clone(),
+            ][..],
+        ];
+        let outcomes = meet(&group, calls);
+        for device in &outcomes {
+            assert!(device[0].is_ok() && device[3].is_ok(), "{device:?}");
+            for round in &device[1..3] {
+                let err = round.as_ref().unwrap_err();
+                assert!(err.contains("took different paths"), "{err}");
+                assert!(
+                    err.contains("device 0 calls hlo_all_reduce float32[4]"),
+                    "{err}"
+                );
+            }
+            let err = device[1].as_ref().unwrap_err();
+            assert!(
+                err.contains("device 1 calls hlo_all_gather float32[4]"),
+                "{err}"
+            );
+            let err = device[2].as_ref().unwrap_err();
+            assert!(
+                err.contains("device 1 calls hlo_all_reduce float32[2]"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -9,12 +9,12 @@
 //! processes, so that every process of a group makes them at the same point of its program,
 //! whatever its devices later do.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::group::{self, Kind, MESH_COMM_TAG};
 use crate::xla::devices;
-use crate::{Error, Library, Result};
+use crate::{Error, Library, Result, ThreadLevel};
 
 /// A MeshComm's groups of devices (global ids, in rank order); each device is in one at
 /// most (several: one communicator per slice of a mesh, as `Split` gives).
@@ -48,6 +48,7 @@ pub fn register(library: &dyn Library, groups: Vec<Vec<i64>>) -> Result<i64> {
     for &device in groups.iter().flatten() {
         devices::owner(device)?;
     }
+    threads_enough(library, &groups)?;
     // One constructor at a time makes communicators (their tag is one for all), apart
     // from the registry, which device threads read meanwhile.
     static MAKING: Mutex<()> = Mutex::new(());
@@ -64,6 +65,35 @@ pub fn register(library: &dyn Library, groups: Vec<Vec<i64>>) -> Result<i64> {
         }
     };
     Ok(-(index as i64) - 1)
+}
+
+/// Refuses a MeshComm some process of which holds several devices where MPI cannot be
+/// called from several threads at once: each device calls MPI from its own thread (and,
+/// at one process of several devices, meets its process's others under a monitor that
+/// would let one in and refuse the rest). The same verdict on every process, from the
+/// devices' owners alone, before any process makes a communicator.
+fn threads_enough(library: &dyn Library, groups: &[Vec<i64>]) -> Result<()> {
+    let level = library.thread_level();
+    if level >= ThreadLevel::Multiple {
+        return Ok(());
+    }
+    let mut held: BTreeMap<i32, usize> = BTreeMap::new();
+    for &device in groups.iter().flatten() {
+        *held.entry(devices::owner(device)?).or_default() += 1;
+    }
+    // The first process of the most devices: the same words on every process.
+    match held.into_iter().rev().max_by_key(|&(_, n)| n) {
+        Some((process, n)) if n > 1 => Err(Error::unsupported(
+            "MeshComm",
+            format!(
+                "{n} devices of process {process} are its ranks, each calling MPI from its \
+                 own thread, which needs MPI_THREAD_MULTIPLE (MPI runs at {}): let jaxmpi or \
+                 mpi4py initialize MPI (both ask for it)",
+                level.name()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The groups of the MeshComm `id`.
