@@ -9,7 +9,11 @@ the same processes: each ratio is of two calls a few milliseconds apart. Prints,
 and size, the best time of each, the ratio of the best times, and the median and quartiles
 of the paired ratios.
 
-    mpiexec -n 2 -bind-to core python benches/bench_pass_overhead.py [--pairs 40]
+    mpiexec -n 2 -bind-to core python benches/bench_pass_overhead.py [--pairs 40] [--steps N]
+
+`--steps 1` makes each program one call, where the work a program does once per run (the
+pass's prologue, which makes its communicators at the first run and finds them made
+after) shows against the op's call alone.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=40, help="timed calls of each program")
     parser.add_argument("--json", help="write the rows there too")
+    parser.add_argument(
+        "--steps", type=int, help="calls a program (default: per size, 400 down to 10)"
+    )
     args = parser.parse_args()
 
     jaxmpi.distributed.initialize(collectives="jaxmpi")
@@ -73,7 +80,7 @@ def main() -> None:
     rows = []
     for name, times, through_pass, through_op in _programs(size):
         for label, n in SIZES.items():
-            steps = STEPS[label]
+            steps = args.steps or STEPS[label]
             x = jax.make_array_from_process_local_data(blocks, np.ones(n * times, np.float32))
             a, b = looped(through_pass, steps), looped(through_op, steps)
             jax.block_until_ready((a(x), b(x)))  # compiled, warm
@@ -96,7 +103,10 @@ def main() -> None:
             )
     if rank != 0:
         return
-    print(f"\n{size} ranks x 1 device, {args.pairs} alternated calls of each program\n")
+    calls = f"{args.steps} calls" if args.steps else "400 to 10 calls"
+    print(
+        f"\n{size} ranks x 1 device, {args.pairs} alternated runs of each program ({calls} a run)\n"
+    )
     print("| pair | size | pass, us | op, us | best / best | paired: median (quartiles) |")
     print("|---|---|---:|---:|---:|---|")
     for r in rows:

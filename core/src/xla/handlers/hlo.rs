@@ -39,13 +39,13 @@ fn spans(n: usize, nth: impl Fn(usize) -> Result<Span>) -> Result<Spans> {
 }
 
 /// Runs `run` on the seats of this process's devices of the call's group, once they all
-/// arrived (at once where the device is the only one); `detail` sets the call apart from
-/// another of the same handler on the group (`CallKey`). None: a pair names no such device.
+/// arrived (at once where the device is the only one); `key` is what the call is, past
+/// its buffers (`CallKey`; a permute's pairs are added). None: a pair names no such device.
 fn on_group(
     call: &Call,
     library: &dyn Library,
     naming: Naming,
-    detail: u64,
+    key: CallKey,
     run: impl FnOnce(&Place, &[Seat]) -> Result<()>,
 ) -> Result<Option<()>> {
     let Some(place) = mesh::placed(library, naming, call.device()?)? else {
@@ -56,7 +56,7 @@ fn on_group(
         let ranks = OnDevices::in_group(crate::library()?, group.clone(), place.position);
         checked::collective(call, &ranks, ON_DEVICES)?;
     }
-    let key = CallKey::new(call.name(), detail ^ place.detail);
+    let key = key.and(place.detail);
     group
         .meet(place.position, seat_of(call, key)?, |seats| {
             run(&place, seats)
@@ -64,11 +64,12 @@ fn on_group(
         .map(Some)
 }
 
-/// What sets a call with `outer` slices apart from another of the same handler and group.
-fn of_outer(outer: &[usize]) -> u64 {
-    outer
+/// The key of a call that works along a dimension with `outer` slices outside it.
+fn along(call: &Call, outer: &[usize]) -> CallKey {
+    let slices = outer
         .iter()
-        .fold(outer.len() as u64, |h, &o| h.rotate_left(17) ^ o as u64)
+        .fold(outer.len() as u64, |h, &o| h.rotate_left(17) ^ o as u64);
+    CallKey::new(call.name(), slices)
 }
 
 /// The call's groups, as its attribute lists them.
@@ -85,12 +86,12 @@ pub fn hlo_all_reduce(
     backend: &dyn Backend,
     a: &attrs::HloAllReduce,
 ) -> Result<()> {
-    let detail = CallKey::reducing("", a.op, 0).detail;
+    let key = CallKey::reducing(call.name(), a.op, 0);
     on_group(
         call,
         library,
         groups(call, &a.groups),
-        detail,
+        key,
         |place, seats| reductions::all_reduce(&place.group, library, backend, seats, a.op),
     )
     .map(|_| ())
@@ -102,12 +103,12 @@ pub fn hlo_all_gather(
     backend: &dyn Backend,
     a: &attrs::HloAllGather,
 ) -> Result<()> {
-    let detail = of_outer(&a.outer.0);
+    let key = along(call, &a.outer.0);
     on_group(
         call,
         library,
         groups(call, &a.groups),
-        detail,
+        key,
         |place, seats| collectives::all_gather(&place.group, library, backend, seats, &a.outer.0),
     )
     .map(|_| ())
@@ -119,12 +120,12 @@ pub fn hlo_reduce_scatter(
     backend: &dyn Backend,
     a: &attrs::HloReduceScatter,
 ) -> Result<()> {
-    let detail = CallKey::reducing("", a.op, of_outer(&a.outer.0)).detail;
+    let key = CallKey::reducing(call.name(), a.op, along(call, &a.outer.0).detail);
     on_group(
         call,
         library,
         groups(call, &a.groups),
-        detail,
+        key,
         |place, seats| {
             reductions::reduce_scatter(&place.group, library, backend, seats, &a.outer.0, a.op)
         },
@@ -148,12 +149,12 @@ pub fn hlo_all_to_all(
             ))
         }
     };
-    let detail = of_outer(&a.outer.0);
+    let key = along(call, &a.outer.0);
     on_group(
         call,
         library,
         groups(call, &a.groups),
-        detail,
+        key,
         |place, seats| collectives::all_to_all(&place.group, library, backend, seats, form),
     )
     .map(|_| ())
@@ -169,7 +170,8 @@ pub fn hlo_collective_permute(
         at: a.pairs.key(),
         flat: a.pairs.of(call),
     };
-    let moved = on_group(call, library, naming, 0, |place, seats| {
+    let key = CallKey::new(call.name(), 0);
+    let moved = on_group(call, library, naming, key, |place, seats| {
         collectives::permute(&place.group, library, backend, seats, &place.pairs)
     })?;
     match moved {
@@ -185,9 +187,16 @@ pub fn hlo_ragged_all_to_all(
     a: &attrs::HloRaggedAllToAll,
 ) -> Result<()> {
     let row = call.arg(0)?.row() * call.arg(0)?.dtype()?.size();
-    on_group(call, library, groups(call, &a.groups), 0, |place, seats| {
-        mesh::ragged::ragged_all_to_all(&place.group, library, backend, seats, row, call.name())
-    })
+    let key = CallKey::new(call.name(), 0);
+    on_group(
+        call,
+        library,
+        groups(call, &a.groups),
+        key,
+        |place, seats| {
+            mesh::ragged::ragged_all_to_all(&place.group, library, backend, seats, row, call.name())
+        },
+    )
     .map(|_| ())
 }
 

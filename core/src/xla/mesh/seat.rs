@@ -98,7 +98,7 @@ impl CallKey {
         CallKey { op, detail }
     }
 
-    /// The key of a reduction by `reduce`, with `more` (a root) beside it.
+    /// The key of a reduction by `reduce`, with `more` (a root, a layout) beside it.
     pub fn reducing(op: &'static str, reduce: ReduceOp, more: u64) -> CallKey {
         let code = match reduce {
             ReduceOp::User(handle) => handle as u64,
@@ -108,6 +108,11 @@ impl CallKey {
                 .unwrap_or(0) as u64,
         };
         CallKey::new(op, code ^ more.rotate_left(32))
+    }
+
+    /// This key with `more` (a permute's pairs, say) beside what it has.
+    pub fn and(self, more: u64) -> CallKey {
+        CallKey::new(self.op, self.detail ^ more.rotate_left(16))
     }
 
     /// A key for every point-to-point op of a MeshComm: a send of one device may meet a
