@@ -1,8 +1,9 @@
 //! A group: devices (global ids, in rank order) that take part in one collective together,
 //! as XLA's collectives name them and as a `MeshComm` holds them. The same on every
-//! process and every run, a group is known by its devices; this process keeps one
-//! `Group` per group it is in: the processes the group spans, its communicators among
-//! them, and the room where this process's devices of the group meet.
+//! process and every run, a group is known by who names it (`Kind`) and its devices; this
+//! process keeps one `Group` per group it is in: the processes the group spans, its
+//! communicators among them (made where `make` says), and the room where this process's
+//! devices of the group meet.
 //!
 //! With one device per process (the common case), a group's communicator ranks are its
 //! positions, and a collective is one MPI call on the devices' own buffers.

@@ -1,5 +1,6 @@
 //! Where the devices of one process that are members of one group meet, call after call:
-//! the n-th call of every member is the same call, and the last to arrive runs it for all.
+//! the n-th call of every member is the same call (`Group::meet` checks the seats say so
+//! before anything runs), and the last to arrive runs it for all.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
