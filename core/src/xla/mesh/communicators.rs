@@ -40,7 +40,10 @@ pub fn make_program_communicators(library: &dyn Library, flat: &[i64]) -> Result
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        programs.entry(flat.to_vec()).or_default().clone()
+        match programs.get(flat) {
+            Some(making) => making.clone(),
+            None => programs.entry(flat.to_vec()).or_default().clone(),
+        }
     };
     // The process's other devices of the program wait here for the one making them.
     making.get_or_init(|| make(library, flat)).clone()?;
