@@ -18,6 +18,8 @@ Expected values are numpy's, from the global input. Each program runs under `wit
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,8 +31,14 @@ from layouts import DEVICES, LOCAL, MESH, PROCESSES, N, check, per_block, put, s
 import jaxmpi
 from helpers import within
 
-GRID = Mesh(np.array(DEVICES).reshape(PROCESSES, LOCAL), ("proc", "local"))
 CELLS = P(("proc", "local"))  # block (p, l) of the global array on device (p, l)
+
+
+@functools.cache
+def grid() -> Mesh:
+    """The (process, local device) mesh (made when first asked: collecting the tests
+    elsewhere than in their layout must not fail)."""
+    return Mesh(np.array(DEVICES).reshape(PROCESSES, LOCAL), ("proc", "local"))
 
 
 def cells(rows: int = 2, cols: int = 3, dtype=np.float32) -> np.ndarray:
@@ -66,7 +74,7 @@ def test_branches_per_device_with_a_permute_naming_devices_of_both():
 
     x = cells()
     with within("cond: psum, or pmax then a ring permute, per local device"):
-        got = jax.block_until_ready(smap(body, CELLS, CELLS, GRID)(put(x, CELLS, GRID)))
+        got = jax.block_until_ready(smap(body, CELLS, CELLS, grid())(put(x, CELLS, grid())))
     blocks = on_grid(x)
     want = np.empty_like(blocks)
     want[:, 0] = blocks[:, 0].sum(0)
@@ -98,7 +106,9 @@ def test_a_loop_whose_trip_count_differs_per_device_around_a_permute():
 
     x = cells()
     with within("loops of permutes, a trip count per device"):
-        a, b = jax.block_until_ready(smap(body, CELLS, (CELLS, CELLS), GRID)(put(x, CELLS, GRID)))
+        a, b = jax.block_until_ready(
+            smap(body, CELLS, (CELLS, CELLS), grid())(put(x, CELLS, grid()))
+        )
     blocks = on_grid(x)
     want_a, want_b = np.empty_like(blocks), np.empty_like(blocks)
     for p in range(PROCESSES):
@@ -143,13 +153,13 @@ def test_gspmd_reductions_along_a_sharded_axis(along):
     program = jax.jit(
         lambda v: (v.sum(along), v.max(along), jnp.cumsum(v, along)),
         out_shardings=(
-            NamedSharding(GRID, kept),
-            NamedSharding(GRID, P()),
-            NamedSharding(GRID, spec),
+            NamedSharding(grid(), kept),
+            NamedSharding(grid(), P()),
+            NamedSharding(grid(), spec),
         ),
     )
     with within(f"sum, max and cumsum along axis {along}"):
-        total, most, running = jax.block_until_ready(program(put(x, spec, GRID)))
+        total, most, running = jax.block_until_ready(program(put(x, spec, grid())))
     check(total, x.sum(along), f"sum along {along}")
     check(most, x.max(along), f"max along {along}")
     check(running, np.cumsum(x, along), f"cumsum along {along}")
@@ -241,7 +251,7 @@ def test_collectives_that_differ_between_the_devices_of_a_group_fail_every_one(d
     def body(v):
         return jax.lax.cond(jax.lax.axis_index("local") == 0, *branches, v)
 
-    message = divergent(body, cells(), CELLS, GRID)
+    message = divergent(body, cells(), CELLS, grid())
     assert message is not None, "the divergent program returned"
     assert "took different paths through the program" in message, message
     called = "hlo_all_reduce" if differ == "op" else "hlo_all_gather"
