@@ -169,6 +169,37 @@ def test_ppermute_with_a_self_loop_in_a_while_loop():
     check(got, np.concatenate(xs), "ppermute in a while loop")
 
 
+@pytest.mark.parametrize("moves", ["all_to_all", "ppermute"])
+def test_a_collective_whose_operand_and_result_share_a_loop_state(moves):
+    """A psum, then an all_to_all or a ring ppermute, in a loop body: XLA, which inserted
+    its copies before the pass, gives the psum's result (taken in place, in the loop's
+    state) and the next collective's result the same memory. MPI refuses one buffer as
+    both sides of MPI_Alltoall (the differential tester's soak found it): the operand is
+    copied aside first."""
+    ring = [(j, (j + 1) % N) for j in range(N)]
+
+    def body(a):
+        def step(_, v):
+            total = jax.lax.psum(v, "i")
+            if moves == "all_to_all":
+                return jax.lax.all_to_all(total, "i", 0, 0, tiled=True)
+            return jax.lax.ppermute(total, "i", ring)
+
+        return jax.lax.fori_loop(0, 2, step, a)
+
+    x = np.arange(N * N * 2, dtype=np.float32).reshape(N * N, 2) % 7
+    with within(f"psum, then {moves}, in a loop"):
+        got = jax.block_until_ready(smap(body)(put(x)))
+    xs = per_block(x)  # [device, N rows, 2]
+    for _ in range(2):
+        total = np.broadcast_to(xs.sum(0), xs.shape)
+        if moves == "all_to_all":  # row block j of device i to device j, as block i
+            xs = total.reshape(N, N, 1, 2).transpose(1, 0, 2, 3).reshape(xs.shape)
+        else:
+            xs = np.roll(total, 1, axis=0)
+    check(got, np.concatenate(xs), f"psum, then {moves}, in a loop")
+
+
 # --- 3. Many groups over a mesh of scrambled devices, made at once --------------------
 
 

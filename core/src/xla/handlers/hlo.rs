@@ -28,6 +28,41 @@ fn seat_of(call: &Call, key: CallKey) -> Result<Seat> {
     ))
 }
 
+/// Which operand a call reads in place of which result (the memory both may be), if any.
+type InPlace = fn(usize, usize) -> bool;
+
+/// No operand is read in place of a result.
+fn apart(_: usize, _: usize) -> bool {
+    false
+}
+
+/// Copies aside, into `aside`, every operand of `seat` that shares memory with a result it
+/// is not read in place of. XLA inserted its copies before the pass, for its own
+/// collectives, which may read an operand in the memory they write (a loop's state, say);
+/// the calls that stand for them move data between processes while they still read it,
+/// and MPI refuses one buffer for both.
+fn set_apart(seat: &mut Seat, in_place: InPlace, aside: &mut Vec<Vec<u128>>) {
+    for (a, arg) in seat.args.iter_mut().enumerate() {
+        let shared = seat.rets.iter().enumerate().any(|(r, ret)| {
+            let as_itself = in_place(a, r) && (arg.ptr, arg.bytes()) == (ret.ptr, ret.bytes());
+            arg.overlaps(ret) && !as_itself
+        });
+        if shared {
+            let mut copy = vec![0u128; arg.bytes().div_ceil(16)];
+            // SAFETY: a live operand of this call, `bytes` long, into memory of its own.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    arg.ptr as *const u8,
+                    copy.as_mut_ptr() as *mut u8,
+                    arg.bytes(),
+                )
+            };
+            arg.ptr = copy.as_ptr() as usize;
+            aside.push(copy);
+        }
+    }
+}
+
 /// The `n` spans `nth` gives: one in place, with no allocation (nearly every call), more
 /// in a Vec. (Collecting into `Spans` through `FromIterator` costs a 1-element psum about
 /// 140 instructions more: the shunt that stops at the first error.)
@@ -46,6 +81,7 @@ fn on_group(
     library: &dyn Library,
     naming: Naming,
     key: CallKey,
+    in_place: InPlace,
     run: impl FnOnce(&Place, &[Seat]) -> Result<()>,
 ) -> Result<Option<()>> {
     let Some(place) = mesh::placed(library, naming, call.device()?)? else {
@@ -56,11 +92,12 @@ fn on_group(
         let ranks = OnDevices::in_group(crate::library()?, group.clone(), place.position);
         checked::collective(call, &ranks, ON_DEVICES)?;
     }
-    let key = key.and(place.detail);
+    let mut seat = seat_of(call, key.and(place.detail))?;
+    // Outlives the meeting, which reads it.
+    let mut aside = Vec::new();
+    set_apart(&mut seat, in_place, &mut aside);
     group
-        .meet(place.position, seat_of(call, key)?, |seats| {
-            run(&place, seats)
-        })
+        .meet(place.position, seat, |seats| run(&place, seats))
         .map(Some)
 }
 
@@ -72,12 +109,25 @@ fn along(call: &Call, outer: &[usize]) -> CallKey {
     CallKey::new(call.name(), slices)
 }
 
-/// The call's groups, as its attribute lists them.
-fn groups<'c>(call: &Call<'c>, groups: &Devices) -> Naming<'c> {
-    Naming::Groups {
+/// `on_group` for a call whose attribute `groups` lists its groups.
+fn on_groups(
+    call: &Call,
+    library: &dyn Library,
+    groups: &Devices,
+    key: CallKey,
+    in_place: InPlace,
+    run: impl FnOnce(&Place, &[Seat]) -> Result<()>,
+) -> Result<()> {
+    let naming = Naming::Groups {
         at: groups.key(),
         flat: groups.of(call),
-    }
+    };
+    on_group(call, library, naming, key, in_place, run).map(|_| ())
+}
+
+/// Each array read in place of its own result (where the pass found it may be).
+fn own(arg: usize, ret: usize) -> bool {
+    arg == ret
 }
 
 pub fn hlo_all_reduce(
@@ -87,14 +137,9 @@ pub fn hlo_all_reduce(
     a: &attrs::HloAllReduce,
 ) -> Result<()> {
     let key = CallKey::reducing(call.name(), a.op, 0);
-    on_group(
-        call,
-        library,
-        groups(call, &a.groups),
-        key,
-        |place, seats| reductions::all_reduce(&place.group, library, backend, seats, a.op),
-    )
-    .map(|_| ())
+    on_groups(call, library, &a.groups, key, own, |place, seats| {
+        reductions::all_reduce(&place.group, library, backend, seats, a.op)
+    })
 }
 
 pub fn hlo_all_gather(
@@ -104,14 +149,9 @@ pub fn hlo_all_gather(
     a: &attrs::HloAllGather,
 ) -> Result<()> {
     let key = along(call, &a.outer.0);
-    on_group(
-        call,
-        library,
-        groups(call, &a.groups),
-        key,
-        |place, seats| collectives::all_gather(&place.group, library, backend, seats, &a.outer.0),
-    )
-    .map(|_| ())
+    on_groups(call, library, &a.groups, key, apart, |place, seats| {
+        collectives::all_gather(&place.group, library, backend, seats, &a.outer.0)
+    })
 }
 
 pub fn hlo_reduce_scatter(
@@ -121,16 +161,9 @@ pub fn hlo_reduce_scatter(
     a: &attrs::HloReduceScatter,
 ) -> Result<()> {
     let key = CallKey::reducing(call.name(), a.op, along(call, &a.outer.0).detail);
-    on_group(
-        call,
-        library,
-        groups(call, &a.groups),
-        key,
-        |place, seats| {
-            reductions::reduce_scatter(&place.group, library, backend, seats, &a.outer.0, a.op)
-        },
-    )
-    .map(|_| ())
+    on_groups(call, library, &a.groups, key, apart, |place, seats| {
+        reductions::reduce_scatter(&place.group, library, backend, seats, &a.outer.0, a.op)
+    })
 }
 
 pub fn hlo_all_to_all(
@@ -149,15 +182,14 @@ pub fn hlo_all_to_all(
             ))
         }
     };
-    let key = along(call, &a.outer.0);
-    on_group(
+    on_groups(
         call,
         library,
-        groups(call, &a.groups),
-        key,
+        &a.groups,
+        along(call, &a.outer.0),
+        apart,
         |place, seats| collectives::all_to_all(&place.group, library, backend, seats, form),
     )
-    .map(|_| ())
 }
 
 pub fn hlo_collective_permute(
@@ -171,7 +203,7 @@ pub fn hlo_collective_permute(
         flat: a.pairs.of(call),
     };
     let key = CallKey::new(call.name(), 0);
-    let moved = on_group(call, library, naming, key, |place, seats| {
+    let moved = on_group(call, library, naming, key, apart, |place, seats| {
         collectives::permute(&place.group, library, backend, seats, &place.pairs)
     })?;
     match moved {
@@ -188,16 +220,12 @@ pub fn hlo_ragged_all_to_all(
 ) -> Result<()> {
     let row = call.arg(0)?.row() * call.arg(0)?.dtype()?.size();
     let key = CallKey::new(call.name(), 0);
-    on_group(
-        call,
-        library,
-        groups(call, &a.groups),
-        key,
-        |place, seats| {
-            mesh::ragged::ragged_all_to_all(&place.group, library, backend, seats, row, call.name())
-        },
-    )
-    .map(|_| ())
+    // The output's initial contents read in place of the result (where the pass found it
+    // may be).
+    let output = |arg, ret| (arg, ret) == (1, 0);
+    on_groups(call, library, &a.groups, key, output, |place, seats| {
+        mesh::ragged::ragged_all_to_all(&place.group, library, backend, seats, row, call.name())
+    })
 }
 
 /// A program's prologue, before its first MPI call: the communicators its collectives need

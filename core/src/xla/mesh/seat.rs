@@ -2,7 +2,7 @@
 //! collectives that plan every device's messages at once, and the halves of the messages
 //! it sends and receives, for ops whose messages only each device can name.
 
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
 use crate::{Buf, BufMut, Dtype, Error, ReduceOp, Request, Result};
@@ -18,6 +18,11 @@ pub struct Span {
 impl Span {
     pub fn bytes(&self) -> usize {
         self.count * self.dtype.size()
+    }
+
+    /// Whether the two share any byte of memory.
+    pub fn overlaps(&self, other: &Span) -> bool {
+        self.ptr < other.ptr + other.bytes() && other.ptr < self.ptr + self.bytes()
     }
 
     /// # Safety
@@ -66,6 +71,15 @@ impl Deref for Spans {
     fn deref(&self) -> &[Span] {
         match self {
             Spans::One(span) => std::slice::from_ref(span),
+            Spans::Many(spans) => spans,
+        }
+    }
+}
+
+impl DerefMut for Spans {
+    fn deref_mut(&mut self) -> &mut [Span] {
+        match self {
+            Spans::One(span) => std::slice::from_mut(span),
             Spans::Many(spans) => spans,
         }
     }
