@@ -119,13 +119,14 @@ class Generator:
         return [self.statement(depth, free) for _ in range(count)]
 
     def collective_axes(self, free: set[str]) -> list[str] | None:
-        """Axes for a collective inside a body whose free axes are `free` (None: none)."""
-        if self.ill_formed and self.rng.random() < 0.3:
-            return self.some_axes()
-        options = [a for a in self.some_axes() if a in free]
-        if not options:
-            options = [a for a in self.axes if a in free]
-        return options[:1] if options else None
+        """Axes for a collective inside a body whose free axes are `free` (None: none):
+        one axis or every axis, in either order, as `some_axes` draws them, where they are
+        free, else one that is."""
+        chosen = self.some_axes()
+        if set(chosen) <= free or (self.ill_formed and self.rng.random() < 0.3):
+            return chosen
+        options = [a for a in self.axes if a in free]
+        return [self.rng.choice(options)] if options else None
 
     def statement(self, depth: int, free: set[str]) -> dict:
         kinds = ["reduce", "reduce_scatter", "all_gather", "all_to_all", "ppermute", "index"]
