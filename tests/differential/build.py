@@ -75,6 +75,16 @@ class Program:
     def size(self, axes) -> int:
         return int(np.prod([self.sizes[a] for a in axes]))
 
+    def in_mesh_order(self, axes, rank: int) -> int:
+        """Where ppermute over `axes` numbers the device whose axis_index (and MeshComm
+        rank) along `axes` is `rank`: JAX's ppermute (0.10) numbers a tuple of axes in the
+        mesh's order of them, whatever order the tuple names them in."""
+        coords = dict(zip(axes, np.unravel_index(rank, [self.sizes[a] for a in axes])))
+        ordered = [a for a in self.names if a in axes]
+        return int(
+            np.ravel_multi_index([coords[a] for a in ordered], [self.sizes[a] for a in ordered])
+        )
+
     # --- the shard_map's statements ---------------------------------------------------
 
     def run(self, statements: list, v, outputs: list | None = None):
@@ -159,7 +169,12 @@ class Program:
             source = [dest.index(q) if q in dest else -1 for q in range(n)]
             template = self.combine(v, v) if self.boolean else self.norm(v * 2)
             if not self.meshcomms:
-                moved = lax.ppermute(v, axes, [(q, t) for q, t in enumerate(dest) if t >= 0])
+                pairs = [
+                    (self.in_mesh_order(axes, q), self.in_mesh_order(axes, t))
+                    for q, t in enumerate(dest)
+                    if t >= 0
+                ]
+                moved = lax.ppermute(v, axes, pairs)
                 received = jnp.asarray([q >= 0 for q in source])[index]
                 return jnp.where(received, moved, template)
             comm, null = self.comms[axes], jaxmpi.PROC_NULL
