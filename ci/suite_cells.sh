@@ -7,9 +7,10 @@
 #                                          COUNT the tests of FILE the cell runs (0: none)
 #
 # `which` collects the suite once per kind of cell (pytest --collect-only, in one process
-# of .venvs/mpich's Python with the cell's environment: ~2 s each), not under the build's
-# launcher: a test parametrized by the number of ranks counts as at 1 rank. JAXMPI_MATRIX_ONLY
-# selects builds as for ./ci/test.sh; PYTHONPATH, if set, is passed on.
+# of .venvs/mpich's Python with the cell's environment: ~2 s each, two at a time), not
+# under the build's launcher: a test parametrized by the number of ranks counts as at 1
+# rank. JAXMPI_MATRIX_ONLY selects builds as for ./ci/test.sh; PYTHONPATH, if set, is
+# passed on.
 set -u -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=matrix.sh source-path=SCRIPTDIR
@@ -26,37 +27,53 @@ fi
 shift
 files=("$@")
 
-# collect KIND [K=V...]: the node ids a cell of KIND runs.
+# collect OUT KIND [K=V...]: the node ids a cell of KIND runs, into OUT (OUT.failed if not).
 collect() {
-    local kind=$1 rc
-    shift
+    local out=$1 kind=$2 rc
+    shift 2
     local -a env=(env -i "HOME=$HOME" "PATH=$ROOT/.venvs/mpich/bin:/usr/bin:/bin" JAX_PLATFORMS=cpu
         "XLA_FLAGS=--xla_force_host_platform_device_count=1" PYTHONDONTWRITEBYTECODE=1)
     [[ -n ${PYTHONPATH:-} ]] && env+=("PYTHONPATH=$PYTHONPATH")
     (cd "$ROOT" && "${env[@]}" "$@" python -m pytest -p no:cacheprovider --collect-only -q \
-        "--jaxmpi-cell=$kind" tests/python) >"$work/out" 2>&1
+        "--jaxmpi-cell=$kind" tests/python) >"$out.log" 2>&1
     rc=$?
     if ((rc != 0 && rc != 5)); then
-        echo "suite_cells: collecting the cells of kind $kind failed (pytest exit $rc):" >&2
-        tail -n 30 "$work/out" >&2
-        return 1
+        {
+            echo "suite_cells: collecting the cells of kind $kind failed (pytest exit $rc):"
+            tail -n 30 "$out.log"
+        } >"$out.failed"
     fi
-    grep -a '::' "$work/out"
+    grep -a '::' "$out.log" >"$out"
 }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/jaxmpi-cells.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
-declare -A collected=()
-status=0
-while read -r group build n kind rest; do
+mapfile -t cells < <(matrix_suite_cells)
+# Each distinct kind (with its settings) once, two at a time: ~2 s each, most of it
+# importing JAX, 16 kinds.
+declare -A collection=()
+for cell in "${cells[@]}"; do
+    read -r _ _ _ kind rest <<<"$cell"
     key="$kind $rest"
-    if [[ ! -v collected[$key] ]]; then
-        # shellcheck disable=SC2086  # rest: K=V words
-        collected[$key]=$(collect "$kind" $rest) || status=1
-    fi
-    for file in "${files[@]}"; do
-        count=$(grep -c -- "^${file#./}::" <<<"${collected[$key]}")
-        echo "$group $build $n $kind $file $count"
-    done
-done < <(matrix_suite_cells)
+    [[ -v collection[$key] ]] && continue
+    collection[$key]=$work/${#collection[@]}
+    (($(jobs -rp | wc -l) >= 2)) && wait -n
+    # shellcheck disable=SC2086  # rest: K=V words
+    collect "${collection[$key]}" "$kind" $rest &
+done
+wait
+status=0
+for out in "${collection[@]}"; do
+    [[ -e $out.failed ]] && cat "$out.failed" >&2 && status=1
+done
+listed=$(printf '%s\n' "${files[@]}")
+for cell in "${cells[@]}"; do
+    read -r group build n kind rest <<<"$cell"
+    # One pass over the node ids for every file (a grep per file and cell took ~5 s).
+    awk -v cell="$group $build $n $kind" -v listed="$listed" '
+        BEGIN { n = split(listed, file, "\n") }
+        { split($0, id, "::"); tests[id[1]]++ }
+        END { for (i = 1; i <= n; i++) { f = file[i]; sub(/^\.\//, "", f); print cell, file[i], tests[f] + 0 } }
+    ' "${collection[$kind $rest]}"
+done
 exit "$status"

@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jaxmpi.distributed  # noqa: E402
-from helpers import assert_array  # noqa: E402
+from helpers import assert_array, within  # noqa: E402
 from jaxmpi._binding import jax_shim  # noqa: E402
 
 if not jax_shim.has_hlo_pass_hook():
@@ -82,6 +82,18 @@ def check(got: jax.Array, expected: np.ndarray, what: str) -> None:
     """Every block this process holds equals that block of `expected`, bit for bit."""
     for shard in got.addressable_shards:
         assert_array(shard.data, expected[shard.index], f"{what}, block {shard.index}")
+
+
+def check_ppermute(x: np.ndarray, perm: list[tuple[int, int]]) -> None:
+    """A ppermute of `x`'s blocks over every device, under `within`, against numpy's: a
+    device no pair sends to gets zeros."""
+    with within(f"ppermute {perm}"):
+        got = jax.block_until_ready(smap(lambda a: jax.lax.ppermute(a, "i", perm))(put(x)))
+    blocks = per_block(x)
+    expected = np.zeros_like(blocks)
+    for source, target in perm:
+        expected[target] = blocks[source]
+    check(got, np.concatenate(expected), f"ppermute {perm}")
 
 
 def check_close(got: jax.Array, expected: np.ndarray, what: str) -> None:

@@ -31,6 +31,7 @@ from layouts import (
     blocks_of,
     check,
     check_close,
+    check_ppermute,
     per_block,
     put,
     smap,
@@ -135,14 +136,7 @@ def test_ppermute_mixing_self_loops_and_pairs(pairs):
         "incomplete": [(0, N - 1)] + [(j, j) for j in range(1, N - 1)],
         "self-loop and one pair": [(N - 1, N - 1), (0, N // 2)] if N > 2 else [(1, 1), (0, 0)],
     }[pairs]
-    x = blocks_of(np.float64)
-    with within(f"ppermute {perm}"):
-        got = jax.block_until_ready(smap(lambda a: jax.lax.ppermute(a, "i", perm))(put(x)))
-    xs = per_block(x)
-    expected = np.zeros_like(xs)
-    for source, target in perm:
-        expected[target] = xs[source]
-    check(got, np.concatenate(expected), f"ppermute {perm}")
+    check_ppermute(blocks_of(np.float64), perm)
 
 
 def test_ppermute_with_a_self_loop_in_a_while_loop():

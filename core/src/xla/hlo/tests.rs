@@ -75,8 +75,14 @@ pub(super) fn module_of(computations: Vec<Vec<u8>>) -> Vec<u8> {
 }
 
 /// A psum of `operand` over both partitions, id 3.
+/// A psum of `operand`, instruction 3 (the entry's, after its parameter 2).
 pub(super) fn all_reduce(operand: i64, shape: &Shape) -> Instruction {
-    let mut ar = Instruction::new(3, "psum", "all-reduce", shape, &[operand]);
+    all_reduce_numbered(3, operand, shape)
+}
+
+/// A psum of `operand`, instruction `id` (inside a loop's or a branch's computation).
+pub(super) fn all_reduce_numbered(id: i64, operand: i64, shape: &Shape) -> Instruction {
+    let mut ar = Instruction::new(id, "psum", "all-reduce", shape, &[operand]);
     ar.0.set_int(instruction::CHANNEL_ID, 1);
     ar.0.set_int(instruction::USE_GLOBAL_DEVICE_IDS, 1);
     ar.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[1]);
@@ -254,11 +260,7 @@ fn the_token_goes_through_a_loop_state() {
         vec![
             parameter(20, 0, &state),
             Instruction::get_tuple_element(21, "element", &x, 20, 0),
-            {
-                let mut ar = all_reduce(21, &x);
-                ar.0.set_int(instruction::ID, 22);
-                ar
-            },
+            all_reduce_numbered(22, 21, &x),
             Instruction::new(23, "next", "tuple", &state, &[22]),
         ],
         23,
@@ -302,8 +304,7 @@ fn the_token_goes_through_a_loop_state() {
 fn a_loop_state_element_read_twice_keeps_its_memory() {
     let x = array(F32, &[4]);
     let state = Shape::tuple(std::slice::from_ref(&x));
-    let mut ar = all_reduce(21, &x);
-    ar.0.set_int(instruction::ID, 22);
+    let ar = all_reduce_numbered(22, 21, &x);
     let body = computation_of(
         2,
         "body",
@@ -354,11 +355,7 @@ fn a_collective_inside_a_called_computation_is_refused() {
     let inner = computation_of(
         2,
         "inner",
-        vec![parameter(20, 0, &x), {
-            let mut ar = all_reduce(20, &x);
-            ar.0.set_int(instruction::ID, 21);
-            ar
-        }],
+        vec![parameter(20, 0, &x), all_reduce_numbered(21, 20, &x)],
         21,
     );
     let mut call = Instruction::new(3, "outer_call", "call", &x, &[2]);

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::proto::{instruction, Computation, Instruction, Shape};
 use super::tests::{
-    adder, all_reduce, array, computation_of, entry, module_of, parameter, rewritten, F32,
+    adder, all_reduce_numbered, array, computation_of, entry, module_of, parameter, rewritten, F32,
 };
 
 const PRED: i64 = 1;
@@ -120,11 +120,7 @@ fn branches_that_take_their_state_whole_and_return_a_conditional_keep_their_shap
         vec![
             parameter(100, 0, &state),
             Instruction::get_tuple_element(101, "element", &x, 100, 0),
-            {
-                let mut ar = all_reduce(101, &x);
-                ar.0.set_int(instruction::ID, 102);
-                ar
-            },
+            all_reduce_numbered(102, 101, &x),
             Instruction::new(103, "back", "tuple", &state, &[102]),
         ],
         103,
