@@ -1,5 +1,6 @@
-"""jaxmpi's ops on a MeshComm (ranks are devices) against JAX's `ppermute` over gloo, in
-one run: a halo exchange step on a 2-D domain split by rows over every device of the job
+"""jaxmpi's ops on a MeshComm (ranks are devices) against JAX's `ppermute`, through jaxmpi
+and (`--collectives gloo`, a job of its own: jaxmpi refuses a MeshComm beside gloo) over
+gloo: a halo exchange step on a 2-D domain split by rows over every device of the job
 (periodic), inside `shard_map`, in whatever layout of processes x devices the launch gives
 (XLA_FLAGS' --xla_force_host_platform_device_count sets the devices per process). With
 one device per process, also `jaxmpi.sendrecv` on the MPI communicator, as before
@@ -7,6 +8,7 @@ MeshComm. `benches/bench_mesh_comm.sh` runs it at 4 x 1, 2 x 2 and 1 x 4.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=2 \\
         mpiexec -n 2 python benches/bench_mesh_comm.py [--rounds 7] [--steps 200]
+        [--collectives jaxmpi|gloo]
 
 Also an allreduce of `--allreduce` float32 per device (1 Mi, 4 MiB, by default) on the
 MeshComm, and with one device per process on the MPI communicator: the reference the
@@ -41,13 +43,32 @@ except ImportError:
 
     UNCHECKED = {"check_rep": False}
 
-# JAX's own collectives on gloo: the reference a MeshComm replaces.
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--n", type=int, nargs="+", default=[64, 1024, 16384])
+    parser.add_argument("--allreduce", type=int, default=1 << 20, help="float32 per device")
+    parser.add_argument("--allreduce-steps", type=int, default=10)
+    parser.add_argument(
+        "--collectives",
+        choices=("jaxmpi", "gloo"),
+        default="jaxmpi",
+        help="JAX's collectives' route; gloo times its ppermute alone (no MeshComm beside it)",
+    )
+    return parser.parse_args()
+
+
+ARGS = _arguments()
 if jaxmpi.COMM_WORLD.Get_size() > 1:
-    distributed.initialize(collectives="gloo")
+    distributed.initialize(collectives=ARGS.collectives)
 DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
 N = len(DEVICES)
 MESH = Mesh(np.array(DEVICES), ("x",))
-COMM = jaxmpi.MeshComm(MESH)
+# jaxmpi refuses a MeshComm beside gloo's collectives: nothing would order the two.
+ON_GLOO = ARGS.collectives == "gloo" and jax.process_count() > 1
+COMM = None if ON_GLOO else jaxmpi.MeshComm(MESH)
 LAYOUT = f"{jax.process_count()}x{jax.local_device_count()}"
 
 
@@ -91,20 +112,16 @@ def _time(program, x) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--n", type=int, nargs="+", default=[64, 1024, 16384])
-    parser.add_argument("--allreduce", type=int, default=1 << 20, help="float32 per device")
-    parser.add_argument("--allreduce-steps", type=int, default=10)
-    args = parser.parse_args()
-    cases = {
-        "MeshComm sendrecv": halo_on(COMM, lambda r: (r - 1) % N, lambda r: (r + 1) % N),
-        "ppermute over gloo" if jax.process_count() > 1 else "ppermute in one process": (
-            halo_ppermute
-        ),
-    }
-    if jax.local_device_count() == 1:
+    args = ARGS
+    if ON_GLOO:
+        cases = {"ppermute over gloo": halo_ppermute}
+    else:
+        route = "through jaxmpi" if jax.process_count() > 1 else "in one process"
+        cases = {
+            "MeshComm sendrecv": halo_on(COMM, lambda r: (r - 1) % N, lambda r: (r + 1) % N),
+            f"ppermute {route}": halo_ppermute,
+        }
+    if jax.local_device_count() == 1 and not ON_GLOO:
         rank, size = jaxmpi.COMM_WORLD.Get_rank(), jaxmpi.COMM_WORLD.Get_size()
         cases["MPI comm sendrecv"] = halo_on(None, (rank - 1) % size, (rank + 1) % size)
     for n in args.n:
@@ -120,6 +137,8 @@ def main() -> None:
             for name, program in programs.items():
                 best[name] = min(best[name], _time(program, x) / args.steps)
         _report(best, 4 * n)
+    if ON_GLOO:
+        return
     reductions = {"MeshComm allreduce": allreduce_on(COMM)}
     if jax.local_device_count() == 1:
         reductions["MPI comm allreduce"] = allreduce_on(None)

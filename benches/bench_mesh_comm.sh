@@ -3,7 +3,7 @@
 # the build named), the layouts taken in turn --repeats times; a table of the best time
 # per step of each case, and the ratios the MeshComm issue asks about: 2 x 2 against
 # 4 x 1 (MeshComm, and jaxmpi.sendrecv on the MPI communicator), and ppermute over gloo
-# against MeshComm in the same layout. The layouts are separate jobs: their ratios are
+# (a job of its own) against MeshComm in the same layout. The layouts are separate jobs: their ratios are
 # across runs, on the same idle machine, alternating. BEFORE=REV runs REV's build too
 # (built in a worktree, builds.sh), alternating with the working tree's in every repeat,
 # and adds their ratios.
@@ -34,14 +34,19 @@ if [[ -n ${BEFORE:-} ]]; then
 fi
 for ((i = 0; i < repeats; i++)); do
     for layout in $layouts; do
+        # gloo's ppermute in a job of its own: jaxmpi refuses a MeshComm beside gloo.
+        routes=jaxmpi
+        ((${layout%x*} > 1)) && routes="jaxmpi gloo"
         for label in "${!sites[@]}"; do
             site=${sites[$label]}
-            JAXMPI_CELL_TIMEOUT=600 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
-                "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
-                ${site:+"PYTHONPATH=$site"} -- \
-                "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]}/bin/python" \
-                "$ROOT/benches/bench_mesh_comm.py" "$@" 2>&1 | grep '^RESULT' |
-                sed "s/^/$label /" >>"$results"
+            for route in $routes; do
+                JAXMPI_CELL_TIMEOUT=600 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
+                    "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
+                    ${site:+"PYTHONPATH=$site"} -- \
+                    "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]}/bin/python" \
+                    "$ROOT/benches/bench_mesh_comm.py" --collectives "$route" "$@" 2>&1 |
+                    grep '^RESULT' | sed "s/^/$label /" >>"$results"
+            done
         done
     done
 done
