@@ -3,8 +3,9 @@
 # the build named), the layouts taken in turn --repeats times; a table of the best time
 # per step of each case, and the ratios the MeshComm issue asks about: 2 x 2 against
 # 4 x 1 (MeshComm, and jaxmpi.sendrecv on the MPI communicator), and ppermute over gloo
-# (a job of its own) against MeshComm in the same layout. The layouts are separate jobs: their ratios are
-# across runs, on the same idle machine, alternating. BEFORE=REV runs REV's build too
+# (a job of its own) against MeshComm in the same layout. The layouts are separate jobs:
+# their ratios are across runs, on the same idle machine, alternating. A job that fails
+# is named with its output's end, and the script exits 1. BEFORE=REV runs REV's build too
 # (built in a worktree, builds.sh), alternating with the working tree's in every repeat,
 # and adds their ratios.
 # Usage: [BEFORE=REV] benches/bench_mesh_comm.sh [--build pypi-mpich-5] [--repeats 3]
@@ -25,6 +26,7 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=$work/results
+status=0
 # shellcheck source=builds.sh
 source "$ROOT/benches/builds.sh"
 # label=site pairs: the installed build alone, or REV's and the working tree's.
@@ -40,12 +42,17 @@ for ((i = 0; i < repeats; i++)); do
         for label in "${!sites[@]}"; do
             site=${sites[$label]}
             for route in $routes; do
-                JAXMPI_CELL_TIMEOUT=600 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
+                if ! JAXMPI_CELL_TIMEOUT=600 matrix_exec "$build" "${layout%x*}" JAX_PLATFORMS=cpu \
                     "XLA_FLAGS=--xla_force_host_platform_device_count=${layout#*x}" \
                     ${site:+"PYTHONPATH=$site"} -- \
                     "$ROOT/.venvs/${JAXMPI_MATRIX_VENV[$build]}/bin/python" \
-                    "$ROOT/benches/bench_mesh_comm.py" --collectives "$route" "$@" 2>&1 |
-                    grep '^RESULT' | sed "s/^/$label /" >>"$results"
+                    "$ROOT/benches/bench_mesh_comm.py" --collectives "$route" "$@" >"$work/job" 2>&1
+                then
+                    echo "bench_mesh_comm: $label $layout --collectives $route failed:" >&2
+                    tail -n 15 "$work/job" >&2
+                    status=1
+                fi
+                grep '^RESULT' "$work/job" | sed "s/^/$label /" >>"$results"
             done
         done
     done
@@ -90,3 +97,4 @@ for size in sorted({k[0] for k in best if k[2] == "MeshComm allreduce"}):
     ratios = [best[(size, layout, "MeshComm allreduce")] / ref for layout in ("4x1", "2x2", "1x4")]
     print(f"| {size} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
 PY
+exit "$status"

@@ -372,7 +372,14 @@ def test_cuda_registers_exactly_the_ops_that_run_on_gpus():
     runs_on_gpus = {name for name, s in primitives.SIGNATURES.items() if not s["host_only"]}
     assert registered == {f"jaxmpi_{name}" for name in runs_on_gpus}, registered
     assert registered < on_host and on_host == {f"jaxmpi_{name}" for name in primitives.SIGNATURES}
-    for name in ("hlo_all_reduce", "hlo_communicators", "ragged_alltoallv", "wait", "iallreduce"):
+    for name in (
+        "hlo_all_reduce",
+        "hlo_communicators",
+        "ragged_alltoallv",
+        "wait",
+        "iallreduce",
+        "isend",
+    ):
         assert f"jaxmpi_{name}" in on_host - registered, name
         assert primitives.SIGNATURES[name]["host_only"], name
 

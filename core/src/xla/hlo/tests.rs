@@ -74,13 +74,13 @@ pub(super) fn module_of(computations: Vec<Vec<u8>>) -> Vec<u8> {
     m.encode()
 }
 
-/// A psum of `operand` over both partitions, id 3.
-/// A psum of `operand`, instruction 3 (the entry's, after its parameter 2).
+/// A psum of `operand` over both partitions, instruction 3 (the entry's, after its
+/// parameter 2).
 pub(super) fn all_reduce(operand: i64, shape: &Shape) -> Instruction {
     all_reduce_numbered(3, operand, shape)
 }
 
-/// A psum of `operand`, instruction `id` (inside a loop's or a branch's computation).
+/// The same psum as instruction `id` (inside a loop's or a branch's computation).
 pub(super) fn all_reduce_numbered(id: i64, operand: i64, shape: &Shape) -> Instruction {
     let mut ar = Instruction::new(id, "psum", "all-reduce", shape, &[operand]);
     ar.0.set_int(instruction::CHANNEL_ID, 1);
