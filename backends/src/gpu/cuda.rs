@@ -312,7 +312,7 @@ impl GpuRuntime for CudaRuntime {
                 return match agree {
                     // Every rank returns an error then; this one its own.
                     Some(agree) => agree(Some(&err)).and(Err(err)),
-                    None => without_gpu(library.backend(), err, body),
+                    None => without_gpu(library, err, body),
                 };
             }
         };
@@ -334,12 +334,7 @@ impl GpuRuntime for CudaRuntime {
                 placement,
             ))
         } else {
-            body(&Staged::new(
-                library.backend(),
-                gpu,
-                &self.pool,
-                &self.stats,
-            ))
+            body(&Staged::new(library, gpu, &self.pool, &self.stats))
         };
         // Events of this call must not be in use after it returns.
         outcome.and(gpu.synchronize())

@@ -67,7 +67,7 @@ impl<'a> Direct<'a> {
         Direct {
             library,
             gpu,
-            staged: Staged::new(library.backend(), gpu, pool, stats),
+            staged: Staged::new(library, gpu, pool, stats),
             stats,
             placement,
         }

@@ -32,6 +32,7 @@ pub struct FakeGpu {
     /// Whether `alloc_pinned` fails (no pinned memory left).
     pub fail_pinning: AtomicBool,
     copies: AtomicUsize,
+    to_host: AtomicUsize,
 }
 
 impl Default for FakeGpu {
@@ -46,6 +47,7 @@ impl Default for FakeGpu {
             fail_synchronize: AtomicBool::new(false),
             fail_pinning: AtomicBool::new(false),
             copies: AtomicUsize::new(0),
+            to_host: AtomicUsize::new(0),
         }
     }
 }
@@ -95,6 +97,11 @@ impl FakeGpu {
         self.copies.load(Ordering::SeqCst)
     }
 
+    /// Bytes asked to be copied GPU→host so far, failed copies included.
+    pub fn bytes_to_host(&self) -> usize {
+        self.to_host.load(Ordering::SeqCst)
+    }
+
     /// Operations queued and not yet run.
     pub fn pending(&self) -> usize {
         self.queue.lock().unwrap().len() - *self.done.lock().unwrap()
@@ -103,6 +110,7 @@ impl FakeGpu {
 
 impl GpuMemory for FakeGpu {
     fn copy_to_host_async(&self, host: *mut u8, gpu: *const u8, len: usize) -> Result<()> {
+        self.to_host.fetch_add(len, Ordering::SeqCst);
         self.push(Pending::Copy {
             dst: host as usize,
             src: gpu as usize,

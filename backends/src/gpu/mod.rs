@@ -38,6 +38,8 @@ mod staged;
 mod stats;
 #[cfg(test)]
 mod test_mpi;
+#[cfg(test)]
+mod test_ranks;
 pub mod unusable;
 
 pub use direct::{Direct, Placement};

@@ -17,14 +17,16 @@
 use std::cell::RefCell;
 
 use jaxmpi_core::{
-    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Partition, PartitionMut,
-    Peer, Progress, ReduceOp, Request, Result, Status,
+    Backend, Broadcast, Buf, BufMut, Comm, Dtype, Envelope, Error, Input, Library, Partition,
+    PartitionMut, Peer, Progress, ReduceOp, Request, Result, Status,
 };
 
 use super::{GpuMemory, Marker, PinnedBuffer, PinnedPool, Stats};
 use crate::chunks::{chunks_of, each_chunk, CHUNK_BYTES};
 
 pub struct Staged<'a> {
+    /// Asked which rank this is, where a buffer is significant at the root alone.
+    library: &'a dyn Library,
     inner: &'a dyn Backend,
     gpu: &'a dyn GpuMemory,
     pool: &'a PinnedPool,
@@ -155,15 +157,24 @@ impl Op<'_> {
     }
 }
 
+/// The send buffer of a rank whose send buffer MPI ignores: null, as the handlers pass
+/// where the call has no operand.
+fn ignored<'b>(dtype: Dtype) -> Buf<'b> {
+    // SAFETY: no elements: nothing is ever read through it.
+    unsafe { Buf::from_raw(std::ptr::null(), 0, dtype) }
+}
+
 impl<'a> Staged<'a> {
+    /// Staging for the ops of `library` on host memory (`Library::backend`).
     pub fn new(
-        inner: &'a dyn Backend,
+        library: &'a dyn Library,
         gpu: &'a dyn GpuMemory,
         pool: &'a PinnedPool,
         stats: &'a Stats,
     ) -> Self {
         Staged {
-            inner,
+            library,
+            inner: library.backend(),
             gpu,
             pool,
             stats,
@@ -255,6 +266,14 @@ impl<'a> Staged<'a> {
 
     fn chunks(&self, count: usize, dtype: Dtype) -> Vec<(usize, usize)> {
         chunks_of(count, dtype.size(), self.chunk_bytes)
+    }
+
+    /// Whether this rank is `root` of `comm`. Where MPI cannot say, as at the root: the
+    /// buffer is staged for nothing at worst, and the op's own call reports the fault.
+    fn at_root(&self, comm: Comm, root: i32) -> bool {
+        self.library
+            .comm_rank(comm)
+            .map_or(true, |rank| rank == root)
     }
 }
 
@@ -400,9 +419,14 @@ impl Backend for Staged<'_> {
             self.inner.allgather(comm, s.expect("staged send"), r)
         })
     }
+    /// The send table is staged at the root alone: MPI reads it nowhere else, and inside
+    /// shard_map every rank passes the root's whole table (size x the received block).
     fn scatter(&self, comm: Comm, send: Buf, recv: BufMut, root: i32) -> Result<()> {
-        self.whole(Some(send), recv, false, |s, r| {
-            self.inner.scatter(comm, s.expect("staged send"), r, root)
+        let dtype = send.dtype();
+        let send = self.at_root(comm, root).then_some(send);
+        self.whole(send, recv, false, |s, r| {
+            self.inner
+                .scatter(comm, s.unwrap_or_else(|| ignored(dtype)), r, root)
         })
     }
     fn alltoall(&self, comm: Comm, send: Buf, recv: BufMut) -> Result<()> {
@@ -425,11 +449,14 @@ impl Backend for Staged<'_> {
             self.inner.allgatherv(comm, s.expect("staged send"), recv)
         })
     }
+    /// As `scatter`: the send table is staged at the root alone.
     fn scatterv(&self, comm: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {
-        self.whole(Some(send.buf), recv, false, |s, r| {
+        let (dtype, blocks) = (send.buf.dtype(), send.blocks);
+        let table = self.at_root(comm, root).then_some(send.buf);
+        self.whole(table, recv, false, |s, r| {
             let send = Partition {
-                buf: s.expect("staged send"),
-                blocks: send.blocks,
+                buf: s.unwrap_or_else(|| ignored(dtype)),
+                blocks,
             };
             self.inner.scatterv(comm, send, r, root)
         })

@@ -1,10 +1,12 @@
 //! Staging logic on a fake GPU (host memory whose async copies only happen at a
-//! wait/synchronize), with a real MPI library at 1 rank underneath (`test_mpi.rs`).
+//! wait/synchronize), with a real MPI library at 1 rank underneath (`test_mpi.rs`), or, for
+//! what differs between ranks, a library that says which rank it is (`test_ranks.rs`).
 
-use jaxmpi_core::{Backend, Broadcast, Envelope, Input, Peer, ReduceOp};
+use jaxmpi_core::{Backend, Broadcast, Envelope, Input, Library, Partition, Peer, ReduceOp};
 
 use super::super::fake::{FakeGpu, GARBAGE};
 use super::super::test_mpi::{count, failed_sum, floats, input, mpi, output};
+use super::super::test_ranks::{Ranked, Recording};
 use super::super::{PinnedPool, Stats};
 use super::Staged;
 
@@ -25,7 +27,7 @@ fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     // 3 floats per chunk: 10 elements make 3 full chunks and a short one.
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(12);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(12);
     let send = floats((0..10).map(|i| i as f32));
     for round in 0..3 {
         let mut recv = vec![0u8; send.len()];
@@ -50,7 +52,7 @@ fn pipelined_allreduce_returns_every_chunk_and_reuses_its_pinned_buffers() {
 fn in_place_allreduce_reads_and_writes_the_result_buffer() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(8);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(8);
     let expected = floats([1.5, -2.0, 3.0, 4.0, 5.0]);
     let mut data = expected.clone();
     staged
@@ -68,7 +70,7 @@ fn in_place_allreduce_reads_and_writes_the_result_buffer() {
 fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
     for n in [4usize, 64, 16] {
         let send = floats((0..n).map(|i| i as f32 * 0.5));
         let mut recv = vec![0u8; send.len()];
@@ -91,7 +93,7 @@ fn a_growing_message_gets_a_larger_buffer_and_a_smaller_one_reuses_it() {
 fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
     let expected = floats([3.0, -1.0, 0.5]);
     let mut data = expected.clone();
     let world = mpi.world();
@@ -125,7 +127,7 @@ fn in_place_sendrecv_stages_the_buffer_in_and_the_message_out() {
 fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(4);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(4);
     let expected = floats([9.0, 8.0, 7.0]);
     let data = expected.clone();
     let root = Broadcast::Root(input(&data));
@@ -137,7 +139,7 @@ fn bcast_at_the_root_leaves_the_data_and_finishes_its_copies() {
 fn in_place_bcast_stages_both_ways_and_keeps_the_roots_message() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(4);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(4);
     let expected = floats([9.0, 8.0, 7.0]);
     let mut data = expected.clone();
     let buf = Broadcast::InPlace(output(&mut data));
@@ -150,7 +152,7 @@ fn in_place_bcast_stages_both_ways_and_keeps_the_roots_message() {
 fn whole_staged_collectives_copy_results_back_to_the_gpu() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
     let world = mpi.world();
     let send = floats([1.0, 2.0]);
     let mut recv = vec![0u8; send.len()];
@@ -181,7 +183,7 @@ fn whole_staged_collectives_copy_results_back_to_the_gpu() {
 fn exscan_leaves_rank_0s_result_as_it_was() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
     let send = floats([1.0, 2.0]);
     let before = floats([5.0, 6.0]);
     let mut recv = before.clone();
@@ -201,7 +203,7 @@ fn exscan_leaves_rank_0s_result_as_it_was() {
 fn zeroing_the_op_bodies_ask_for_runs_on_the_stream() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
     let mut zeroed = floats([3.0]);
     staged.fill_zeros(output(&mut zeroed)).unwrap();
     // Queued on the stream (XLA's later work is ordered after it), not done by the host.
@@ -216,7 +218,7 @@ fn a_copy_failing_mid_pipeline_still_makes_every_chunk_call_and_says_so() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     // 3 floats per chunk, 4 chunks; the third copy in fails.
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(12);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(12);
     gpu.copies_before_failing
         .store(2, std::sync::atomic::Ordering::SeqCst);
     let err = failed_sum(&staged, mpi.world(), (0..10).map(|i| i as f32));
@@ -236,7 +238,7 @@ fn a_copy_failing_mid_pipeline_still_makes_every_chunk_call_and_says_so() {
 fn buffers_the_stream_may_still_write_are_kept_out_of_the_pool() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(12);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(12);
     // Warm the pool, then fail the stream: nothing of that call may come back to it.
     let send = floats((0..10).map(|i| i as f32));
     let mut recv = vec![0u8; send.len()];
@@ -272,7 +274,7 @@ fn pinning_that_fails_falls_back_to_pageable_memory_with_the_same_results() {
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     gpu.fail_pinning
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
     let send = floats([4.0, 5.0, 6.0]);
     let mut recv = vec![0u8; send.len()];
     staged
@@ -287,7 +289,7 @@ fn pinning_that_fails_falls_back_to_pageable_memory_with_the_same_results() {
 fn pinned_allocations_stay_flat_over_repeated_calls() {
     let Some(mpi) = mpi() else { return };
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
-    let staged = Staged::new(mpi.backend(), &gpu, &pool, &stats).with_chunk_bytes(16);
+    let staged = Staged::new(mpi, &gpu, &pool, &stats).with_chunk_bytes(16);
     let send = floats((0..37).map(|i| i as f32));
     let mut recv = vec![0u8; send.len()];
     let mut after_first = 0;
@@ -309,4 +311,80 @@ fn pinned_allocations_stay_flat_over_repeated_calls() {
     }
     assert_eq!(pool.allocations(), after_first);
     assert_eq!(count(&stats.staged), 40);
+}
+
+/// Ranks of the scatters below, their root, and the elements each rank receives.
+const SIZE: i32 = 3;
+const ROOT: i32 = 1;
+const BLOCK: usize = 4;
+
+/// A scatter (`v`: a scatterv) at `rank`, the root's table passed on every rank as inside
+/// shard_map: the bytes it copied GPU→host, the send elements MPI was given, and the
+/// pinned bytes it borrowed.
+fn scatter_at(rank: i32, v: bool) -> (usize, Vec<usize>, usize) {
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let library = Ranked {
+        rank,
+        size: SIZE,
+        backend: Recording::default(),
+    };
+    let staged = Staged::new(&library, &gpu, &pool, &stats);
+    let table = floats((0..SIZE as usize * BLOCK).map(|i| i as f32));
+    let mut recv = vec![0u8; BLOCK * 4];
+    let (counts, displs) = ([BLOCK; SIZE as usize], [0, BLOCK, 2 * BLOCK]);
+    let world = library.world();
+    if v {
+        let send = Partition::new(input(&table), &counts, &displs);
+        staged.scatterv(world, send, output(&mut recv), ROOT)
+    } else {
+        staged.scatter(world, input(&table), output(&mut recv), ROOT)
+    }
+    .unwrap();
+    assert_eq!(gpu.pending(), 0, "work left on the stream after the call");
+    (
+        gpu.bytes_to_host(),
+        library.backend.tables(),
+        pool.held_bytes(),
+    )
+}
+
+#[test]
+fn scatter_stages_the_send_table_at_the_root_alone() {
+    for v in [false, true] {
+        for rank in 0..SIZE {
+            let (copied, tables, held) = scatter_at(rank, v);
+            let table = if rank == ROOT {
+                SIZE as usize * BLOCK
+            } else {
+                0
+            };
+            let which = format!(
+                "{} at rank {rank} of {SIZE}",
+                ["scatter", "scatterv"][v as usize]
+            );
+            assert_eq!(copied, table * 4, "{which}: bytes copied GPU→host");
+            assert_eq!(tables, [table], "{which}: send elements MPI was given");
+            assert_eq!(held, (table + BLOCK) * 4, "{which}: pinned bytes borrowed");
+        }
+    }
+}
+
+#[test]
+fn scatter_at_the_root_delivers_its_block_over_mpi() {
+    let Some(mpi) = mpi() else { return };
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let staged = Staged::new(mpi, &gpu, &pool, &stats);
+    let world = mpi.world();
+    let send = floats([1.0, 2.0, 3.0]);
+    let mut recv = vec![0u8; send.len()];
+    staged
+        .scatter(world, input(&send), output(&mut recv), 0)
+        .unwrap();
+    assert_eq!(recv, send);
+    let mut recv = vec![0u8; send.len()];
+    let (counts, displs) = ([3], [0]);
+    let table = Partition::new(input(&send), &counts, &displs);
+    staged.scatterv(world, table, output(&mut recv), 0).unwrap();
+    assert_eq!((recv, gpu.pending()), (send, 0));
+    assert_eq!(gpu.bytes_to_host(), 2 * 3 * 4);
 }

@@ -8,7 +8,7 @@
 //! scratch memory instead (pageable: pinning fails too), and makes every MPI call of the
 //! op. The other ranks complete; this one returns its error, saying what it did.
 
-use jaxmpi_core::{Backend, Error, Result};
+use jaxmpi_core::{Backend, Error, Library, Result};
 
 use super::{GpuMemory, Marker, PinnedBuffer, PinnedPool, Staged, Stats};
 
@@ -57,18 +57,18 @@ impl GpuMemory for Unusable {
     }
 }
 
-/// Runs `body` (an op, on the backend it is given) over `host` on host scratch memory in
-/// place of the GPU's, for a rank whose part could not be prepared (`why`): every MPI
-/// call of the op is made, and `why` is returned after.
+/// Runs `body` (an op, on the backend it is given) over `library`'s host ops on host
+/// scratch memory in place of the GPU's, for a rank whose part could not be prepared
+/// (`why`): every MPI call of the op is made, and `why` is returned after.
 pub fn without_gpu(
-    host: &dyn Backend,
+    library: &dyn Library,
     why: Error,
     body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
 ) -> Result<()> {
     let gpu = Unusable::new(why.clone());
     // Of this op alone: its scratch memory is pageable, freed as it returns.
     let (pool, stats) = (PinnedPool::default(), Stats::default());
-    let outcome = body(&Staged::new(host, &gpu, &pool, &stats));
+    let outcome = body(&Staged::new(library, &gpu, &pool, &stats));
     let mut err = why;
     err.message.push_str(
         "; this rank still made the op's MPI calls, with host scratch memory in place of \

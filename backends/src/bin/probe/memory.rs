@@ -27,7 +27,7 @@ fn kind(rank: i32) -> &'static str {
 pub fn run(p: &mut Probe, g: &Group) {
     let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
     let host = p.library.backend();
-    let staged = Staged::new(host, &gpu, &pool, &stats);
+    let staged = Staged::new(p.library, &gpu, &pool, &stats);
     let direct = Direct::new(p.library, &gpu, &pool, &stats, Placement::Any);
     let mine: &dyn Backend = match kind(g.rank) {
         "staged" => &staged,
@@ -68,6 +68,9 @@ pub fn run(p: &mut Probe, g: &Group) {
             p.check(&format!("{label} (host code)"), 2, made);
         }
         _ => {}
+    }
+    for root in g.roots() {
+        scatter(p, g, mine, &gpu, root);
     }
     failing_gpu(p, g, mine, &gpu);
 }
@@ -123,6 +126,37 @@ fn bcast(p: &mut Probe, g: &Group, b: &dyn Backend, dtype: Dtype, n: usize, root
     };
     let result = b.bcast(g.comm, side, root);
     p.result(&label, result, &expected, &buf);
+}
+
+/// The root's table passed on every rank, as inside shard_map: every rank gets its block,
+/// and the staged rank copies the table GPU→host only where it is the root (MPI reads it
+/// nowhere else).
+fn scatter(p: &mut Probe, g: &Group, b: &dyn Backend, gpu: &FakeGpu, root: i32) {
+    let (dtype, n) = (Dtype::F32, 5);
+    let label = format!(
+        "scatter {dtype} n={n} root={root}, the table on every rank, {} memory, on {}",
+        kind(g.rank),
+        g.name
+    );
+    p.start(&label);
+    let seed = format!("scatter {dtype} n={n} root={root} in mixed memories");
+    let data = Data::new(&seed, dtype, Pattern::Wide, g.size);
+    let table = data.of_rank(root, n * g.size as usize);
+    let mut recv = Array::zeroed(dtype, n);
+    let offset = n * g.rank as usize;
+    let expected = Array::from_fn(dtype, n, |i| data.value(root, offset + i));
+    let before = gpu.bytes_to_host();
+    let result = b.scatter(g.comm, table.buf(), recv.buf_mut(), root);
+    p.result(&label, result, &expected, &recv);
+    if kind(g.rank) == "staged" {
+        let staged = if g.rank == root {
+            table.bytes().len()
+        } else {
+            0
+        };
+        let copied = gpu.bytes_to_host() - before;
+        p.check(&format!("{label}: bytes copied GPU→host"), staged, copied);
+    }
 }
 
 /// Rank 0's GPU fails after its first chunk's copy: rank 0 reports it, the others

@@ -99,7 +99,7 @@ fn run_as(
         p.ok(label, result);
         return;
     }
-    match without_gpu(p.backend, cannot_start(), op) {
+    match without_gpu(p.library, cannot_start(), op) {
         Ok(()) => p.fail(label, "this rank's own error", "success"),
         Err(err) => {
             let said = err.to_string();
