@@ -31,6 +31,10 @@ JAX has the hook (JAX >= 0.10.2), jaxmpi's pass:
   subset_refused  collectives="mpi": a program over some of the processes only that holds
                 a collective is refused when it is compiled, before XLA's MPI backend
                 could hang in it; one without collectives runs
+  communicators_limit  4 ranks, JAXMPI_MAX_COMMUNICATORS=2: ppermutes pairing the ranks
+                three ways, each pair's processes a communicator of their own: the third
+                pairing is refused on every rank, naming the limit, again when rerun; the
+                first two still run
 """
 
 from __future__ import annotations
@@ -169,6 +173,38 @@ def subset_program() -> tuple[int, int]:
     return rank, size
 
 
+def communicators_limit() -> tuple[int, int]:
+    """Past JAXMPI_MAX_COMMUNICATORS, every rank of the program that needs another
+    communicator fails alike, and what was made still serves."""
+    import jax
+    import numpy as np
+
+    rank, size = started_by_jaxmpi("jaxmpi")
+    pairings = [[(0, 1), (2, 3)], [(0, 2), (1, 3)], [(0, 3), (1, 2)]]
+
+    def swap(pairing):
+        perm = [p for a, b in pairing for p in ((a, b), (b, a))]
+        partner = dict(perm)[rank]
+        got = shard_map_of(lambda x: jax.lax.ppermute(x, "x", perm))(np.arange(2.0) + rank)
+        return "right" if np.array_equal(got, np.arange(2.0) + partner) else f"WRONG {got}"
+
+    for k, pairing in enumerate(pairings[:2]):
+        print(f"PAIRING {k} rank {rank} {swap(pairing)}", flush=True)
+    for attempt in ("LIMIT", "AGAIN"):
+        try:
+            print(f"UNEXPECTED: the third pairing ran ({swap(pairings[2])})")
+        except Exception as err:  # XLA's error type differs between JAX versions
+            said = "JAXMPI_MAX_COMMUNICATORS" in str(err) and "(2," in str(err)
+            print(f"{attempt} rank {rank} {'named' if said else f'UNNAMED {err}'}", flush=True)
+            if rank == 0 and attempt == "LIMIT":
+                print(f"(rank 0's error: {err})", flush=True)
+    print(f"AFTER rank {rank} {swap(pairings[0])}", flush=True)
+    from jaxmpi import _native
+
+    print(f"HELD rank {rank} {_native.device_communicators()}", flush=True)
+    return rank, size
+
+
 def imported_in_order(*modules: str) -> None:
     """Imports `modules` in this order (the point of the case: no sorting them)."""
     for module in modules:
@@ -273,6 +309,8 @@ def main() -> None:
             print(f"REFUSED {err}")
     elif CASE == "subset_refused":
         rank, size = subset_program()
+    elif CASE == "communicators_limit":
+        rank, size = communicators_limit()
     else:
         raise SystemExit(f"unknown case {CASE!r}")
     if CASE not in ("refused", "untouched", "pass_refused"):

@@ -133,6 +133,12 @@ check "refused without the startup hook (python -S), jax imported first" $? 0 \
 job pypi-mpich-5 3 subset_refused 0 \
     "REFUSED rank 0 jaxmpi: this program runs on the devices of processes [0, 1] of 3 and holds all-reduce|REFUSED rank 1|ELEMENTWISE rank 0 right|ELEMENTWISE rank 1 right|DONE rank 2"
 
+# The device-rank layer's communicators past JAXMPI_MAX_COMMUNICATORS: every rank refused
+# alike, naming the limit; what was made still serves.
+limit="LIMIT rank 0 named|LIMIT rank 3 named|AGAIN rank 1 named|AGAIN rank 2 named"
+limit+="|PAIRING 1 rank 0 right|PAIRING 1 rank 3 right|AFTER rank 0 right|AFTER rank 3 right"
+job pypi-mpich-5 4 communicators_limit 0 "$limit|HELD rank 2 2|DONE rank 3" JAXMPI_MAX_COMMUNICATORS=2
+
 # jaxmpi's pass, on a build of each family: the default takes it; the debug lines and
 # the watchdog name the JAX collective a call came from (and count every array of a
 # variadic all-reduce).

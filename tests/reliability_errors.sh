@@ -79,5 +79,8 @@ expect "a bad JAXMPI_PROGRESS is refused at import" "ValueError: JAXMPI_PROGRESS
 expect "a bad JAXMPI_MESH_REDUCTIONS is refused at import" \
     "ValueError: JAXMPI_MESH_REDUCTIONS='exact'" \
     env JAXMPI_MESH_REDUCTIONS=exact "$py" -c "import jaxmpi"
+expect "a bad JAXMPI_MAX_COMMUNICATORS is refused at import" \
+    "ValueError: JAXMPI_MAX_COMMUNICATORS='0'" \
+    env JAXMPI_MAX_COMMUNICATORS=0 "$py" -c "import jaxmpi"
 echo "$failed failed"
 ((failed == 0))

@@ -20,7 +20,7 @@ use jaxmpi_core::xla::handlers::{
     ragged, register_mesh_comm, GPU_HANDLERS, HANDLERS, NON_BLOCKING, SIGNATURES, STARTED_RESULTS,
 };
 use jaxmpi_core::xla::mesh::reductions;
-use jaxmpi_core::xla::{devices, hlo};
+use jaxmpi_core::xla::{devices, hlo, mesh};
 use jaxmpi_core::{library, Dtype, Error, ErrorKind, Library, ReduceOp};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -99,6 +99,14 @@ fn hlo_targets() -> Vec<(&'static str, &'static str)> {
 #[pyfunction]
 fn mesh_reductions() -> PyResult<&'static str> {
     reductions::reductions().map(|r| r.name()).map_err(to_py)
+}
+
+/// How many communicators among processes the device-rank layer holds in this process
+/// (one for each set of devices its collectives, permutes' processes and MeshComms span;
+/// at most `JAXMPI_MAX_COMMUNICATORS`).
+#[pyfunction]
+fn device_communicators() -> usize {
+    mesh::communicators_held()
 }
 
 /// The HLO pass's revision (`hlo::REVISION`), which salts JAX's compilation cache.
@@ -419,6 +427,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hlo_targets, m)?)?;
     m.add_function(wrap_pyfunction!(hlo_revision, m)?)?;
     m.add_function(wrap_pyfunction!(mesh_reductions, m)?)?;
+    m.add_function(wrap_pyfunction!(device_communicators, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(xla_plugin_loaded, m)?)?;

@@ -347,3 +347,61 @@ def test_scans_along_ranks_that_alternate_between_processes():
             )
         compare(got, scanned, f"scan, call {k}")
         compare(got_ex, exscanned, f"exscan, call {k}")
+
+
+# --- 7. Communicators: one per set of devices, one per set of a permute's processes ---
+
+
+def test_communicators_are_shared_by_every_order_of_a_set_and_every_permute():
+    """A psum over every device in process order, then over the same devices reversed and
+    scrambled (each a mesh of its own): one communicator among the processes serves
+    them all. Permutes of four patterns (rings both ways, a reversal, a random
+    permutation): their messages share one communicator per set of processes their
+    connected devices span, however many patterns run (a pattern's connected devices
+    are any subset of the devices; a communicator each would run MPICH out of context
+    ids)."""
+    x = blocks_of()
+    rng = np.random.default_rng(7)
+    orders = [list(range(N)), list(range(N))[::-1], rng.permutation(N).tolist()]
+    held = []
+    for order in orders:
+        mesh = Mesh(np.array(DEVICES)[order], ("i",))
+        with within(f"psum over devices in the order {order}"):
+            got = smap(lambda v: jax.lax.psum(v, "i"), mesh=mesh)(put(x, mesh=mesh))
+        check(got, np.tile(per_block(x).sum(0), (N, 1)), f"psum, order {order}")
+        held.append(jaxmpi._native.device_communicators())
+    assert held == [held[0]] * len(held), f"communicators held after each order: {held}"
+    random = rng.permutation(N).tolist()
+    patterns = [
+        [(i, (i + 1) % N) for i in range(N)],
+        [(i, (i - 1) % N) for i in range(N)],
+        [(i, N - 1 - i) for i in range(N)],
+        [(i, random[i]) for i in range(N)],
+    ]
+    owner = [d.process_index for d in DEVICES]
+    spans: set[frozenset] = set()
+    before = held[-1]
+    for pattern in patterns:
+        check_ppermute(x, pattern)
+        # The processes of each connected part (a ring's: every process).
+        parts = {i: {i} for i in range(N)}
+        for s, t in pattern:
+            joined = parts[s] | parts[t]
+            for d in joined:
+                parts[d] = joined
+        spans |= {frozenset(owner[d] for d in p) for p in parts.values() if len(p) > 1}
+        now = jaxmpi._native.device_communicators()
+        spanning = sum(len(s) > 1 for s in spans)
+        assert now - before <= spanning, (
+            f"after ppermute {pattern}: {now - before} communicators made by the permutes, "
+            f"their connected devices span {spanning} sets of processes"
+        )
+    # Again, and over the same devices in new orders: nothing new.
+    made = jaxmpi._native.device_communicators()
+    for pattern in patterns:
+        check_ppermute(x, pattern)
+    for order in (rng.permutation(N).tolist(), rng.permutation(N).tolist()):
+        mesh = Mesh(np.array(DEVICES)[order], ("i",))
+        got = smap(lambda v: jax.lax.psum(v, "i"), mesh=mesh)(put(x, mesh=mesh))
+        check(got, np.tile(per_block(x).sum(0), (N, 1)), f"psum, order {order}")
+    assert jaxmpi._native.device_communicators() == made

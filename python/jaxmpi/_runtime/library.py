@@ -62,8 +62,9 @@ def _agree_with_mpi4py() -> None:
 
 
 def _check_environment() -> None:
-    """JAXMPI_TIMEOUT, JAXMPI_DEBUG, JAXMPI_DISPATCH and JAXMPI_MESH_REDUCTIONS are read by
-    the handlers, which cannot raise a clear error at import; a bad value is refused here."""
+    """JAXMPI_TIMEOUT, JAXMPI_DEBUG, JAXMPI_DISPATCH, JAXMPI_MESH_REDUCTIONS and
+    JAXMPI_MAX_COMMUNICATORS are read by the handlers, which cannot raise a clear error at
+    import; a bad value is refused here."""
     timeout = os.environ.get("JAXMPI_TIMEOUT", "").strip()
     try:
         seconds = float(timeout) if timeout else 0.0
@@ -94,6 +95,13 @@ def _check_environment() -> None:
             f"JAXMPI_MESH_REDUCTIONS={reductions!r}: expected fast (MPI's own reductions "
             "between processes; the default) or ordered (every element combined in rank "
             "order: the same bits in every layout of devices)"
+        )
+    most = os.environ.get("JAXMPI_MAX_COMMUNICATORS", "1024").strip()
+    if not (most.isdigit() and int(most) > 0):
+        raise ValueError(
+            f"JAXMPI_MAX_COMMUNICATORS={most!r}: expected a whole number above 0, the most "
+            "communicators among processes jaxmpi's device ranks make in a process (1024 "
+            "by default)"
         )
     progress = os.environ.get("JAXMPI_PROGRESS", "").strip().lower()
     if progress not in ("", "thread", "none", "at-start"):

@@ -138,7 +138,7 @@ pub fn hlo_all_reduce(
 ) -> Result<()> {
     let key = CallKey::reducing(call.name(), a.op, 0);
     on_groups(call, library, &a.groups, key, own, |place, seats| {
-        reductions::all_reduce(&place.group, library, backend, seats, a.op)
+        reductions::all_reduce(&place.group, backend, seats, a.op)
     })
 }
 
@@ -162,7 +162,7 @@ pub fn hlo_reduce_scatter(
 ) -> Result<()> {
     let key = CallKey::reducing(call.name(), a.op, along(call, &a.outer.0).detail);
     on_groups(call, library, &a.groups, key, apart, |place, seats| {
-        reductions::reduce_scatter(&place.group, library, backend, seats, &a.outer.0, a.op)
+        reductions::reduce_scatter(&place.group, backend, seats, &a.outer.0, a.op)
     })
 }
 

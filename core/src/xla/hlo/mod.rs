@@ -37,10 +37,11 @@ use std::fmt;
 pub use pass::{rewrite_module, Rewritten};
 
 /// The pass's revision: raise it whenever the pass writes another program for the same
-/// module (the tiled all-to-all taken whole was 2, the prologue making the communicators 3). JAX's persistent compilation cache is
+/// module (the tiled all-to-all taken whole was 2, the prologue making the communicators 3,
+/// a permute's groups marked in the prologue 4). JAX's persistent compilation cache is
 /// salted with it, so that ranks running different revisions never share a program whose
 /// MPI calls differ.
-pub const REVISION: u32 = 3;
+pub const REVISION: u32 = 4;
 pub use rewrite::{PROLOGUE, TARGETS};
 
 /// Why a module cannot run over jaxmpi: compiling it fails with this, before anything runs.

@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::proto::{instruction, Computation, Instruction};
-use super::rewrite::{self, refusal, Call, Kind};
+use super::rewrite::{self, refusal, target_of, Among, Call, Kind};
 use super::Refusal;
 
 pub struct Module {
@@ -211,7 +211,8 @@ impl Module {
     /// Every group of devices the calls run among (of two or more devices), once each, in
     /// the module's order: the same on every rank for the same program, the order its
     /// prologue makes their communicators in (`mesh/communicators.rs`).
-    pub fn groups_in_order(&self, calls: &HashMap<(i64, i64), Call>) -> Vec<Vec<i64>> {
+    pub fn groups_in_order(&self, calls: &HashMap<(i64, i64), Call>) -> Vec<Among> {
+        let permute = target_of("collective-permute");
         let mut seen = HashSet::new();
         let mut groups = Vec::new();
         for computation in &self.computations {
@@ -220,8 +221,12 @@ impl Module {
                     continue;
                 };
                 for group in &call.groups {
-                    if group.len() > 1 && seen.insert(group.clone()) {
-                        groups.push(group.clone());
+                    let among = Among {
+                        devices: group.clone(),
+                        permute: Some(call.target) == permute,
+                    };
+                    if group.len() > 1 && seen.insert(among.clone()) {
+                        groups.push(among);
                     }
                 }
             }

@@ -196,6 +196,26 @@ fn op_code(op: ReduceOp) -> i64 {
 }
 
 /// Groups as the handlers read them: each group's size, then its devices.
+/// A group whose communicators a program's prologue makes: a collective's devices, or a
+/// permute's connected devices (`permute`: its messages go on the communicator of their
+/// processes, `mesh::Kind::Permute`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Among {
+    pub devices: Vec<i64>,
+    pub permute: bool,
+}
+
+/// The prologue's list: each group's size (negative for a permute's), then its devices.
+pub fn encode_prologue(groups: &[Among]) -> Vec<i64> {
+    let mut flat = Vec::new();
+    for group in groups {
+        let size = group.devices.len() as i64;
+        flat.push(if group.permute { -size } else { size });
+        flat.extend_from_slice(&group.devices);
+    }
+    flat
+}
+
 pub fn encode_groups(groups: &[Vec<i64>]) -> Vec<i64> {
     let mut flat = Vec::new();
     for group in groups {

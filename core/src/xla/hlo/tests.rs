@@ -187,6 +187,35 @@ fn a_program_begins_with_the_communicators_of_its_groups() {
 }
 
 #[test]
+fn a_permutes_devices_are_marked_in_the_prologue() {
+    // A swap of the two partitions beside a psum over them: the same devices, listed
+    // twice, the permute's with its size negative (its communicator is its processes').
+    let x = array(F32, &[4]);
+    let mut swap = Instruction::new(4, "ppermute", "collective-permute", &x, &[3]);
+    swap.0.set_int(instruction::CHANNEL_ID, 2);
+    for (source, target) in [(0, 1), (1, 0)] {
+        let mut pair = Message::default();
+        pair.set_int(1, source);
+        pair.set_int(2, target);
+        swap.0.push_message(instruction::SOURCE_TARGET_PAIRS, &pair);
+    }
+    let bytes = module_of(vec![
+        entry(vec![parameter(2, 0, &x), all_reduce(2, &x), swap], 4),
+        adder(),
+    ]);
+    let main = &rewritten(&bytes)[0];
+    let prologue = find(main, "custom-call")
+        .into_iter()
+        .find(|i| i.target() == PROLOGUE)
+        .unwrap();
+    let config = prologue.0.string(instruction::BACKEND_CONFIG);
+    assert_eq!(
+        config,
+        "{groups = dense<[2, 0, 2048, -2, 0, 2048]> : tensor<6xi64>}"
+    );
+}
+
+#[test]
 fn a_psum_becomes_a_call_taking_and_giving_the_token() {
     let x = array(F32, &[4]);
     let bytes = module_of(vec![

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use super::config::Config;
 use super::order::{is_jaxmpi_op, Module};
 use super::proto::{instruction, Instruction, Shape};
-use super::rewrite::{encode_groups, refusal, Call, PROLOGUE};
+use super::rewrite::{encode_prologue, refusal, Among, Call, PROLOGUE};
 use super::Refusal;
 
 /// Where a computation's token comes from.
@@ -28,7 +28,7 @@ pub fn thread(
     module: &mut Module,
     calls: &HashMap<(i64, i64), Call>,
     calling: &HashSet<i64>,
-    groups: &[Vec<i64>],
+    groups: &[Among],
 ) -> Result<(), Refusal> {
     let entry = module.entry;
     let mut threader = Threader {
@@ -46,7 +46,7 @@ struct Threader<'a> {
     module: &'a mut Module,
     calls: &'a HashMap<(i64, i64), Call>,
     calling: &'a HashSet<i64>,
-    groups: &'a [Vec<i64>],
+    groups: &'a [Among],
     /// Computations already threaded: one reached twice would get two tokens.
     threaded: HashSet<i64>,
 }
@@ -235,7 +235,7 @@ impl Threader<'_> {
     /// The program's prologue: a call that takes the token first and makes the
     /// communicators of `groups` (`jaxmpi_hlo_communicators`).
     fn prologue(&mut self, b: &mut Builder, chain: i64) -> Result<i64, Refusal> {
-        let config = Config::default().ints("groups", &encode_groups(self.groups));
+        let config = Config::default().ints("groups", &encode_prologue(self.groups));
         let name = self.fresh_name("communicators");
         let shape = Shape::tuple(&[Shape::token()]);
         let mut cc = Instruction::new(b.fresh_id(), &name, "custom-call", &shape, &[chain]);

@@ -14,9 +14,9 @@
 
 use super::buffers::{at, copy, move_bytes, seat, Scratch};
 use super::group::Group;
-use super::messages::{every_pair, exchange, Piece};
+use super::messages::{exchange, touching, Piece};
 use super::seat::{Seat, Span};
-use crate::{Backend, Dtype, Envelope, Input, Library, Peer, Result};
+use crate::{Backend, Dtype, Envelope, Error, Input, Library, PartitionMut, Peer, Result};
 
 /// Every member's array `k` (in `outer` slices) to every member, as block i of each slice.
 pub fn all_gather(
@@ -29,16 +29,18 @@ pub fn all_gather(
     let n = group.size();
     for (k, &outer) in outer.iter().enumerate() {
         let (x, y) = (seats[0].args[k], seats[0].rets[k]);
-        if group.distinct() && outer == 1 && group.spans_processes() {
+        let by_mpi = group.spans_processes() && !group.point_to_point_only();
+        if group.aligned() && outer == 1 && by_mpi {
             // SAFETY: live buffers of this device's call.
             let (send, recv) = unsafe { (x.buf(), y.buf_mut()) };
             backend.allgather(group.comm()?, send, recv)?;
             continue;
         }
         let inner = x.bytes() / outer.max(1);
-        if group.spans_processes() && group.even() {
-            // This process's blocks packed, gathered by MPI among the processes, then
-            // unpacked into every local device's result.
+        if by_mpi {
+            // This process's blocks packed, gathered by MPI among the processes (each
+            // process's as many as it holds), then unpacked into every local device's
+            // result: each block reaches each process once.
             let local = group.local.len();
             let mut mine = Scratch::new(x.bytes() * local);
             let mine = mine.span(0, x.count * local, x.dtype);
@@ -49,11 +51,20 @@ pub fn all_gather(
             let all = all.span(0, y.count, y.dtype);
             // SAFETY: scratch of this call.
             let (send, recv) = unsafe { (mine.buf(), all.buf_mut()) };
-            backend.allgather(group.comm()?, send, recv)?;
+            if group.even() {
+                backend.allgather(group.comm()?, send, recv)?;
+            } else {
+                let ranks = 0..group.processes();
+                let counts: Vec<usize> = ranks.clone().map(|r| group.held(r) * x.count).collect();
+                let displs: Vec<usize> = ranks.map(|r| group.held_before(r) * x.count).collect();
+                let recv = PartitionMut::new(recv, &counts, &displs);
+                backend.allgatherv(group.comm()?, send, recv)?;
+            }
             for rank in 0..group.processes() {
+                let first = group.held_before(rank);
                 for (s, i) in group.positions_of(rank).enumerate() {
                     for o in 0..outer {
-                        let from = all.ptr + ((rank * local + s) * outer + o) * inner;
+                        let from = all.ptr + ((first + s) * outer + o) * inner;
                         for seat in seats {
                             move_bytes(from, seat.rets[k].ptr + (o * n + i) * inner, inner);
                         }
@@ -62,8 +73,9 @@ pub fn all_gather(
             }
             continue;
         }
-        // Member i's slice o lands as block i of every member's slice o.
-        let pieces = every_pair(n, outer, |i, j, o| Piece {
+        // Member i's slice o lands as block i of every member's slice o (all in this
+        // process, or a permute's group, checked: `JAXMPI_CHECK`).
+        let pieces = touching(group, outer, |i, j, o| Piece {
             from: i,
             to: j,
             bytes: inner,
@@ -71,6 +83,84 @@ pub fn all_gather(
             recv: at(group, seats, j, |s| s.rets[k], (o * n + i) * inner),
         });
         exchange(group, library, backend, &pieces)?;
+    }
+    Ok(())
+}
+
+/// Every member's operand to every member, as block p of its result, each block as long
+/// as its member's operand (a MeshComm's allgatherv): `rets[0]` is a seat's whole result,
+/// `rets[1 + p]` its block p. Each process's blocks travel once to each other process,
+/// however many devices there take them.
+pub fn all_gather_v(group: &Group, backend: &dyn Backend, seats: &[Seat]) -> Result<()> {
+    let block = |s: &Seat, p: usize| s.rets[1 + p];
+    let x = seats[0].args[0];
+    let sent_as = |p: usize| block(&seats[0], p).bytes();
+    for (s, &p) in seats.iter().zip(&group.local) {
+        if s.args[0].bytes() != sent_as(p) {
+            return Err(Error::invalid_argument(
+                "allgatherv",
+                format!(
+                    "rank {p} sends {} bytes, where the counts give it {}",
+                    s.args[0].bytes(),
+                    sent_as(p)
+                ),
+            ));
+        }
+    }
+    if !group.spans_processes() {
+        for s in seats {
+            for (from, &p) in seats.iter().zip(&group.local) {
+                copy(&from.args[0], &block(s, p));
+            }
+        }
+        return Ok(());
+    }
+    if group.aligned() {
+        // MPI's own, straight into this device's result.
+        let whole = seats[0].rets[0];
+        let size = whole.dtype.size();
+        let counts: Vec<usize> = seats[0].rets[1..].iter().map(|b| b.count).collect();
+        let displs: Vec<usize> = seats[0].rets[1..]
+            .iter()
+            .map(|b| (b.ptr - whole.ptr) / size)
+            .collect();
+        // SAFETY: live buffers of this device's call.
+        let (send, recv) = unsafe { (x.buf(), whole.buf_mut()) };
+        let recv = PartitionMut::new(recv, &counts, &displs);
+        return backend.allgatherv(group.comm()?, send, recv);
+    }
+    let ranks = 0..group.processes();
+    let bytes: Vec<usize> = ranks
+        .clone()
+        .map(|r| group.positions_of(r).map(sent_as).sum())
+        .collect();
+    let displs: Vec<usize> = bytes
+        .iter()
+        .scan(0, |next, &b| Some(std::mem::replace(next, *next + b)))
+        .collect();
+    let sent: usize = seats.iter().map(|s| s.args[0].bytes()).sum();
+    let mut mine = Scratch::new(sent);
+    let mine = mine.span(0, sent, Dtype::U8);
+    let mut next = mine.ptr;
+    for s in seats {
+        move_bytes(s.args[0].ptr, next, s.args[0].bytes());
+        next += s.args[0].bytes();
+    }
+    let total = bytes.iter().sum();
+    let mut all = Scratch::new(total);
+    let all = all.span(0, total, Dtype::U8);
+    // SAFETY: scratch of this call.
+    let (send, recv) = unsafe { (mine.buf(), all.buf_mut()) };
+    let recv = PartitionMut::new(recv, &bytes, &displs);
+    backend.allgatherv(group.comm()?, send, recv)?;
+    for r in ranks {
+        let mut from = all.ptr + displs[r];
+        for p in group.positions_of(r) {
+            for s in seats {
+                move_bytes(from, block(s, p).ptr, sent_as(p));
+            }
+            from += sent_as(p);
+        }
     }
     Ok(())
 }
@@ -109,7 +199,7 @@ pub fn all_to_all(
         AllToAll::Array { .. } => s.rets[0].ptr + (o * n + from) * block,
         AllToAll::Arrays => s.rets[from].ptr,
     };
-    if group.distinct() && outer == 1 && group.spans_processes() {
+    if group.aligned() && outer == 1 && group.spans_processes() {
         if let AllToAll::Array { .. } = form {
             let (x, y) = (seats[0].args[0], seats[0].rets[0]);
             // SAFETY: live buffers of this device's call.
@@ -118,7 +208,7 @@ pub fn all_to_all(
     }
     // Packed when there is something to gain: several devices' blocks to one process, or
     // many slices of small blocks; one device's own buffers otherwise go as they are.
-    let packs = group.local.len() > 1 || (outer > 1 && block < PACKED_BLOCK);
+    let packs = !group.aligned() || (outer > 1 && block < PACKED_BLOCK);
     if group.spans_processes() && group.even() && packs {
         // Blocks packed by destination process, exchanged by MPI's alltoall, unpacked:
         // one MPI call however many slices and devices.
@@ -162,7 +252,7 @@ pub fn all_to_all(
         true => address(seat(group, seats, p)),
         false => 0,
     };
-    let pieces = every_pair(n, outer, |i, j, o| Piece {
+    let pieces = touching(group, outer, |i, j, o| Piece {
         from: i,
         to: j,
         bytes: block,
@@ -173,7 +263,8 @@ pub fn all_to_all(
 }
 
 /// Each (source, target) pair's operand to the target's result; a result no pair targets
-/// is zeros. `pairs` are positions of the group: the devices they connect (`connected`).
+/// is zeros. `pairs` are positions of the group (the devices they connect, `connected`): at
+/// least every pair this process's devices send or receive.
 pub fn permute(
     group: &Group,
     library: &dyn Library,
@@ -197,9 +288,9 @@ pub fn permute(
         let envelope = Envelope {
             comm: group.comm()?,
             dest: peer(target),
-            sendtag: 0,
+            sendtag: target.map_or(0, |t| group.tag(me, t)),
             source: peer(source),
-            recvtag: Some(0),
+            recvtag: Some(source.map_or(0, |s| group.tag(s, me))),
         };
         // SAFETY: live buffers of this device's call.
         let (send, recv) = unsafe { (x.buf(), y.buf_mut()) };

@@ -12,8 +12,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::group::{self, program_tag, Kind};
-use super::place::listed;
+use super::group::{self, program_tag};
+use super::place::listed_kinds;
 use crate::xla::devices;
 use crate::{Library, Result};
 
@@ -58,14 +58,14 @@ pub fn make_program_communicators(library: &dyn Library, flat: &[i64]) -> Result
 
 fn make(library: &dyn Library, flat: &[i64]) -> Result<()> {
     let me = library.comm_rank(library.world())?;
-    for (index, devices) in listed(flat)?.into_iter().enumerate() {
+    for (index, (kind, devices)) in listed_kinds(flat)?.into_iter().enumerate() {
         let owners = devices
             .iter()
             .map(|&d| devices::owner(d))
             .collect::<Result<Vec<_>>>()?;
         if owners.contains(&me) {
             let tag = program_tag(flat, index);
-            group::group(library, Kind::Program, devices)?.make(library, tag)?;
+            group::group(library, kind, devices)?.make(library, tag)?;
         }
     }
     Ok(())

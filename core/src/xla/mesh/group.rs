@@ -5,12 +5,15 @@
 //! communicators among them (made where `make` says), and the room where this process's
 //! devices of the group meet.
 //!
-//! With one device per process (the common case), a group's communicator ranks are its
-//! positions, and a collective is one MPI call on the devices' own buffers.
+//! With one device per process, listed in rank order (the common case), a group's
+//! communicator ranks are its positions, and a collective is one MPI call on the
+//! devices' own buffers (`aligned`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+pub use super::comm_sets::Kind;
+use super::comm_sets::{self, Communicators};
 use super::room::Room;
 use super::seat::Seat;
 use crate::xla::devices;
@@ -18,68 +21,121 @@ use crate::{Comm, Error, Library, Result};
 
 pub struct Group {
     pub devices: Vec<i64>,
-    /// The world rank owning each position.
-    owners: Vec<i32>,
-    /// The processes the group spans, in the order they first appear in it: the ranks of
-    /// its communicators.
+    /// The communicator rank of the process holding each position.
+    ranks: Vec<u32>,
+    /// The processes (world ranks) the group spans, ascending: the ranks of its
+    /// communicators, which every group over the same devices shares.
     processes: Vec<i32>,
+    /// Each communicator rank's positions, in order: rank r's are
+    /// `positions[starts[r]..starts[r + 1]]`.
+    positions: Vec<usize>,
+    starts: Vec<usize>,
+    /// Each position's place among its process's positions.
+    places: Vec<u32>,
     /// The positions this process holds, in order.
     pub local: Vec<usize>,
+    /// Each position's slot among `local`, `NOT_LOCAL` where another process holds it.
+    slots: Vec<u32>,
     even: bool,
-    comm: Made,
-    /// A second communicator among the same processes, for the messages of jaxmpi's
-    /// point-to-point ops on a MeshComm: a user's pending send there can never match a
-    /// collective's message on `comm`.
-    p2p: Made,
+    aligned: bool,
+    comms: Arc<Communicators>,
     kind: Kind,
+    /// For a permute, each position's device's place among its process's devices
+    /// (`devices::slot`) and the most devices a process holds: its messages' tags.
+    tags: Option<(Vec<usize>, usize)>,
     room: Room<Seat>,
 }
 
-/// Who names a group, and so where its communicators are made (`make`): a program's
-/// collectives, in the program's prologue (`make_program_communicators`), or a MeshComm,
-/// when it is constructed. The two keep their groups (and communicators, and rooms)
-/// apart even over the same devices, so that neither ever waits for the other's making.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Program,
-    MeshComm,
-}
+const NOT_LOCAL: u32 = u32::MAX;
+
+/// A permute's tags name a device pair, `slot x most + slot`, below the 32,768 every
+/// library allows: so up to 181 devices a process; past that a permute is a program's
+/// group like the others, with a communicator per set of devices.
+const MOST_TAGGED: usize = 181;
 
 impl Group {
-    fn new(kind: Kind, devices: &[i64], me: i32) -> Result<Group> {
-        let owners = devices
-            .iter()
-            .map(|&d| devices::owner(d))
-            .collect::<Result<Vec<_>>>()?;
-        let mut processes = Vec::new();
-        for &p in &owners {
-            if !processes.contains(&p) {
-                processes.push(p);
-            }
+    /// The group of `devices`, whose owners (world ranks) are `owners`, as process `me`
+    /// sees it; its communicators are those of every group over the same devices
+    /// (`communicators`). O(devices): a world group of 16 k devices is made in
+    /// milliseconds, once.
+    pub(super) fn new(
+        kind: Kind,
+        devices: &[i64],
+        owners: &[i32],
+        me: i32,
+        comms: Arc<Communicators>,
+        tags: Option<(Vec<usize>, usize)>,
+    ) -> Group {
+        // Communicator ranks in the order of world ranks, so that every group over the same
+        // devices, in whatever order, shares its communicators (`communicators`).
+        let mut processes = owners.to_vec();
+        processes.sort_unstable();
+        processes.dedup();
+        let rank_of_process: HashMap<i32, u32> = (0..processes.len() as u32)
+            .map(|r| (processes[r as usize], r))
+            .collect();
+        let ranks: Vec<u32> = owners.iter().map(|p| rank_of_process[p]).collect();
+        let aligned = processes.len() == ranks.len()
+            && ranks.iter().enumerate().all(|(p, &r)| r as usize == p);
+        let mut starts = vec![0; processes.len() + 1];
+        for &r in &ranks {
+            starts[r as usize + 1] += 1;
         }
-        let local: Vec<usize> = (0..owners.len()).filter(|&i| owners[i] == me).collect();
-        let held = |p: &i32| owners.iter().filter(|&o| o == p).count();
-        let even = processes.iter().all(|p| held(p) == held(&processes[0]));
-        Ok(Group {
+        for r in 0..processes.len() {
+            starts[r + 1] += starts[r];
+        }
+        let mut next = starts.clone();
+        let mut positions = vec![0; ranks.len()];
+        let mut places = vec![0; ranks.len()];
+        for (position, &r) in ranks.iter().enumerate() {
+            let r = r as usize;
+            positions[next[r]] = position;
+            places[position] = (next[r] - starts[r]) as u32;
+            next[r] += 1;
+        }
+        let held = |r: usize| starts[r + 1] - starts[r];
+        let even = (0..processes.len()).all(|r| held(r) == held(0));
+        let local: Vec<usize> = match rank_of_process.get(&me) {
+            Some(&r) => positions[starts[r as usize]..starts[r as usize + 1]].to_vec(),
+            None => Vec::new(),
+        };
+        let mut slots = vec![NOT_LOCAL; ranks.len()];
+        for (slot, &p) in local.iter().enumerate() {
+            slots[p] = slot as u32;
+        }
+        Group {
             devices: devices.to_vec(),
             room: Room::new(local.len()),
-            owners,
+            ranks,
             processes,
+            positions,
+            starts,
+            places,
             local,
+            slots,
             even,
-            comm: Made::new(),
-            p2p: Made::new(),
+            aligned,
+            comms,
             kind,
-        })
+            tags,
+        }
     }
 
     pub fn size(&self) -> usize {
         self.devices.len()
     }
 
-    /// Every position in a process of its own: then communicator ranks are positions.
+    /// Every position in a process of its own.
     pub fn distinct(&self) -> bool {
-        self.processes.len() == self.owners.len()
+        self.processes.len() == self.ranks.len()
+    }
+
+    /// Every position in a process of its own, which is communicator rank `position`
+    /// (processes in the order of their world ranks): then a collective is MPI's on the
+    /// devices' own buffers. A group whose devices list processes in another order
+    /// (a reordered mesh) packs as a process of several devices does.
+    pub fn aligned(&self) -> bool {
+        self.aligned
     }
 
     pub fn spans_processes(&self) -> bool {
@@ -92,19 +148,52 @@ impl Group {
     }
 
     pub fn is_local(&self, position: usize) -> bool {
-        self.local.contains(&position)
+        self.slots[position] != NOT_LOCAL
     }
 
     /// The rank, in the group's communicators, of the process holding `position`.
     pub fn rank_of(&self, position: usize) -> i32 {
-        let owner = self.owners[position];
-        self.processes.iter().position(|&p| p == owner).unwrap_or(0) as i32
+        self.ranks[position] as i32
     }
 
     /// The positions held by the process of communicator rank `rank`, in order.
     pub fn positions_of(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
-        let owner = self.processes[rank];
-        (0..self.owners.len()).filter(move |&p| self.owners[p] == owner)
+        self.positions[self.starts[rank]..self.starts[rank + 1]]
+            .iter()
+            .copied()
+    }
+
+    /// Whether the group's messages go point to point only (a permute's): its
+    /// communicator is shared with groups that may run at the same time, which MPI's
+    /// collectives cannot tell apart.
+    pub fn point_to_point_only(&self) -> bool {
+        self.kind == Kind::Permute
+    }
+
+    /// The tag of a message from position `from` to position `to`: a permute's names the
+    /// two devices among their processes' (each device runs one call at a time, so no
+    /// two messages in flight between two processes share a tag); 0 elsewhere, where the
+    /// communicator is the group's own.
+    pub fn tag(&self, from: usize, to: usize) -> i32 {
+        match &self.tags {
+            Some((slots, most)) => (slots[from] * most + slots[to]) as i32,
+            None => 0,
+        }
+    }
+
+    /// The place of `position` among its process's positions (`positions_of`).
+    pub fn place_in_process(&self, position: usize) -> usize {
+        self.places[position] as usize
+    }
+
+    /// How many positions the process of communicator rank `rank` holds.
+    pub fn held(&self, rank: usize) -> usize {
+        self.starts[rank + 1] - self.starts[rank]
+    }
+
+    /// How many positions the processes of communicator ranks below `rank` hold.
+    pub fn held_before(&self, rank: usize) -> usize {
+        self.starts[rank]
     }
 
     /// Each process holds as many positions as every other: then the processes exchange
@@ -116,7 +205,7 @@ impl Group {
 
     /// The slot of `position` among this process's positions (its place at meetings).
     pub fn slot(&self, position: usize) -> usize {
-        self.local.iter().position(|&p| p == position).unwrap_or(0)
+        self.slots[position] as usize
     }
 
     /// Makes the group's communicators among its processes (none where it spans one), if
@@ -129,23 +218,22 @@ impl Group {
         if self.local.is_empty() || !self.spans_processes() {
             return Ok(());
         }
-        self.comm
-            .get(|| library.comm_create_group(&self.processes, tag))?;
+        let make = |tag| comm_sets::create(library, &self.processes, &self.devices, tag);
+        self.comms.comm.get(|| make(tag))?;
         if self.kind == Kind::MeshComm {
-            self.p2p
-                .get(|| library.comm_create_group(&self.processes, tag + 1))?;
+            self.comms.p2p.get(|| make(tag + 1))?;
         }
         Ok(())
     }
 
     /// The communicator among the group's processes.
     pub fn comm(&self) -> Result<Comm> {
-        self.comm.made().ok_or_else(|| self.not_made())
+        self.comms.comm.made().ok_or_else(|| self.not_made())
     }
 
     /// The communicator for point-to-point messages among the group's processes.
     pub fn p2p_comm(&self) -> Result<Comm> {
-        self.p2p.made().ok_or_else(|| self.not_made())
+        self.comms.p2p.made().ok_or_else(|| self.not_made())
     }
 
     fn not_made(&self) -> Error {
@@ -205,40 +293,6 @@ impl Group {
     }
 }
 
-/// A communicator made once (a group's, by every process of the group:
-/// MPI_Comm_create_group is collective over them). Every call after the first reads it
-/// without a lock; of the first ones to come, one makes it under `making`, so it is never
-/// made twice.
-pub(super) struct Made {
-    comm: OnceLock<Comm>,
-    making: Mutex<()>,
-}
-
-impl Made {
-    pub(super) const fn new() -> Made {
-        Made {
-            comm: OnceLock::new(),
-            making: Mutex::new(()),
-        }
-    }
-
-    pub(super) fn get(&self, make: impl FnOnce() -> Result<Comm>) -> Result<Comm> {
-        if let Some(&comm) = self.comm.get() {
-            return Ok(comm);
-        }
-        let _making = self.making.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&comm) = self.comm.get() {
-            return Ok(comm);
-        }
-        let comm = make()?;
-        Ok(*self.comm.get_or_init(|| comm))
-    }
-
-    fn made(&self) -> Option<Comm> {
-        self.comm.get().copied()
-    }
-}
-
 /// The tags communicators are made with. MPI_Comm_create_group calls that one process's
 /// threads make at once must carry distinct tags, or MPI may pair one group's call with
 /// another's; the calls that can run at once here are set apart by construction:
@@ -289,8 +343,28 @@ pub fn group(library: &dyn Library, kind: Kind, devices: &[i64]) -> Result<Arc<G
         return Ok(group.clone());
     }
     let me = library.comm_rank(library.world())?;
-    let group = Arc::new(Group::new(kind, devices, me)?);
-    Ok(groups().entry(key).or_insert(group).clone())
+    let owners = devices
+        .iter()
+        .map(|&d| devices::owner(d))
+        .collect::<Result<Vec<_>>>()?;
+    let most = devices::most_per_process()?;
+    let (made_as, tags) = match kind {
+        Kind::Permute if most <= MOST_TAGGED => {
+            let slots: Result<Vec<usize>> = devices.iter().map(|&d| devices::slot(d)).collect();
+            (Kind::Permute, Some((slots?, most)))
+        }
+        Kind::Permute => (Kind::Program, None),
+        other => (other, None),
+    };
+    let comms = match made_as {
+        Kind::Permute => {
+            let processes: Vec<i64> = owners.iter().map(|&p| i64::from(p)).collect();
+            comm_sets::of(made_as, &processes)
+        }
+        _ => comm_sets::of(made_as, devices),
+    };
+    let group = Group::new(made_as, devices, &owners, me, comms, tags);
+    Ok(groups().entry(key).or_insert(Arc::new(group)).clone())
 }
 
 #[cfg(test)]
@@ -298,7 +372,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::{Group, Kind};
-    use crate::xla::devices;
+    use crate::xla::mesh::comm_sets;
     use crate::xla::mesh::seat::{CallKey, Seat, Span};
     use crate::Dtype;
 
@@ -345,8 +419,8 @@ mod tests {
 
     #[test]
     fn members_whose_calls_differ_all_fail_naming_each_call_and_meet_on() {
-        devices::set_owners(&[(0, 0), (1, 0), (2, 1)]).unwrap();
-        let group = Group::new(Kind::Program, &[0, 1], 0).unwrap();
+        let comms = comm_sets::of(Kind::Program, &[0, 1]);
+        let group = Group::new(Kind::Program, &[0, 1], &[0, 0], 0, comms, None);
         let first = [seat("hlo_all_reduce", 4), seat("hlo_all_reduce", 4)];
         let second = [seat("hlo_all_reduce", 4), seat("hlo_all_gather", 4)];
         let third = [seat("hlo_all_reduce", 4), seat("hlo_all_reduce", 2)];

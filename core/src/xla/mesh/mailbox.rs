@@ -8,7 +8,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use super::group::{Made, MAILBOX_TAG};
+use super::comm_sets::Made;
+use super::group::MAILBOX_TAG;
 use super::seat::{deliver, fits, Half};
 use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Peer, Request, Result};
 

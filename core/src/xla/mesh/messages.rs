@@ -30,16 +30,24 @@ pub struct Piece {
     pub recv: usize,
 }
 
-/// The pieces of an exchange among every member, in the order every process lists them:
-/// `piece(i, j, o)` from each member i to each member j, for each slice o of `outer`.
-pub fn every_pair(
-    n: usize,
+/// The pieces of an exchange among every member that this process sends or receives:
+/// `piece(i, j, o)` from member i to member j, for each slice o of `outer`. A process
+/// lists O(its members x n) pieces, never n x n; the pieces between two members come in
+/// slice order on both sides, which is all `exchange` needs to match them.
+pub fn touching(
+    group: &Group,
     outer: usize,
     piece: impl Fn(usize, usize, usize) -> Piece,
 ) -> Vec<Piece> {
-    let mut pieces = Vec::with_capacity(n * n * outer);
-    for i in 0..n {
+    let n = group.size();
+    let mut pieces = Vec::with_capacity(2 * group.local.len() * n * outer);
+    for &i in &group.local {
         for j in 0..n {
+            pieces.extend((0..outer).map(|o| piece(i, j, o)));
+        }
+    }
+    for &j in &group.local {
+        for i in (0..n).filter(|&i| !group.is_local(i)) {
             pieces.extend((0..outer).map(|o| piece(i, j, o)));
         }
     }
@@ -62,7 +70,7 @@ pub fn exchange(
             to: piece.to,
             at,
             bytes: piece.bytes,
-            tag: Some(0),
+            tag: Some(group.tag(piece.from, piece.to)),
         };
         if group.is_local(piece.from) {
             seats[group.slot(piece.from)].sends.push(half(piece.send));

@@ -4,7 +4,8 @@
 //! (`comm.rs`, the call's device as a rank). Nothing here reads an XLA call frame: a call
 //! arrives as its device, how it names its group, and its buffers.
 //!
-//! - `group.rs`: a group of devices, the processes it spans, their communicators;
+//! - `group.rs`: a group of devices, the processes it spans, their communicators
+//!   (`comm_sets.rs`: shared by the groups over the same devices, bounded);
 //!   `communicators.rs`: a program's, made by its prologue (a MeshComm's: `mesh_comms.rs`);
 //! - `place.rs`: a call's group and position, found once per thread;
 //! - `room.rs`, `seat.rs`: where a process's devices of one group meet, call after call,
@@ -22,6 +23,7 @@
 mod buffers;
 pub mod collectives;
 mod comm;
+mod comm_sets;
 mod communicators;
 mod group;
 mod mailbox;
@@ -30,6 +32,8 @@ mod messages;
 mod on_devices;
 mod ordered;
 mod place;
+#[cfg(test)]
+mod planning_bench;
 pub mod ragged;
 pub mod reductions;
 mod room;
@@ -38,6 +42,7 @@ mod seat;
 
 pub use collectives::AllToAll;
 pub use comm::{OnDevices, ON_DEVICES};
+pub use comm_sets::communicators_held;
 pub use communicators::make_program_communicators;
 pub use group::Group;
 pub use mesh_comms::{is_mesh_comm, register};

@@ -53,8 +53,8 @@ impl Backend for OnDevices {
     fn allreduce(&self, _: Comm, send: Input, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (operand(&send, &recv), result(&recv));
         let key = CallKey::reducing("allreduce", op, 0);
-        self.collective(key, x, y, |group, library, backend, seats| {
-            reductions::all_reduce(group, library, backend, seats, op)
+        self.collective(key, x, y, |group, _, backend, seats| {
+            reductions::all_reduce(group, backend, seats, op)
         })
     }
 
@@ -62,8 +62,8 @@ impl Backend for OnDevices {
         let root = self.rank_named(root, "root")?;
         let (x, y) = (operand(&send, &recv), result(&recv));
         let key = CallKey::reducing("reduce", op, root as u64);
-        self.collective(key, x, y, |group, library, backend, seats| {
-            reductions::reduce(group, library, backend, seats, op, root)
+        self.collective(key, x, y, |group, _, backend, seats| {
+            reductions::reduce(group, backend, seats, op, root)
         })
     }
 
@@ -78,8 +78,8 @@ impl Backend for OnDevices {
     fn reduce_scatter(&self, _: Comm, send: Buf, recv: BufMut, op: ReduceOp) -> Result<()> {
         let (x, y) = (span(send.ptr(), send.count(), send.dtype()), result(&recv));
         let key = CallKey::reducing("reduce_scatter", op, 0);
-        self.collective(key, x, y, |group, library, backend, seats| {
-            reductions::reduce_scatter(group, library, backend, seats, &[1], op)
+        self.collective(key, x, y, |group, _, backend, seats| {
+            reductions::reduce_scatter(group, backend, seats, &[1], op)
         })
     }
 
@@ -169,14 +169,15 @@ impl Backend for OnDevices {
     }
 
     fn allgatherv(&self, _: Comm, send: Buf, recv: PartitionMut) -> Result<()> {
-        let seat = Seat::of_messages(
-            CallKey::new("allgatherv", 0),
-            (0..self.size())
-                .map(|q| self.to(q, send.ptr() as usize, send.len_bytes()))
-                .collect(),
-            self.blocks_in(&recv),
-        );
-        self.run(seat, Traffic::Collective)
+        let x = span(send.ptr(), send.count(), send.dtype());
+        let (base, dtype) = (recv.buf.ptr() as usize, recv.buf.dtype());
+        let blocks = (recv.blocks.counts.iter().zip(recv.blocks.displs))
+            .map(|(&count, &displ)| span((base + displ * dtype.size()) as *const u8, count, dtype));
+        let rets: Vec<Span> = std::iter::once(result(&recv.buf)).chain(blocks).collect();
+        let key = CallKey::new("allgatherv", 0);
+        self.collective(key, x, rets, |group, _, backend, seats| {
+            collectives::all_gather_v(group, backend, seats)
+        })
     }
 
     fn scatterv(&self, _: Comm, send: Partition, recv: BufMut, root: i32) -> Result<()> {

@@ -3,13 +3,14 @@
 //! operand in rank order, `x0 op (x1 op (... op xn))`, whichever processes the members
 //! are in. An all-reduce is a reduce-scatter to the owners of balanced chunks, then an
 //! all-gather of the chunks: each member sends and receives about twice its operand,
-//! whatever the group's size, in 2 (n - 1) messages.
+//! whatever the group's size. Between processes each step is one of MPI's own
+//! collectives (`MPI_Alltoallv`, then `MPI_Allgatherv`), each process's devices' parts
+//! packed together: a process's plan is O(its members x processes), its messages MPI's.
 
-use super::buffers::{at, copy, seat, Scratch};
+use super::buffers::{copy, move_bytes, seat, Scratch};
 use super::group::Group;
-use super::messages::{every_pair, exchange, Piece};
 use super::seat::{Seat, Span};
-use crate::{Backend, Library, ReduceOp, Result};
+use crate::{Backend, Dtype, Partition, PartitionMut, ReduceOp, Result};
 
 /// Member q's chunk of `count` elements: (first element, elements).
 fn chunk(count: usize, n: usize, q: usize) -> (usize, usize) {
@@ -36,9 +37,103 @@ pub(super) fn fold(
     Ok(())
 }
 
+/// What member j owns of an operand: byte ranges `(offset, bytes)`, back to back in the
+/// blocks it receives.
+type Parts<'a> = &'a dyn Fn(usize) -> Vec<(usize, usize)>;
+
+/// Every member's parts to their owners: returns the scratch where local owner `slot`
+/// finds member i's part at `at(slot, i)`. Between processes one MPI_Alltoallv: to each
+/// process, its members' parts of every local operand; from it, the local owners' parts
+/// of its members' operands.
+struct ToOwners {
+    _scratch: Scratch,
+    base: usize,
+    displs: Vec<usize>,
+    before: Vec<usize>,
+    lens: Vec<usize>,
+}
+
+impl ToOwners {
+    fn at(&self, group: &Group, slot: usize, i: usize) -> usize {
+        let r = group.rank_of(i) as usize;
+        self.base
+            + self.displs[r]
+            + self.before[slot] * group.held(r)
+            + group.place_in_process(i) * self.lens[slot]
+    }
+}
+
+fn to_owners(
+    group: &Group,
+    backend: &dyn Backend,
+    seats: &[Seat],
+    operand: impl Fn(&Seat) -> Span,
+    parts: Parts,
+) -> Result<ToOwners> {
+    let len = |j: usize| parts(j).iter().map(|p| p.1).sum::<usize>();
+    let lens: Vec<usize> = group.local.iter().map(|&j| len(j)).collect();
+    let before: Vec<usize> = lens
+        .iter()
+        .scan(0, |sum, &l| Some(std::mem::replace(sum, *sum + l)))
+        .collect();
+    let mine: usize = lens.iter().sum();
+    let ranks = group.processes().max(1);
+    let local = seats.len();
+    let sends: Vec<usize> = (0..ranks)
+        .map(|r| local * group.positions_of(r).map(len).sum::<usize>())
+        .collect();
+    let receives: Vec<usize> = (0..ranks).map(|r| mine * group.held(r)).collect();
+    let offsets = |counts: &[usize]| -> Vec<usize> {
+        counts
+            .iter()
+            .scan(0, |sum, &c| Some(std::mem::replace(sum, *sum + c)))
+            .collect()
+    };
+    let (send_displs, displs) = (offsets(&sends), offsets(&receives));
+    let mut packing = Scratch::new(sends.iter().sum());
+    let packed = packing.span(0, sends.iter().sum(), Dtype::U8);
+    let mut next = packed.ptr;
+    for r in 0..ranks {
+        for j in group.positions_of(r) {
+            for s in seats {
+                for (offset, bytes) in parts(j) {
+                    move_bytes(operand(s).ptr + offset, next, bytes);
+                    next += bytes;
+                }
+            }
+        }
+    }
+    if !group.spans_processes() {
+        // Sent to itself: what it receives is what it packed, in the same order.
+        return Ok(ToOwners {
+            base: packed.ptr,
+            _scratch: packing,
+            displs,
+            before,
+            lens,
+        });
+    }
+    let total = receives.iter().sum();
+    let mut scratch = Scratch::new(total);
+    let received = scratch.span(0, total, Dtype::U8);
+    // SAFETY: scratch of this call.
+    let (send, recv) = unsafe { (packed.buf(), received.buf_mut()) };
+    backend.alltoallv(
+        group.comm()?,
+        Partition::new(send, &sends, &send_displs),
+        PartitionMut::new(recv, &receives, &displs),
+    )?;
+    Ok(ToOwners {
+        _scratch: scratch,
+        base: received.ptr,
+        displs,
+        before,
+        lens,
+    })
+}
+
 pub fn all_reduce(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     op: ReduceOp,
@@ -47,52 +142,76 @@ pub fn all_reduce(
     for k in 0..seats[0].rets.len() {
         let y = seats[0].rets[k];
         let (count, dtype, size) = (y.count, y.dtype, y.dtype.size());
-        let width = count.div_ceil(n) * size;
-        let mut scratch = Scratch::new(seats.len() * n * width);
-        let base = scratch.span(0, 0, dtype).ptr;
-        let block = |slot: usize, i: usize| base + (slot * n + i) * width;
-        // Chunk j of every member's operand to member j.
-        let pieces = every_pair(n, 1, |i, j, _| {
+        let parts = |j: usize| {
             let (start, len) = chunk(count, n, j);
-            Piece {
-                from: i,
-                to: j,
-                bytes: len * size,
-                send: at(group, seats, i, |s| s.args[k], start * size),
-                recv: match group.is_local(j) {
-                    true => block(group.slot(j), i),
-                    false => 0,
-                },
-            }
-        });
-        exchange(group, library, backend, &pieces)?;
-        for &j in &group.local {
+            vec![(start * size, len * size)]
+        };
+        // Chunk j of every member's operand to member j, which folds them in rank order.
+        let owners = to_owners(group, backend, seats, |s| s.args[k], &parts)?;
+        for (slot, &j) in group.local.iter().enumerate() {
             let (start, len) = chunk(count, n, j);
             let into = Span {
-                ptr: seat(group, seats, j).rets[k].ptr + start * size,
+                ptr: seats[slot].rets[k].ptr + start * size,
                 count: len,
                 dtype,
             };
-            let slot = group.slot(j);
             let blocks = |i| Span {
-                ptr: block(slot, i),
+                ptr: owners.at(group, slot, i),
                 count: len,
                 dtype,
             };
             fold(backend, n, blocks, &into, op)?;
         }
         // Every owner's chunk to every other member (its own is in place).
-        let pieces = every_pair(n, 1, |i, j, _| {
-            let (start, len) = chunk(count, n, i);
-            Piece {
-                from: i,
-                to: j,
-                bytes: if i == j { 0 } else { len * size },
-                send: at(group, seats, i, |s| s.rets[k], start * size),
-                recv: at(group, seats, j, |s| s.rets[k], start * size),
+        let chunk_bytes = |j: usize| chunk(count, n, j).1 * size;
+        let at = |j: usize| chunk(count, n, j).0 * size;
+        if !group.spans_processes() {
+            for s in seats {
+                for (from, &j) in seats.iter().zip(&group.local) {
+                    move_bytes(
+                        from.rets[k].ptr + at(j),
+                        s.rets[k].ptr + at(j),
+                        chunk_bytes(j),
+                    );
+                }
             }
-        });
-        exchange(group, library, backend, &pieces)?;
+            continue;
+        }
+        let ranks = group.processes();
+        let counts: Vec<usize> = (0..ranks)
+            .map(|r| group.positions_of(r).map(chunk_bytes).sum())
+            .collect();
+        let displs: Vec<usize> = counts
+            .iter()
+            .scan(0, |sum, &c| Some(std::mem::replace(sum, *sum + c)))
+            .collect();
+        let mine: usize = group.local.iter().map(|&j| chunk_bytes(j)).sum();
+        let mut packing = Scratch::new(mine);
+        let packed = packing.span(0, mine, Dtype::U8);
+        let mut next = packed.ptr;
+        for (s, &j) in seats.iter().zip(&group.local) {
+            move_bytes(s.rets[k].ptr + at(j), next, chunk_bytes(j));
+            next += chunk_bytes(j);
+        }
+        let total = counts.iter().sum();
+        let mut gathering = Scratch::new(total);
+        let all = gathering.span(0, total, Dtype::U8);
+        // SAFETY: scratch of this call.
+        let (send, recv) = unsafe { (packed.buf(), all.buf_mut()) };
+        backend.allgatherv(
+            group.comm()?,
+            send,
+            PartitionMut::new(recv, &counts, &displs),
+        )?;
+        for (r, &displ) in displs.iter().enumerate() {
+            let mut from = all.ptr + displ;
+            for j in group.positions_of(r) {
+                for s in seats {
+                    move_bytes(from, s.rets[k].ptr + at(j), chunk_bytes(j));
+                }
+                from += chunk_bytes(j);
+            }
+        }
     }
     Ok(())
 }
@@ -100,7 +219,6 @@ pub fn all_reduce(
 /// Array `k`'s block j of every slice reduced into member j's result.
 pub fn reduce_scatter(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     k: usize,
@@ -110,25 +228,12 @@ pub fn reduce_scatter(
     let n = group.size();
     let y = seats[0].rets[k];
     let inner = y.bytes() / outer.max(1);
-    let mut scratch = Scratch::new(seats.len() * n * y.bytes());
-    let base = scratch.span(0, 0, y.dtype).ptr;
-    let block = |slot: usize, i: usize| base + (slot * n + i) * y.bytes();
-    let pieces = every_pair(n, outer, |i, j, o| Piece {
-        from: i,
-        to: j,
-        bytes: inner,
-        send: at(group, seats, i, |s| s.args[k], (o * n + j) * inner),
-        recv: match group.is_local(j) {
-            true => block(group.slot(j), i) + o * inner,
-            false => 0,
-        },
-    });
-    exchange(group, library, backend, &pieces)?;
-    for &j in &group.local {
-        let slot = group.slot(j);
+    let parts = |j: usize| (0..outer).map(|o| ((o * n + j) * inner, inner)).collect();
+    let owners = to_owners(group, backend, seats, |s| s.args[k], &parts)?;
+    for (slot, &j) in group.local.iter().enumerate() {
         let into = seat(group, seats, j).rets[k];
         let blocks = |i| Span {
-            ptr: block(slot, i),
+            ptr: owners.at(group, slot, i),
             ..into
         };
         fold(backend, n, blocks, &into, op)?;

@@ -10,7 +10,7 @@ use super::mesh_comms;
 use crate::{Error, Library, Result};
 
 /// A device's group and its position there; for a collective-permute, the pairs among
-/// the group's positions (empty otherwise), and what sets the permute apart from another
+/// the group's positions that this process's devices send or receive (empty otherwise), and what sets the permute apart from another
 /// over the same group (`CallKey::detail`).
 #[derive(Clone)]
 pub struct Place {
@@ -50,34 +50,38 @@ impl Naming<'_> {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Key {
     Attribute((usize, usize)),
     MeshComm(i64),
 }
 
+/// A place found, and the attribute's contents it was found from.
 struct Remembered {
-    key: Key,
-    device: i64,
     contents: Box<[i64]>,
     place: Option<Place>,
 }
 
 thread_local! {
-    static PLACES: RefCell<Vec<Remembered>> = const { RefCell::new(Vec::new()) };
+    static PLACES: RefCell<HashMap<(Key, i64), Remembered>> = RefCell::new(HashMap::new());
 }
 
-/// How many places a thread remembers (a program rarely has more than a few groups).
-const REMEMBERED: usize = 64;
+/// How many places a thread remembers before it starts again: far more than the
+/// collectives of any program (one per collective instruction a device runs), so that
+/// a program's calls never miss after its first run; the bound only stops programs
+/// compiled one after another, each leaving its attributes behind, from growing the map.
+const REMEMBERED: usize = 1 << 14;
 
 /// `device`'s group and position among the groups `naming` gives; None where a pair
-/// names it not.
+/// names it not. A call after the first on a thread looks up its attribute's address and
+/// compares its contents (which another program's may have replaced since): no lock, no
+/// hashing of the devices.
 pub fn placed(library: &dyn Library, naming: Naming, device: i64) -> Result<Option<Place>> {
-    let key = naming.key();
+    let key = (naming.key(), device);
     let known = PLACES.with_borrow(|places| {
         places
-            .iter()
-            .find(|r| r.key == key && r.device == device && *r.contents == *naming.contents())
+            .get(&key)
+            .filter(|r| *r.contents == *naming.contents())
             .map(|r| r.place.clone())
     });
     if let Some(place) = known {
@@ -86,14 +90,11 @@ pub fn placed(library: &dyn Library, naming: Naming, device: i64) -> Result<Opti
     let place = find(library, naming, device)?;
     PLACES.with_borrow_mut(|places| {
         if places.len() == REMEMBERED {
-            places.remove(0);
+            places.clear();
         }
-        places.push(Remembered {
-            key,
-            device,
-            contents: naming.contents().into(),
-            place: place.clone(),
-        });
+        let contents = naming.contents().into();
+        let place = place.clone();
+        places.insert(key, Remembered { contents, place });
     });
     Ok(place)
 }
@@ -125,16 +126,14 @@ fn find(library: &dyn Library, naming: Naming, device: i64) -> Result<Option<Pla
             let Some(members) = connected(flat).into_iter().find(|g| g.contains(&device)) else {
                 return Ok(None);
             };
-            let position = |d: i64| members.binary_search(&d).unwrap_or(0);
-            let pairs: Vec<(usize, usize)> = flat
-                .chunks(2)
-                .filter(|p| members.binary_search(&p[0]).is_ok())
-                .map(|p| (position(p[0]), position(p[1])))
-                .collect();
-            let detail = pairs.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &(s, t)| {
-                (h ^ (s as u64) << 32 ^ t as u64).wrapping_mul(0x0100_0000_01b3)
-            });
-            at(Kind::Program, &members, position(device), pairs, detail)
+            let group = group::group(library, Kind::Permute, &members)?;
+            let (pairs, detail) = pairs_of(flat, &members, &group);
+            Ok(Some(Place {
+                position: members.binary_search(&device).unwrap_or(0),
+                group,
+                pairs: pairs.into(),
+                detail,
+            }))
         }
         Naming::MeshComm(id) => {
             let groups = mesh_comms::groups(id)?;
@@ -155,16 +154,47 @@ fn find(library: &dyn Library, naming: Naming, device: i64) -> Result<Option<Pla
     }
 }
 
+/// The pairs (as positions among `members`, ascending) of a permute's pairs `flat` that
+/// this process's devices of `group` send or receive, and a hash of all the group's
+/// pairs (`Place::detail`).
+pub fn pairs_of(flat: &[i64], members: &[i64], group: &Group) -> (Vec<(usize, usize)>, u64) {
+    let position = |d: i64| members.binary_search(&d).unwrap_or(0);
+    let mut detail = 0xcbf2_9ce4_8422_2325u64;
+    let mut pairs = Vec::new();
+    for pair in flat.chunks(2) {
+        if members.binary_search(&pair[0]).is_err() {
+            continue;
+        }
+        let (s, t) = (position(pair[0]), position(pair[1]));
+        detail = (detail ^ (s as u64) << 32 ^ t as u64).wrapping_mul(0x0100_0000_01b3);
+        if group.is_local(s) || group.is_local(t) {
+            pairs.push((s, t));
+        }
+    }
+    (pairs, detail)
+}
+
 /// A `groups` attribute's groups: each group's size, then its devices.
 pub fn listed(flat: &[i64]) -> Result<Vec<&[i64]>> {
+    Ok(listed_kinds(flat)?.into_iter().map(|(_, g)| g).collect())
+}
+
+/// A program prologue's groups (`hlo::rewrite::encode_prologue`): each group's size,
+/// negative for a permute's, then its devices.
+pub fn listed_kinds(flat: &[i64]) -> Result<Vec<(Kind, &[i64])>> {
     let mut groups = Vec::new();
     let mut at = 0;
     while at < flat.len() {
-        let len = usize::try_from(flat[at]).unwrap_or(usize::MAX);
+        let kind = if flat[at] < 0 {
+            Kind::Permute
+        } else {
+            Kind::Program
+        };
+        let len = usize::try_from(flat[at].unsigned_abs()).unwrap_or(usize::MAX);
         let group = flat
             .get(at + 1..(at + 1).saturating_add(len))
             .ok_or_else(|| Error::invalid_argument("groups", "the attribute is cut short"))?;
-        groups.push(group);
+        groups.push((kind, group));
         at += 1 + len;
     }
     Ok(groups)

@@ -9,7 +9,7 @@
 
 use super::buffers::copy;
 use super::group::Group;
-use super::messages::{exchange, Piece};
+use super::messages::{exchange, touching, Piece};
 use super::seat::{Seat, Span};
 use crate::{Backend, Dtype, Error, Library, Result};
 
@@ -74,24 +74,21 @@ pub fn ragged_all_to_all(
         .collect();
     let mut heard = vec![vec![Notice::default(); n]; seats.len()];
     let notice = std::mem::size_of::<Notice>();
-    let mut notices = Vec::with_capacity(n * n);
-    for i in 0..n {
-        for j in 0..n {
-            notices.push(Piece {
-                from: i,
-                to: j,
-                bytes: notice,
-                send: match group.is_local(i) {
-                    true => &mut sent[group.slot(i)][j] as *mut Notice as usize,
-                    false => 0,
-                },
-                recv: match group.is_local(j) {
-                    true => &mut heard[group.slot(j)][i] as *mut Notice as usize,
-                    false => 0,
-                },
-            });
-        }
-    }
+    let said: Vec<usize> = sent.iter_mut().map(|s| s.as_mut_ptr() as usize).collect();
+    let told: Vec<usize> = heard.iter_mut().map(|h| h.as_mut_ptr() as usize).collect();
+    let notices = touching(group, 1, |i, j, _| Piece {
+        from: i,
+        to: j,
+        bytes: notice,
+        send: match group.is_local(i) {
+            true => said[group.slot(i)] + j * notice,
+            false => 0,
+        },
+        recv: match group.is_local(j) {
+            true => told[group.slot(j)] + i * notice,
+            false => 0,
+        },
+    });
     exchange(group, library, backend, &notices)?;
     if let Some(failed) = heard[0].iter().position(|h| h.at < 0) {
         if group.is_local(failed) {
@@ -108,38 +105,30 @@ pub fn ragged_all_to_all(
             ),
         ));
     }
-    let mut rows_moved = Vec::new();
-    #[allow(clippy::needless_range_loop)] // i and j are positions, not just indices
-    for i in 0..n {
-        for j in 0..n {
-            let (sends, receives) = (group.is_local(i), group.is_local(j));
-            if !sends && !receives {
-                continue;
+    let rows_moved = touching(group, 1, |i, j, _| {
+        let (send, rows) = match group.is_local(i) {
+            true => {
+                let s = group.slot(i);
+                let (first, rows, _) = plans[s][j];
+                (seats[s].args[INPUT].ptr + first * row, rows)
             }
-            let (send, rows) = match sends {
-                true => {
-                    let s = group.slot(i);
-                    let (first, rows, _) = plans[s][j];
-                    (seats[s].args[INPUT].ptr + first * row, rows)
-                }
-                false => (0, heard[group.slot(j)][i].rows as usize),
-            };
-            let recv = match receives {
-                true => {
-                    let s = group.slot(j);
-                    seats[s].rets[0].ptr + heard[s][i].at as usize * row
-                }
-                false => 0,
-            };
-            rows_moved.push(Piece {
-                from: i,
-                to: j,
-                bytes: rows * row,
-                send,
-                recv,
-            });
+            false => (0, heard[group.slot(j)][i].rows as usize),
+        };
+        let recv = match group.is_local(j) {
+            true => {
+                let s = group.slot(j);
+                seats[s].rets[0].ptr + heard[s][i].at as usize * row
+            }
+            false => 0,
+        };
+        Piece {
+            from: i,
+            to: j,
+            bytes: rows * row,
+            send,
+            recv,
         }
-    }
+    });
     exchange(group, library, backend, &rows_moved)
 }
 

@@ -8,7 +8,7 @@ use super::buffers::{copy, move_bytes, seat, Scratch};
 use super::group::Group;
 use super::ordered;
 use super::seat::{Seat, Span};
-use crate::{Backend, BufMut, Error, Input, Library, ReduceOp, Result};
+use crate::{Backend, BufMut, Error, Input, ReduceOp, Result};
 
 /// How a MeshComm's and the pass's reductions combine (`JAXMPI_MESH_REDUCTIONS`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -83,13 +83,12 @@ fn combine(
 
 pub fn all_reduce(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     op: ReduceOp,
 ) -> Result<()> {
     if reductions()? == Reductions::Ordered {
-        return ordered::all_reduce(group, library, backend, seats, op);
+        return ordered::all_reduce(group, backend, seats, op);
     }
     for k in 0..seats[0].rets.len() {
         let (x, y) = (seats[0].args[k], seats[0].rets[k]);
@@ -118,7 +117,6 @@ pub fn all_reduce(
 /// The result at `root` only; elsewhere the results are left as they are.
 pub fn reduce(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     op: ReduceOp,
@@ -144,7 +142,7 @@ pub fn reduce(
                 Seat::of_buffers(seats[s].key, seats[s].args.clone(), vec![ret])
             })
             .collect();
-        return ordered::all_reduce(group, library, backend, &seats, op);
+        return ordered::all_reduce(group, backend, &seats, op);
     }
     if seats.len() > 1 || !group.spans_processes() {
         combine(backend, seats, 0, first, &into, op)?;
@@ -177,7 +175,6 @@ pub fn reduce(
 /// Operand `k`'s blocks reduced over the group, block j of every slice to member j.
 pub fn reduce_scatter(
     group: &Group,
-    library: &dyn Library,
     backend: &dyn Backend,
     seats: &[Seat],
     outer: &[usize],
@@ -187,10 +184,10 @@ pub fn reduce_scatter(
     for (k, &outer) in outer.iter().enumerate() {
         let (x, y) = (seats[0].args[k], seats[0].rets[k]);
         if reductions()? == Reductions::Ordered {
-            ordered::reduce_scatter(group, library, backend, seats, k, outer, op)?;
+            ordered::reduce_scatter(group, backend, seats, k, outer, op)?;
             continue;
         }
-        if group.distinct() && outer == 1 && group.spans_processes() {
+        if group.aligned() && outer == 1 && group.spans_processes() {
             // SAFETY: live buffers of this device's call.
             let (send, recv) = unsafe { (x.buf(), y.buf_mut()) };
             backend.reduce_scatter(group.comm()?, send, recv, op)?;

@@ -37,7 +37,7 @@ pub fn scan(
     prefix: Prefix,
 ) -> Result<()> {
     let (x, y) = (seats[0].args[0], seats[0].rets[0]);
-    if group.distinct() && group.spans_processes() && reductions()? == Reductions::Fast {
+    if group.aligned() && group.spans_processes() && reductions()? == Reductions::Fast {
         let send = if x.ptr == y.ptr {
             Input::InPlace
         } else {
