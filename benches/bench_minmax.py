@@ -1,19 +1,20 @@
-"""What jaxmpi's NaN-propagating MIN/MAX on float32 and float64 (its own `MPI_Op`, issue 50)
-costs against the library's predefined MPI_MAX: `jaxmpi.allreduce` MAX and, as the control
-no build changes, SUM on float32, at 1 element, 4 KiB and 4 MiB, in a jitted `fori_loop`,
-two builds alternated in one run (before, after, before, after, ...) so that the machine's
-load hits both alike.
+"""What jaxmpi's NaN-propagating MIN/MAX on float32 and float64 (issues 50, 58) costs
+against SUM on float32: `jaxmpi.allreduce` MAX and, as the control no build changes, SUM
+on float32, at 1, 1 Ki, 4 Ki, 1 Mi and 4 Mi elements (4 B to 16 MiB), in a jitted
+`fori_loop`, two builds alternated in one run (before, after, before, after, ...) so that
+the machine's load hits both alike.
 
     python benches/bench_minmax.py BEFORE_DIR AFTER_DIR [--ranks 2] [--rounds 5]
-                                   [--launcher "mpiexec -n {n}"]
+                                   [--sizes 1,4Mi] [--launcher "mpiexec -n {n}"]
 
 Each DIR holds an installed jaxmpi (`pip install --no-deps --target DIR jaxmpi-*.whl`)
 that goes first on PYTHONPATH; the driver checks that the jaxmpi imported is that one.
 Run it with the Python of the venv whose MPI the job uses (its mpiexec, next to it, is the
-default launcher). A case's time per call is rank 0's best of 7 timed loops in a job, the
-cases taking turns; printed: each build's best over the rounds and after / before, then
-MAX / SUM within each job (the load of a shared machine cancels out there), each build's
-median over the rounds, and after / before.
+default launcher); the environment passes on to the jobs (an MPICH CVAR, say). A case's
+time per call is rank 0's best of 7 timed loops in a job, the cases taking turns; printed:
+each build's best over the rounds and after / before, then MAX / SUM within each job (the
+load of a shared machine cancels out there): every job's, so that a bimodal case shows,
+each build's median over the rounds, and after / before.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ import sys
 import time
 from pathlib import Path
 
-SIZES = {"1": 1, "4 KiB": 1024, "4 MiB": 1024 * 1024}  # float32 elements
-CALLS = {"1": 2000, "4 KiB": 1000, "4 MiB": 20}
+# float32 elements; labelled by count, as issue 58 gives them (4 Mi = 16 MiB, which
+# jaxmpi's allreduce cuts into 4 MPI calls of 4 MiB: `chunks.rs`).
+SIZES = {"1": 1, "1Ki": 1 << 10, "4Ki": 4 << 10, "1Mi": 1 << 20, "4Mi": 4 << 20}
+CALLS = {"1": 2000, "1Ki": 1000, "4Ki": 1000, "1Mi": 20, "4Mi": 10}
 OPS = ("MAX", "SUM")
 REPEATS = 7
 
 
-def worker() -> None:
+def worker(sizes: list[str]) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -58,6 +61,7 @@ def worker() -> None:
     loops = {
         f"{name} {size}": loop(getattr(jaxmpi, name), n, CALLS[size])
         for size, n in SIZES.items()
+        if size in sizes
         for name in OPS
     }
     # The cases take turns, so that a burst of load elsewhere hits MAX and SUM alike.
@@ -69,9 +73,9 @@ def worker() -> None:
         print(json.dumps({"jaxmpi": jaxmpi.__file__, "us": times}))
 
 
-def measure(launcher: list[str], folder: Path) -> dict[str, float]:
+def measure(launcher: list[str], folder: Path, sizes: list[str]) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(folder), JAX_PLATFORMS="cpu")
-    command = [*launcher, sys.executable, __file__, "--worker"]
+    command = [*launcher, sys.executable, __file__, "--worker", ",".join(sizes)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     if done.returncode:
         sys.exit(f"failed: {shlex.join(command)}\n{done.stdout}\n{done.stderr}")
@@ -89,12 +93,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     default = str(Path(sys.executable).parent / "mpiexec") + " -n {n}"
     parser.add_argument("--launcher", default=default)
+    parser.add_argument("--sizes", default=",".join(SIZES), help="of " + ", ".join(SIZES))
     args = parser.parse_args()
+    sizes = args.sizes.split(",")
+    if unknown := set(sizes) - set(SIZES):
+        parser.error(f"unknown sizes {sorted(unknown)}: pick of {', '.join(SIZES)}")
     launcher = shlex.split(args.launcher.format(n=args.ranks))
     rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for r in range(args.rounds):
         for build in rounds:
-            rounds[build].append(measure(launcher, getattr(args, build)))
+            rounds[build].append(measure(launcher, getattr(args, build), sizes))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"allreduce float32, {args.ranks} ranks, µs per call, best of {args.rounds} rounds")
     print("| op | size | before | after | after / before |")
@@ -105,20 +113,29 @@ def main() -> None:
         op, size = case.split(" ", 1)
         print(f"| {op} | {size} | {before:,.2f} | {after:,.2f} | {after / before:.2f} |")
     # MAX against SUM in the same job, at the same moments: the load cancels out.
+    # A bimodal case (issue 58: 1.0x or 2.0x by job) shows only job by job.
+    ratios = {
+        (build, size): [t[f"MAX {size}"] / t[f"SUM {size}"] for t in jobs]
+        for build, jobs in rounds.items()
+        for size in sizes
+    }
+    print("\nMAX / SUM within each job, in job order")
+    print("| size | build | each job |")
+    print("|---|---|---|")
+    for size in sizes:
+        for build in rounds:
+            each = ", ".join(f"{r:.2f}" for r in ratios[build, size])
+            print(f"| {size} | {build} | {each} |")
     print(f"\nMAX / SUM within each job, median of {args.rounds} rounds")
     print("| size | before | after | after / before |")
     print("|---|---:|---:|---:|")
-    for size in SIZES:
-        ratio = {
-            build: statistics.median(t[f"MAX {size}"] / t[f"SUM {size}"] for t in jobs)
-            for build, jobs in rounds.items()
-        }
-        change = ratio["after"] / ratio["before"]
-        print(f"| {size} | {ratio['before']:.2f} | {ratio['after']:.2f} | {change:.2f} |")
+    for size in sizes:
+        before, after = (statistics.median(ratios[b, size]) for b in rounds)
+        print(f"| {size} | {before:.2f} | {after:.2f} | {after / before:.2f} |")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        worker()
+    if sys.argv[1:2] == ["--worker"]:
+        worker(sys.argv[2].split(","))
     else:
         main()

@@ -7,6 +7,19 @@
 //!   rank holds it (MPICH, Open MPI) or drop it (Intel MPI 2021), so a `pmax` over
 //!   devices would answer by where the NaN sits (benches/RESULTS.md, issue 50);
 //! - unsigned MIN/MAX, for libraries whose own compare them as signed (see `quirks`).
+//!
+//! Why float MIN/MAX are ops of jaxmpi's own and not MPI_MAX/MPI_MIN on integers around
+//! an order-preserving map of the bits (issue 58, benches/RESULTS.md): the map costs two
+//! more passes over the data (map, map back), each as much local work as a reduction,
+//! and made a float32 MAX allreduce 1.77x a SUM at 1 Mi and 4 Mi elements on 2 ranks of
+//! PyPI MPICH, where these ops cost 1.07-1.18x (MPI_MAX: 1.0x). That remainder is MPICH's
+//! choice of algorithm, not the element loop, which is faster than MPICH's own: MPICH
+//! gives a user-defined op recursive doubling (every rank combines the whole vector),
+//! a predefined one reduce-scatter + allgather (each combines its share); forced to
+//! recursive doubling for both, MAX costs 0.86x a SUM. An allreduce of these ops composed
+//! of MPI_Reduce_scatter_block and MPI_Allgather cost 1.18-1.23x. At 4 and 16 KiB (0.72x
+//! a SUM), and for MPI_Reduce (binomial against reduce-scatter + gather), MPICH's choice
+//! for a user-defined op is the faster one; Open MPI chooses by commutativity alone.
 
 use std::ffi::{c_int, c_void};
 
