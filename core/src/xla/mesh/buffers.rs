@@ -52,6 +52,14 @@ impl Scratch {
     }
 }
 
+/// Where each of blocks of `counts` starts when they lie back to back.
+pub fn offsets(counts: &[usize]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0, |next, &c| Some(std::mem::replace(next, *next + c)))
+        .collect()
+}
+
 /// Copies `bytes` between buffers of this meeting's calls or scratch.
 pub fn move_bytes(from: usize, to: usize, bytes: usize) {
     if bytes > 0 && from != to {

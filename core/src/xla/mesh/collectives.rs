@@ -12,7 +12,7 @@
 //! Layouts: per array, `outer` slices lie outside the dimension the collective works
 //! along; within a slice, the group's blocks are back to back.
 
-use super::buffers::{at, copy, move_bytes, seat, Scratch};
+use super::buffers::{at, copy, move_bytes, offsets, seat, Scratch};
 use super::group::Group;
 use super::messages::{exchange, touching, Piece};
 use super::seat::{Seat, Span};
@@ -38,39 +38,24 @@ pub fn all_gather(
         }
         let inner = x.bytes() / outer.max(1);
         if by_mpi {
-            // This process's blocks packed, gathered by MPI among the processes (each
-            // process's as many as it holds), then unpacked into every local device's
-            // result: each block reaches each process once.
-            let local = group.local.len();
-            let mut mine = Scratch::new(x.bytes() * local);
-            let mine = mine.span(0, x.count * local, x.dtype);
-            for (slot, s) in seats.iter().enumerate() {
-                move_bytes(s.args[k].ptr, mine.ptr + slot * x.bytes(), x.bytes());
-            }
-            let mut all = Scratch::new(y.bytes());
-            let all = all.span(0, y.count, y.dtype);
-            // SAFETY: scratch of this call.
-            let (send, recv) = unsafe { (mine.buf(), all.buf_mut()) };
-            if group.even() {
-                backend.allgather(group.comm()?, send, recv)?;
-            } else {
-                let ranks = 0..group.processes();
-                let counts: Vec<usize> = ranks.clone().map(|r| group.held(r) * x.count).collect();
-                let displs: Vec<usize> = ranks.map(|r| group.held_before(r) * x.count).collect();
-                let recv = PartitionMut::new(recv, &counts, &displs);
-                backend.allgatherv(group.comm()?, send, recv)?;
-            }
-            for rank in 0..group.processes() {
-                let first = group.held_before(rank);
-                for (s, i) in group.positions_of(rank).enumerate() {
-                    for o in 0..outer {
-                        let from = all.ptr + ((first + s) * outer + o) * inner;
-                        for seat in seats {
-                            move_bytes(from, seat.rets[k].ptr + (o * n + i) * inner, inner);
-                        }
-                    }
+            // Member i's slice o lands as block i of every member's slice o.
+            let land = |seat: &Seat, i: usize, from: usize| {
+                for o in 0..outer {
+                    move_bytes(
+                        from + o * inner,
+                        seat.rets[k].ptr + (o * n + i) * inner,
+                        inner,
+                    );
                 }
-            }
+            };
+            share_among_processes(
+                group,
+                backend,
+                seats,
+                |_| x.bytes(),
+                |s, _| s.args[k].ptr,
+                land,
+            )?;
             continue;
         }
         // Member i's slice o lands as block i of every member's slice o (all in this
@@ -129,37 +114,56 @@ pub fn all_gather_v(group: &Group, backend: &dyn Backend, seats: &[Seat]) -> Res
         let recv = PartitionMut::new(recv, &counts, &displs);
         return backend.allgatherv(group.comm()?, send, recv);
     }
-    let ranks = 0..group.processes();
-    let bytes: Vec<usize> = ranks
-        .clone()
-        .map(|r| group.positions_of(r).map(sent_as).sum())
+    let land = |s: &Seat, p: usize, from: usize| move_bytes(from, block(s, p).ptr, sent_as(p));
+    share_among_processes(group, backend, seats, sent_as, |s, _| s.args[0].ptr, land)
+}
+
+/// Each local device's piece (`len(p)` bytes at `piece(seat, p)`, p its position) to
+/// every process of the group, by one of MPI's calls among the processes (MPI_Allgather
+/// where every process gives as many bytes, else MPI_Allgatherv): each piece reaches each
+/// process once, however many of its devices take it. `land(seat, p, from)` then takes
+/// position p's piece, at `from`, into each local seat.
+pub(super) fn share_among_processes(
+    group: &Group,
+    backend: &dyn Backend,
+    seats: &[Seat],
+    len: impl Fn(usize) -> usize,
+    piece: impl Fn(&Seat, usize) -> usize,
+    land: impl Fn(&Seat, usize, usize),
+) -> Result<()> {
+    let counts: Vec<usize> = (0..group.processes())
+        .map(|r| group.positions_of(r).map(&len).sum())
         .collect();
-    let displs: Vec<usize> = bytes
-        .iter()
-        .scan(0, |next, &b| Some(std::mem::replace(next, *next + b)))
-        .collect();
-    let sent: usize = seats.iter().map(|s| s.args[0].bytes()).sum();
-    let mut mine = Scratch::new(sent);
-    let mine = mine.span(0, sent, Dtype::U8);
-    let mut next = mine.ptr;
-    for s in seats {
-        move_bytes(s.args[0].ptr, next, s.args[0].bytes());
-        next += s.args[0].bytes();
+    let displs = offsets(&counts);
+    let mine: usize = group.local.iter().map(|&p| len(p)).sum();
+    let mut packing = Scratch::new(mine);
+    let packed = packing.span(0, mine, Dtype::U8);
+    let mut next = packed.ptr;
+    for (s, &p) in seats.iter().zip(&group.local) {
+        move_bytes(piece(s, p), next, len(p));
+        next += len(p);
     }
-    let total = bytes.iter().sum();
-    let mut all = Scratch::new(total);
-    let all = all.span(0, total, Dtype::U8);
+    let total = counts.iter().sum();
+    let mut gathering = Scratch::new(total);
+    let all = gathering.span(0, total, Dtype::U8);
     // SAFETY: scratch of this call.
-    let (send, recv) = unsafe { (mine.buf(), all.buf_mut()) };
-    let recv = PartitionMut::new(recv, &bytes, &displs);
-    backend.allgatherv(group.comm()?, send, recv)?;
-    for r in ranks {
-        let mut from = all.ptr + displs[r];
+    let (send, recv) = unsafe { (packed.buf(), all.buf_mut()) };
+    if counts.iter().all(|&c| c == counts[0]) {
+        backend.allgather(group.comm()?, send, recv)?;
+    } else {
+        backend.allgatherv(
+            group.comm()?,
+            send,
+            PartitionMut::new(recv, &counts, &displs),
+        )?;
+    }
+    for (r, &displ) in displs.iter().enumerate() {
+        let mut from = all.ptr + displ;
         for p in group.positions_of(r) {
             for s in seats {
-                move_bytes(from, block(s, p).ptr, sent_as(p));
+                land(s, p, from);
             }
-            from += sent_as(p);
+            from += len(p);
         }
     }
     Ok(())

@@ -7,7 +7,8 @@
 //! collectives (`MPI_Alltoallv`, then `MPI_Allgatherv`), each process's devices' parts
 //! packed together: a process's plan is O(its members x processes), its messages MPI's.
 
-use super::buffers::{copy, move_bytes, seat, Scratch};
+use super::buffers::{copy, move_bytes, offsets, seat, Scratch};
+use super::collectives::share_among_processes;
 use super::group::Group;
 use super::seat::{Seat, Span};
 use crate::{Backend, Dtype, Partition, PartitionMut, ReduceOp, Result};
@@ -72,10 +73,7 @@ fn to_owners(
 ) -> Result<ToOwners> {
     let len = |j: usize| parts(j).iter().map(|p| p.1).sum::<usize>();
     let lens: Vec<usize> = group.local.iter().map(|&j| len(j)).collect();
-    let before: Vec<usize> = lens
-        .iter()
-        .scan(0, |sum, &l| Some(std::mem::replace(sum, *sum + l)))
-        .collect();
+    let before = offsets(&lens);
     let mine: usize = lens.iter().sum();
     let ranks = group.processes().max(1);
     let local = seats.len();
@@ -83,12 +81,6 @@ fn to_owners(
         .map(|r| local * group.positions_of(r).map(len).sum::<usize>())
         .collect();
     let receives: Vec<usize> = (0..ranks).map(|r| mine * group.held(r)).collect();
-    let offsets = |counts: &[usize]| -> Vec<usize> {
-        counts
-            .iter()
-            .scan(0, |sum, &c| Some(std::mem::replace(sum, *sum + c)))
-            .collect()
-    };
     let (send_displs, displs) = (offsets(&sends), offsets(&receives));
     let mut packing = Scratch::new(sends.iter().sum());
     let packed = packing.span(0, sends.iter().sum(), Dtype::U8);
@@ -177,41 +169,11 @@ pub fn all_reduce(
             }
             continue;
         }
-        let ranks = group.processes();
-        let counts: Vec<usize> = (0..ranks)
-            .map(|r| group.positions_of(r).map(chunk_bytes).sum())
-            .collect();
-        let displs: Vec<usize> = counts
-            .iter()
-            .scan(0, |sum, &c| Some(std::mem::replace(sum, *sum + c)))
-            .collect();
-        let mine: usize = group.local.iter().map(|&j| chunk_bytes(j)).sum();
-        let mut packing = Scratch::new(mine);
-        let packed = packing.span(0, mine, Dtype::U8);
-        let mut next = packed.ptr;
-        for (s, &j) in seats.iter().zip(&group.local) {
-            move_bytes(s.rets[k].ptr + at(j), next, chunk_bytes(j));
-            next += chunk_bytes(j);
-        }
-        let total = counts.iter().sum();
-        let mut gathering = Scratch::new(total);
-        let all = gathering.span(0, total, Dtype::U8);
-        // SAFETY: scratch of this call.
-        let (send, recv) = unsafe { (packed.buf(), all.buf_mut()) };
-        backend.allgatherv(
-            group.comm()?,
-            send,
-            PartitionMut::new(recv, &counts, &displs),
-        )?;
-        for (r, &displ) in displs.iter().enumerate() {
-            let mut from = all.ptr + displ;
-            for j in group.positions_of(r) {
-                for s in seats {
-                    move_bytes(from, s.rets[k].ptr + at(j), chunk_bytes(j));
-                }
-                from += chunk_bytes(j);
-            }
-        }
+        let piece = |s: &Seat, j: usize| s.rets[k].ptr + at(j);
+        let land = |s: &Seat, j: usize, from: usize| {
+            move_bytes(from, s.rets[k].ptr + at(j), chunk_bytes(j))
+        };
+        share_among_processes(group, backend, seats, chunk_bytes, piece, land)?;
     }
     Ok(())
 }
