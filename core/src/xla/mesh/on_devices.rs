@@ -174,7 +174,7 @@ impl Backend for OnDevices {
         let blocks = (recv.blocks.counts.iter().zip(recv.blocks.displs))
             .map(|(&count, &displ)| span((base + displ * dtype.size()) as *const u8, count, dtype));
         let rets: Vec<Span> = std::iter::once(result(&recv.buf)).chain(blocks).collect();
-        let key = CallKey::new("allgatherv", 0);
+        let key = CallKey::varying("allgatherv");
         self.collective(key, x, rets, |group, _, backend, seats| {
             collectives::all_gather_v(group, backend, seats)
         })

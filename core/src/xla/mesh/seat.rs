@@ -105,11 +105,26 @@ impl From<Vec<Span>> for Spans {
 pub struct CallKey {
     pub op: &'static str,
     pub detail: u64,
+    /// Each member's operand is as long as its own block of the result (an allgatherv's:
+    /// the blocks, which the results list alike, say every member's length).
+    pub operand_varies: bool,
 }
 
 impl CallKey {
     pub const fn new(op: &'static str, detail: u64) -> CallKey {
-        CallKey { op, detail }
+        CallKey {
+            op,
+            detail,
+            operand_varies: false,
+        }
+    }
+
+    /// The key of a v-collective, whose operands differ in length between members.
+    pub const fn varying(op: &'static str) -> CallKey {
+        CallKey {
+            operand_varies: true,
+            ..CallKey::new(op, 0)
+        }
     }
 
     /// The key of a reduction by `reduce`, with `more` (a root, a layout) beside it.
@@ -126,7 +141,10 @@ impl CallKey {
 
     /// This key with `more` (a permute's pairs, say) beside what it has.
     pub fn and(self, more: u64) -> CallKey {
-        CallKey::new(self.op, self.detail ^ more.rotate_left(16))
+        CallKey {
+            detail: self.detail ^ more.rotate_left(16),
+            ..self
+        }
     }
 
     /// A key for every point-to-point op of a MeshComm: a send of one device may meet a
@@ -169,15 +187,17 @@ impl Seat {
     }
 
     /// Whether `other` is the same call: the same key, buffers of the same types and
-    /// lengths.
+    /// lengths (the operands' lengths aside where the key says they vary).
     pub fn same_call(&self, other: &Seat) -> bool {
-        let shapes = |a: &[Span], b: &[Span]| {
+        let shapes = |a: &[Span], b: &[Span], lengths: bool| {
             a.len() == b.len()
                 && a.iter()
                     .zip(b)
-                    .all(|(x, y)| (x.dtype, x.count) == (y.dtype, y.count))
+                    .all(|(x, y)| x.dtype == y.dtype && (!lengths || x.count == y.count))
         };
-        self.key == other.key && shapes(&self.args, &other.args) && shapes(&self.rets, &other.rets)
+        self.key == other.key
+            && shapes(&self.args, &other.args, !self.key.operand_varies)
+            && shapes(&self.rets, &other.rets, true)
     }
 
     /// The call as an error names it: `op dtype[count], ... -> dtype[count], ...`.
@@ -221,4 +241,33 @@ pub(super) fn fits(bytes: usize, receive: &Half) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seat(key: CallKey, operand: usize, result: usize) -> Seat {
+        let span = |count| Span {
+            ptr: 0,
+            count,
+            dtype: Dtype::F32,
+        };
+        Seat::of_buffers(key, span(operand), span(result))
+    }
+
+    #[test]
+    fn operands_of_other_lengths_are_the_same_call_only_where_the_key_lets_them_vary() {
+        let fixed = CallKey::new("allgather", 0);
+        assert!(!seat(fixed, 2, 8).same_call(&seat(fixed, 4, 8)));
+        let varying = CallKey::varying("allgatherv");
+        assert!(seat(varying, 2, 8).same_call(&seat(varying, 4, 8)));
+        // The results (every member's blocks) must still agree, and the key itself.
+        assert!(!seat(varying, 2, 8).same_call(&seat(varying, 2, 6)));
+        assert!(!seat(varying, 2, 8).same_call(&seat(fixed, 2, 8)));
+        assert!(
+            varying.and(7).operand_varies,
+            "a key's detail keeps what varies"
+        );
+    }
 }
