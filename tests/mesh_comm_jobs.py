@@ -18,8 +18,9 @@ sets them), one case per run.
             allreduce and a halo step (jaxmpi.sendrecv), on a 1-D mesh of every device and
             a (processes, devices) one, whose "d" groups stay inside a process and "p"
             groups cross hosts; each checked against numpy on integer-valued floats (sums
-            exact in any order). Prints "HOST process P on NAME: D devices, ROUTE" and,
-            per check, "CHECK name right, process P" or "CHECK name WRONG, process P: ..."
+            exact in any order). Prints "HOST process P on NAME: D devices, ROUTE",
+            per check, "CHECK name right, process P" or "CHECK name WRONG, process P: ...",
+            and "PEAK RSS process P M MiB"
     gather_once  an allgatherv with counts read at run time (device r gives r + 1 rows of
             64 KiB): "CHECK allgatherv right, process P" and "REMOTE BYTES B", the bytes of
             the blocks each process takes from the others' devices, summed over the
@@ -29,6 +30,7 @@ sets them), one case per run.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import sys
 
@@ -208,6 +210,8 @@ if case == "hosts":
     host = socket.gethostname()
     say(f"HOST process {me} on {host}: {len(jax.local_devices())} devices, {route}")
     hosts()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    say(f"PEAK RSS process {me} {peak} MiB")
     sys.exit(0)
 if case == "beside_psum":
     body = beside_psum

@@ -6,13 +6,15 @@
 # usage: tests/multihost_faults.sh [mesh] [settings] [faults]   (default: all three)
 #
 # mesh      16 device ranks, 2 hosts x 4 processes x 2 devices (issue 50), on PyPI MPICH 5
-#           (MULTIHOST_MESH_BUILDS: the builds): jaxmpi.distributed.initialize()'s pass
+#           (MULTIHOST_MESH_BUILDS: the builds; MULTIHOST_MESH_LAYOUTS: processes per host
+#           x devices, default 4x2; 8x4 and 4x8 are 64 device ranks, benches/RESULTS.md,
+#           issue 58; each prints its largest peak RSS): jaxmpi.distributed.initialize()'s pass
 #           route, JAX's psum, all_gather and ppermute (a ring) and a MeshComm allreduce
 #           and halo step (jaxmpi.sendrecv), on a mesh of all 16 devices and an (8, 2) one
 #           whose "d" groups stay in a process and "p" groups cross hosts, against numpy
 #           (tests/mesh_comm_jobs.py hosts). Every process must print "right" for each of
-#           the 12 checks, processes 0-3 on jxh1 and 4-7 on jxh2, within MESH_LIMIT s (a
-#           stuck call: JAXMPI_TIMEOUT=20 ends the job first).
+#           the 12 checks, the first half of the processes on jxh1 (0-3 at 4x2), the rest on
+#           jxh2, within MESH_LIMIT s (a stuck call: JAXMPI_TIMEOUT=20 ends the job first).
 # 2 hosts x 1 rank, launcher on jxh1, PyPI MPICH 5 and PyPI Open MPI 5:
 #  settings  rank 1 alone has JAXMPI_MPI=mpiabi (MPICH): every rank refuses at import,
 #            rank 0 names the library of each rank. JAXMPI_TIMEOUT set for the launcher but
@@ -44,6 +46,8 @@ source "$ROOT/ci/multihost.sh"
 
 JXH="$ROOT/ci/hosts.sh"
 GRACE=5 CRASH_LIMIT=15 MESH_LIMIT=150 # seconds (see the header)
+# 64 device ranks take 16 or 8 processes on 2 cores: JAX starts in each, slowly.
+declare -A MESH_LIMIT_FOR=([8x4]=600 [4x8]=600)
 sections=("$@")
 ((${#sections[@]})) || sections=(mesh settings faults)
 wanted() { [[ " ${sections[*]} " == *" $1 "* ]]; }
@@ -81,38 +85,51 @@ verdict() {
     rows+=("$build|$case|$secs|$rc|$left|$note")
 }
 
-# --- 16 device ranks: 2 hosts x 4 processes x 2 devices -------------------------------
-MESH_CHECKS=("psum 1-D 16" "all_gather 1-D 16" "ppermute ring 1-D 16" "MeshComm allreduce 1-D 16"
-    "MeshComm halo sendrecv 1-D 16" "psum d 2-D 8x2" "psum p 2-D 8x2" "all_gather p 2-D 8x2"
-    "ppermute ring p 2-D 8x2" "MeshComm allreduce d 2-D 8x2" "MeshComm allreduce p 2-D 8x2"
-    "MeshComm allreduce 2-D 8x2")
+# --- Device ranks on 2 hosts: processes per host x devices per process ----------------
+# mesh_checks N GRID: the checks' names for N device ranks, the 2-D mesh GRID (PxD).
+mesh_checks() {
+    local n=$1 grid=$2
+    MESH_CHECKS=("psum 1-D $n" "all_gather 1-D $n" "ppermute ring 1-D $n"
+        "MeshComm allreduce 1-D $n" "MeshComm halo sendrecv 1-D $n" "psum d 2-D $grid"
+        "psum p 2-D $grid" "all_gather p 2-D $grid" "ppermute ring p 2-D $grid"
+        "MeshComm allreduce d 2-D $grid" "MeshComm allreduce p 2-D $grid"
+        "MeshComm allreduce 2-D $grid")
+}
+# mesh BUILD [LAYOUT]: LAYOUT is processes per host x devices per process (default 4x2:
+# 16 device ranks).
 mesh() {
-    local build=$1 log t0 rc secs name p host right=0 missing=
+    local build=$1 layout=${2:-4x2} log t0 rc secs name p host right=0 missing='' rss
     local problems=()
-    multihost_build "$build" jxh1:4,jxh2:4 JAXMPI_TIMEOUT "${forward[@]}"
+    local per_host=${layout%x*} devices=${layout#*x}
+    local procs=$((2 * per_host))
+    local n=$((procs * devices))
+    mesh_checks "$n" "${procs}x$devices"
+    multihost_build "$build" "jxh1:$per_host,jxh2:$per_host" JAXMPI_TIMEOUT "${forward[@]}"
     # Open MPI binds each rank to a core: 4 ranks on a "host" of 2 cores are refused
     # unless unbound, and with 4 slots named per host it thinks it has the cores to itself
     # and busy-polls: told to yield, the job takes about 15 s instead of 27-31 s.
     if [[ ${JAXMPI_MATRIX_FAMILY[$build]} == openmpi ]]; then
         JAXMPI_MATRIX_LAUNCHER[$MULTIHOST_NAME]+=" --bind-to none --mca mpi_yield_when_idle 1"
     fi
-    log="$logdir/mesh-$build.log"
+    log="$logdir/mesh-$build-$layout.log"
     t0=$(now)
-    JAXMPI_CELL_TIMEOUT=$MESH_LIMIT matrix_exec "$MULTIHOST_NAME" 8 JAX_PLATFORMS=cpu \
-        XLA_FLAGS=--xla_force_host_platform_device_count=2 PYTHONDONTWRITEBYTECODE=1 \
-        PYTHONUNBUFFERED=1 JAXMPI_TIMEOUT=20 ${PYTHONPATH:+"PYTHONPATH=$PYTHONPATH"} -- \
-        python tests/mesh_comm_jobs.py hosts >"$log" 2>&1
+    JAXMPI_CELL_TIMEOUT=${MESH_LIMIT_FOR[$layout]:-$MESH_LIMIT} matrix_exec "$MULTIHOST_NAME" \
+        "$procs" JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count="$devices" \
+        PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 JAXMPI_TIMEOUT=20 \
+        ${PYTHONPATH:+"PYTHONPATH=$PYTHONPATH"} -- python tests/mesh_comm_jobs.py hosts >"$log" 2>&1
     rc=$?
     secs=$(since "$t0" "$(now)")
     ((rc == 0)) || problems+=("exit status $rc")
-    for p in 0 1 2 3 4 5 6 7; do
-        host=jxh$((p / 4 + 1))
-        grep -a -q "^HOST process $p on $host: 2 devices, jaxmpi$" "$log" || missing+=" $p"
+    for ((p = 0; p < procs; p++)); do
+        host=jxh$((p / per_host + 1))
+        grep -a -q "^HOST process $p on $host: $devices devices, jaxmpi$" "$log" || missing+=" $p"
     done
     [[ -n $missing ]] && problems+=("processes not on their host or not on jaxmpi's pass:$missing")
+    rss=$(sed -n 's/^PEAK RSS process [0-9]* \([0-9]*\) MiB$/\1/p' "$log" | sort -n | tail -1)
+    echo "info  $build, $n device ranks ($procs processes x $devices devices on 2 hosts): peak RSS ${rss:-?} MiB a process at most"
     for name in "${MESH_CHECKS[@]}"; do
         missing=
-        for p in 0 1 2 3 4 5 6 7; do
+        for ((p = 0; p < procs; p++)); do
             if grep -a -q -F -x "CHECK $name right, process $p" "$log"; then
                 right=$((right + 1))
             else
@@ -123,15 +140,18 @@ mesh() {
     done
     # At most 5 problems in the row: the log (printed on failure) has the rest.
     ((${#problems[@]} > 5)) && problems=("${problems[@]:0:5}" "and $((${#problems[@]} - 5)) more")
-    echo "MESH: $right of $((8 * ${#MESH_CHECKS[@]})) checks right (${#MESH_CHECKS[@]} checks x 8 processes)" >>"$log"
-    verdict "$build" "mesh: 2 hosts x 4 x 2 devices" "$secs" "$rc" "$(left_on jxh1)+$(left_on jxh2)" \
+    echo "MESH: $right of $((procs * ${#MESH_CHECKS[@]})) checks right (${#MESH_CHECKS[@]} checks x $procs processes)" >>"$log"
+    verdict "$build" "mesh: 2 hosts x $per_host x $devices devices" "$secs" "$rc" "$(left_on jxh1)+$(left_on jxh2)" \
         "$log" "MESH: [0-9]+ of" "${problems[@]}"
     "$JXH" crash jxh1 >/dev/null # whatever a failed job left behind
     "$JXH" crash jxh2 >/dev/null
 }
 if wanted mesh; then
     read -r -a mesh_builds <<<"${MULTIHOST_MESH_BUILDS:-pypi-mpich-5}"
-    for build in "${mesh_builds[@]}"; do mesh "$build"; done
+    read -r -a mesh_layouts <<<"${MULTIHOST_MESH_LAYOUTS:-4x2}"
+    for build in "${mesh_builds[@]}"; do
+        for layout in "${mesh_layouts[@]}"; do mesh "$build" "$layout"; done
+    done
 fi
 
 # --- Settings the ranks disagree on ---------------------------------------------------
@@ -225,7 +245,7 @@ if wanted faults; then
 fi
 
 echo
-echo "across hosts: 2 hosts x 1 rank (mesh: x 4 x 2). s: seconds from the fault to the"
+echo "across hosts: 2 hosts x 1 rank (mesh: processes per host x devices). s: seconds from the fault to the"
 echo "launcher's exit (mesh: the whole job);"
 echo "left: processes on jxh1+jxh2 once the ranks' watchdogs are done (jxh2 still cut off)"
 fmt='%-15s %-30s %-5s %-4s %-5s %s\n'
