@@ -4,7 +4,7 @@
 //!
 //! Checked against the headers of jaxlib 0.6.2 (API 0.1), 0.10.2 (0.3), 0.11.2 (0.4) and
 //! 0.12.0.1 (0.5) by compiling offsetof/sizeof of every field and constant pinned below
-//! against each: all identical. What changed is names only: `XLA_FFI_Extension_Base` became
+//! against each: all identical (0.12.1's `c_api.h` is byte for byte 0.12.0.1's). What changed is names only: `XLA_FFI_Extension_Base` became
 //! `XLA_FFI_InternalExtension` (0.11; same layout, same Metadata type 1; a new, separate
 //! `XLA_FFI_Extension` is not used here), `Error_GetMessage` became `Error_GetDetails`
 //! (same slot), `ExecutionContext` is an alias of `InvokeContext`; `Metadata` gained a field

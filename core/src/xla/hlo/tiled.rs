@@ -1,7 +1,8 @@
 //! JAX's tiled `all_to_all` as one array all-to-all again. XLA takes an all-to-all along a
 //! dimension apart before the pass sees it: a slice of the array per group member (on CPU a
 //! fusion wrapping the slice), a tuple all-to-all of the slices, and a concatenate of its
-//! results along the same dimension. Run as that, every call copies the array twice more
+//! results along the same dimension (on CPU from jaxlib 0.12.1 on, a fusion wrapping the
+//! concatenate). Run as that, every call copies the array twice more
 //! than MPI_Alltoall on the array itself (into the slices, out to the concatenate).
 //!
 //! This finds exactly that, and puts back the all-to-all it came from: one instruction on
@@ -33,6 +34,8 @@ struct Found {
     concatenate: i64,
     /// The slices nothing else reads, with the computations they call (a fusion's).
     unread: Vec<(i64, Vec<i64>)>,
+    /// The computations the concatenate calls (a fusion's), gone with it.
+    concatenate_calls: Vec<i64>,
     /// Whether the call reads a copy of the array (see `Context::may_be_the_result`).
     copy: bool,
 }
@@ -73,6 +76,7 @@ pub fn reassemble(
                     .iter()
                     .flat_map(|(_, called)| called.iter().copied()),
             );
+            orphaned.extend(&f.concatenate_calls);
         }
         count += founds.len();
         apply(&mut computations[k], &founds, &mut names);
@@ -186,12 +190,8 @@ impl Context<'_> {
             return None;
         };
         let concatenate = self.by_id[&c];
-        let dims = concatenate.0.ints(instruction::DIMENSIONS).ok()?;
-        if concatenate.opcode() != "concatenate"
-            || concatenate.operands().ok()? != pieces
-            || dims.len() != 1
-            || self.ordered.contains(&c)
-        {
+        let (dims, concatenate_calls) = self.concatenation(concatenate)?;
+        if concatenate.operands().ok()? != pieces || dims.len() != 1 || self.ordered.contains(&c) {
             return None;
         }
         let dim = dims[0] as usize;
@@ -242,8 +242,51 @@ impl Context<'_> {
             pieces,
             concatenate: c,
             unread,
+            concatenate_calls,
             copy: self.may_be_the_result(array),
         })
+    }
+
+    /// The dimensions `inst` concatenates its operands along, in their order, and the
+    /// computations it calls: a `concatenate`, or a fusion of one `concatenate` of its
+    /// parameters in their order.
+    fn concatenation(&self, inst: &Instruction) -> Option<(Vec<i64>, Vec<i64>)> {
+        let called = inst.called().ok()?;
+        let joined = match inst.opcode().as_str() {
+            "concatenate" if called.is_empty() => inst,
+            "fusion" => {
+                let &[fused] = &called[..] else {
+                    return None;
+                };
+                let body = self.all.get(&fused)?;
+                let root = body
+                    .instructions
+                    .iter()
+                    .find(|i| i.id() == body.root_id())?;
+                let number: HashMap<i64, i64> = body
+                    .instructions
+                    .iter()
+                    .filter(|i| i.opcode() == "parameter")
+                    .map(|p| (p.id(), p.0.int(instruction::PARAMETER_NUMBER)))
+                    .collect();
+                let order: Vec<i64> = root
+                    .operands()
+                    .ok()?
+                    .iter()
+                    .map(|o| number.get(o).copied())
+                    .collect::<Option<_>>()?;
+                let operands = inst.operands().ok()?.len();
+                if root.opcode() != "concatenate"
+                    || body.instructions.len() != operands + 1
+                    || !order.iter().copied().eq(0..operands as i64)
+                {
+                    return None;
+                }
+                root
+            }
+            _ => return None,
+        };
+        Some((joined.0.ints(instruction::DIMENSIONS).ok()?, called))
     }
 
     /// Whether XLA may place the call's result in the memory of `array` itself, which MPI

@@ -263,3 +263,66 @@ fn a_tiled_all_to_all_of_a_loop_state_element_reads_a_copy_of_it() {
     assert_eq!(call.operands().unwrap()[0], copy.id());
     assert!(find(body, "concatenate").is_empty() && find(body, "fusion").is_empty());
 }
+
+/// `tiled_module` with the concatenate wrapped in a fusion (XLA:CPU from jaxlib 0.12.1 on):
+/// fusion 43 calls computation 7, whose parameters `order` give its concatenate's operands.
+fn fused_concatenate_module(order: [i64; 2]) -> Vec<u8> {
+    let (whole, part) = (array(F32, &[8]), array(F32, &[4]));
+    let (s0, c0) = fused_slice(5, 2, 4, &whole, &part, &[(0, 4)]);
+    let (s1, c1) = fused_slice(6, 3, 4, &whole, &part, &[(4, 8)]);
+    let mut instructions = vec![parameter(4, 0, &whole), s0, s1];
+    let mut pattern = tuple_all_to_all(&[5, 6], &part, &whole, 0);
+    let joined = pattern.pop().expect("the concatenate");
+    let mut fusion = Instruction::new(43, "wrapped_concatenate", "fusion", &whole, &[41, 42]);
+    fusion.0.set_ints(instruction::CALLED_COMPUTATION_IDS, &[7]);
+    instructions.extend(pattern);
+    instructions.push(fusion);
+    let mut concatenate = Instruction::new(72, "concatenate", "concatenate", &whole, &[70, 71]);
+    concatenate.0.set_ints(
+        instruction::DIMENSIONS,
+        &joined.0.ints(instruction::DIMENSIONS).unwrap(),
+    );
+    let body = computation_of(
+        7,
+        "wrapped_concatenate_computation",
+        vec![
+            parameter(70, order[0], &part),
+            parameter(71, order[1], &part),
+            concatenate,
+        ],
+        72,
+    );
+    module_of(vec![entry(instructions, 43), c0, c1, body])
+}
+
+#[test]
+fn a_fused_concatenate_of_the_results_is_the_same_pattern() {
+    let computations = rewritten(&fused_concatenate_module([0, 1]));
+    assert_eq!(
+        computations.len(),
+        1,
+        "the fusions' computations are called by nothing"
+    );
+    let main = &computations[0];
+    let [call] = collectives(main)[..] else {
+        panic!("one call")
+    };
+    assert_eq!(call.target(), "jaxmpi_hlo_all_to_all");
+    assert_eq!(call.operands().unwrap()[0], 4);
+    for opcode in ["fusion", "concatenate", "all-to-all"] {
+        assert!(find(main, opcode).is_empty(), "a {opcode} is left");
+    }
+    assert_eq!(main.root_id(), 43);
+}
+
+#[test]
+fn a_fused_concatenate_that_swaps_its_operands_is_left_alone() {
+    let computations = rewritten(&fused_concatenate_module([1, 0]));
+    let main = &computations[0];
+    let [call] = collectives(main)[..] else {
+        panic!("one call")
+    };
+    assert_eq!(call.operands().unwrap()[..2], [5, 6]);
+    assert_eq!(find(main, "fusion").len(), 3);
+    assert_eq!(computations.len(), 4);
+}
