@@ -98,7 +98,9 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #     derived datatypes with segmented reductions (Open MPI 4.1 has no _c functions).
 #   layouts: JAX's collectives through jaxmpi's HLO pass, P processes x D devices; every
 #     build with the pass hook (JAX >= 0.10.2: not jax-0.6, whose route, XLA's MPI
-#     backend, test_xla_plugin.py covers). 3x1: an odd number of devices, where a
+#     backend, test_xla_plugin.py covers). 2x2 on the newest JAX too: what its XLA hands
+#     the pass differs by release, and test_jax_partitioning.py runs only there (JAX
+#     >= 0.12.1), at 2x1 and 2x2. 3x1: an odd number of devices, where a
 #     reversal's permute holds a self-loop beside pairs (first build only). 3x2: three
 #     processes of several devices, where a group's process may have no piece to send
 #     (a flip's middle pair) and devices of one process take different paths. ordered:

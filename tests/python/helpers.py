@@ -22,7 +22,8 @@ test_control_flow), errors at trace time (test_errors) and from MPI (test_mpi_er
 copies (test_zero_copy), dispatch and threads (test_dispatch, test_threads), communicators
 (test_comms), the drop-in API (test_mpi4jax_api), the declarations (test_signatures,
 test_native), JAX's collectives by route (test_jax_collectives: jaxmpi's pass;
-test_xla_plugin: XLA's MPI backend through the plug-in), devices as ranks (test_mesh_comm:
+test_jax_partitioning: JAX 0.12.1's jax_partitioning mode through it; test_xla_plugin:
+XLA's MPI backend through the plug-in), devices as ranks (test_mesh_comm:
 a MeshComm's ops; test_device_layer, test_divergent_paths: the device-rank layer where
 issues 50 and 57 found it wanting), GPUs (test_gpu_startup: the start-up, on the CPU, up
 to a faked driver; test_cuda, test_cuda_order: on a GPU). Test ids carry the op names:

@@ -22,7 +22,9 @@ def test_release_numbers():
         _support.release("latest")
 
 
-@pytest.mark.parametrize("version", ["0.6.2", "0.7.1", "0.10.2", "0.11.2", "0.12.0", "0.12.0.1"])
+@pytest.mark.parametrize(
+    "version", ["0.6.2", "0.7.1", "0.10.2", "0.11.2", "0.12.0", "0.12.0.1", "0.12.1"]
+)
 def test_versions_in_the_range_pass_silently(version):
     assert _support.check_jax(version) is None
 
@@ -37,7 +39,7 @@ def test_older_versions_are_refused_saying_what_to_install(version):
     assert 'pip install "jax>=0.6.2"' in message
 
 
-@pytest.mark.parametrize("version", ["0.12.0.2", "0.12.1", "0.13.0.dev20261101", "1.0"])
+@pytest.mark.parametrize("version", ["0.12.1.1", "0.12.2", "0.13.0.dev20261101", "1.0"])
 def test_newer_versions_warn_naming_both(version):
     message = _support.check_jax(version)
     assert message is not None

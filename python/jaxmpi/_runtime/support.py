@@ -15,7 +15,7 @@ import warnings
 # 0.6.0/0.6.1 drop MPI calls whose results a rank does not use when they differentiate
 # (jax._src.effects.partial_eval_kept_effects arrived in 0.6.2).
 OLDEST = "0.6.2"
-NEWEST_TESTED = "0.12.0.1"
+NEWEST_TESTED = "0.12.1"
 SUPPORTED = f"{OLDEST} to {NEWEST_TESTED}, the newest tested"
 
 
