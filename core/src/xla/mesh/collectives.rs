@@ -211,8 +211,9 @@ pub fn all_to_all(
         }
     }
     // Packed when there is something to gain: several devices' blocks to one process, or
-    // many slices of small blocks; one device's own buffers otherwise go as they are.
-    let packs = !group.aligned() || (outer > 1 && block < PACKED_BLOCK);
+    // small blocks (many slices of one array, or a tuple's arrays: one MPI call, not a
+    // message each); one device's own large blocks otherwise go as they are.
+    let packs = !group.aligned() || block < PACKED_BLOCK;
     if group.spans_processes() && group.even() && packs {
         // Blocks packed by destination process, exchanged by MPI's alltoall, unpacked:
         // one MPI call however many slices and devices.

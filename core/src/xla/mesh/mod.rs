@@ -21,6 +21,8 @@
 //! `docs/reference/device-ranks.md` follows a psum and a MeshComm allreduce through it.
 
 mod buffers;
+#[cfg(test)]
+mod calls_bench;
 pub mod collectives;
 mod comm;
 mod comm_sets;
@@ -39,6 +41,8 @@ pub mod reductions;
 mod room;
 mod scans;
 mod seat;
+#[cfg(test)]
+mod simulated;
 
 pub use collectives::AllToAll;
 pub use comm::{OnDevices, ON_DEVICES};

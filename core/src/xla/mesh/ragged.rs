@@ -4,10 +4,12 @@
 //! Bad sizes or offsets must end every member's call with an error, and must leave nobody
 //! waiting. Each sender checks its own (every device's output has the same shape, so a
 //! sender can check where its rows land), then tells each receiver where its rows go and
-//! how many, or that it failed: every member hears from every member, so all agree on the
-//! lowest failing member before any row moves, with no call of MPI's more.
+//! how many, or that it failed (an all-to-all of one notice per pair, MPI's own among the
+//! processes where it fits): every member hears from every member, so all agree on the
+//! lowest failing member before any row moves. The rows then go as messages.
 
 use super::buffers::copy;
+use super::collectives::{all_to_all, AllToAll};
 use super::group::Group;
 use super::messages::{exchange, touching, Piece};
 use super::seat::{Seat, Span};
@@ -73,23 +75,25 @@ pub fn ragged_all_to_all(
         })
         .collect();
     let mut heard = vec![vec![Notice::default(); n]; seats.len()];
-    let notice = std::mem::size_of::<Notice>();
-    let said: Vec<usize> = sent.iter_mut().map(|s| s.as_mut_ptr() as usize).collect();
-    let told: Vec<usize> = heard.iter_mut().map(|h| h.as_mut_ptr() as usize).collect();
-    let notices = touching(group, 1, |i, j, _| Piece {
-        from: i,
-        to: j,
-        bytes: notice,
-        send: match group.is_local(i) {
-            true => said[group.slot(i)] + j * notice,
-            false => 0,
-        },
-        recv: match group.is_local(j) {
-            true => told[group.slot(j)] + i * notice,
-            false => 0,
-        },
-    });
-    exchange(group, library, backend, &notices)?;
+    // One notice from each member to each: an all-to-all of fixed blocks, one MPI call
+    // among the processes wherever it fits.
+    let bytes = |notices: &mut Vec<Notice>| Span {
+        ptr: notices.as_mut_ptr() as usize,
+        count: n * std::mem::size_of::<Notice>(),
+        dtype: Dtype::U8,
+    };
+    let notices: Vec<Seat> = sent
+        .iter_mut()
+        .zip(&mut heard)
+        .map(|(said, told)| Seat::of_buffers(seats[0].key, bytes(said), bytes(told)))
+        .collect();
+    all_to_all(
+        group,
+        library,
+        backend,
+        &notices,
+        AllToAll::Array { outer: 1 },
+    )?;
     if let Some(failed) = heard[0].iter().position(|h| h.at < 0) {
         if group.is_local(failed) {
             if let Some(err) = errors[group.slot(failed)].take() {
