@@ -14,6 +14,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jaxmpi
 from jaxmpi import COMM_WORLD as comm
@@ -72,11 +73,17 @@ def best(fn, *args):
     return min(times)
 
 
+def memory(kind):
+    """The GPU's memory of that kind, as a sharding over a mesh of that one device: every
+    JAX from 0.6.2 takes it (SingleDeviceSharding is deprecated from 0.12.1)."""
+    mesh = jax.sharding.Mesh(np.array([gpu]), ("gpu",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
+
+
 def host_round_trip():
     """A device->host->device copy, through pinned memory where this JAX offers it."""
     try:
-        pinned = jax.sharding.SingleDeviceSharding(gpu, memory_kind="pinned_host")
-        on_gpu = jax.sharding.SingleDeviceSharding(gpu, memory_kind="device")
+        pinned, on_gpu = memory("pinned_host"), memory("device")
         jax.device_put(jnp.ones(4), pinned).block_until_ready()
     except (ValueError, RuntimeError, NotImplementedError) as err:
         cpu = jax.devices("cpu")[0]

@@ -6,6 +6,13 @@
 # That machine has no network and no Rust, only Python 3.12 with JAX and its CUDA plugin:
 # whatever the run installs must arrive as files, with the working tree, in the ignored
 # folder .gpu/ (carried next to the tree; 64 MiB in all, so the script checks the size).
+# JAX is not among them: the run tests the machine's own (its image has jax, jaxlib,
+# jax-cuda13-plugin and -pjrt 0.11.2, and NVIDIA's CUDA 13 libraries, as last seen), and
+# its `jax` verdict records which, with the plugin's version and CUDA major. What a user
+# installs, `pip install "jax[cuda13]==0.12.1"` (or "jax[cuda12]==0.12.0.1": there is no
+# jax-cuda12-plugin 0.12.1 on PyPI, so "jax[cuda12]==0.12.1" does not resolve), is 227 MB
+# of JAX's wheels for CUDA 13 (jaxlib 83 MB, jax-cuda13-pjrt 129 MB; 165 MB as xz) before
+# NVIDIA's libraries: jaxlib alone is more than the carry has left beside this pack.
 #   jaxmpi-*.whl      this checkout's x86_64 release wheel, dist/'s (ci/wheels.sh builds
 #                     it here if missing or stale)
 #   mpich, mpi4py     PyPI's MPICH wheel (the staged path: it is not CUDA-aware) and mpi4py,

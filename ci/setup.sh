@@ -40,16 +40,18 @@ JAXMPI_PIN_JAX_NEWEST=("jax==0.10.2" "jaxlib==0.10.2")
 JAXMPI_PIN_JAX_OLDEST=("jax==0.6.2" "jaxlib==0.6.2")
 # JAX 0.11 and 0.12 need Python >= 3.12: Debian trixie's Python 3.13, in a chroot
 # (ci/trixie.sh), each over the same MPICH wheel and the same jaxmpi wheel.
-# Newest on PyPI when pinned (2026-11-23): jax 0.12.0.1 and, of 0.11, 0.11.2.
+# Newest on PyPI when pinned (2026-12-07): jax 0.12.1 (it pins jaxlib 0.12.1 exactly) and, of
+# 0.11, 0.11.2.
 # python/jaxmpi/_runtime/support.py's NEWEST_TESTED must name the newest of these.
-JAXMPI_PIN_JAX_012=("jax==0.12.0.1" "jaxlib==0.12.0.1")
+JAXMPI_PIN_JAX_012=("jax==0.12.1" "jaxlib==0.12.1")
 JAXMPI_PIN_JAX_011=("jax==0.11.2" "jaxlib==0.11.2")
 JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
-# JAX's CUDA plugin for the newest jaxlib here, as `pip install "jax[cuda12]"` puts it on
-# every GPU cluster's login node: tests/gpu_startup.sh runs jaxmpi's GPU start-up with it
-# on this machine, which has no GPU. --no-deps keeps NVIDIA's libraries (GBs) out; it
-# still imports. Must match JAXMPI_PIN_JAX_NEWEST's jaxlib.
-JAXMPI_PIN_CUDA_PLUGIN=("jax-cuda12-plugin==0.10.2" "jax-cuda12-pjrt==0.10.2")
+# JAX's CUDA plugins, one per CUDA major, of JAXMPI_PIN_JAX_NEWEST's jaxlib version, as
+# `pip install "jax[cuda12]"` or `"jax[cuda13]"` puts them on every GPU cluster's login
+# node: tests/gpu_startup.sh runs jaxmpi's GPU start-up with each on this machine, which
+# has no GPU. --no-deps keeps NVIDIA's libraries (GBs) out; they still import. CUDA 13's
+# is the one the GPU test machine's image has (ci/gpu_run.sh records its version).
+JAXMPI_CUDA_PLUGIN_MAJORS=(12 13)
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_PIN_MATURIN="maturin==1.16.0"
 JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1")
@@ -167,23 +169,35 @@ _setup_venv() {
     printf '%s' "$want" >"$marker"
 }
 
+# _setup_cuda_plugin MAJOR: JAX's CUDA plugin for CUDA MAJOR (both halves, of the newest
+# jaxlib's version) into .venvs/cudaMAJOR-plugin, a folder for PYTHONPATH (~480 MB).
+_setup_cuda_plugin() {
+    local major=$1 version=${JAXMPI_PIN_JAX_NEWEST[1]#jaxlib==}
+    local dir="$JAXMPI_SETUP_ROOT/.venvs/cuda$major-plugin"
+    local -a pins=("jax-cuda$major-plugin==$version" "jax-cuda$major-pjrt==$version")
+    if _setup_current "$dir/.jaxmpi-setup" "${pins[*]}" && [[ -d $dir/jax_plugins ]]; then
+        _setup_log "cuda $major plugin: up to date (${pins[*]})"
+        return 0
+    fi
+    _setup_log "cuda $major plugin: installing ${pins[*]}"
+    rm -rf "$dir"
+    "$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/python" -m pip install -q --disable-pip-version-check \
+        --no-deps --target "$dir" "${pins[@]}" || return 1
+    printf '%s' "${pins[*]}" >"$dir/.jaxmpi-setup"
+}
+
+_setup_cuda_plugins() {
+    local major
+    # The CUDA 12 plugin's folder from before there were two.
+    rm -rf "$JAXMPI_SETUP_ROOT/.venvs/cuda-plugin"
+    for major in "${JAXMPI_CUDA_PLUGIN_MAJORS[@]}"; do
+        _setup_cuda_plugin "$major" || return 1
+    done
+}
+
 # _setup_mpi4jax_sdists: JAXMPI_MPI4JAX_SDISTS into .venvs/mpi4jax-sdists/, each from the
 # link PyPI's simple index gives (as pip finds it: pip download would also build it), kept
 # only with the pinned hash; those already there with it are not fetched again.
-# The CUDA plugin's wheels into .venvs/cuda-plugin, a folder for PYTHONPATH (478 MB).
-_setup_cuda_plugin() {
-    local dir="$JAXMPI_SETUP_ROOT/.venvs/cuda-plugin" want="${JAXMPI_PIN_CUDA_PLUGIN[*]}"
-    if _setup_current "$dir/.jaxmpi-setup" "$want" && [[ -d $dir/jax_plugins ]]; then
-        _setup_log "cuda plugin: up to date ($want)"
-        return 0
-    fi
-    _setup_log "cuda plugin: installing $want"
-    rm -rf "$dir"
-    "$JAXMPI_SETUP_ROOT/.venvs/mpich/bin/python" -m pip install -q --disable-pip-version-check \
-        --no-deps --target "$dir" "${JAXMPI_PIN_CUDA_PLUGIN[@]}" || return 1
-    printf '%s' "$want" >"$dir/.jaxmpi-setup"
-}
-
 _setup_mpi4jax_sdists() {
     local dir="$JAXMPI_SETUP_ROOT/.venvs/mpi4jax-sdists" entry version hash missing=()
     mkdir -p "$dir"
@@ -397,7 +411,7 @@ jaxmpi_setup() (
     _setup_venv impi bin/mpiexec "$JAXMPI_PIN_IMPI" "${newest[@]}" ||
         _setup_log "WARNING: could not install $JAXMPI_PIN_IMPI; the intel-mpi cells will be skipped"
     _setup_mpi4jax_sdists || return 1
-    _setup_cuda_plugin || return 1
+    _setup_cuda_plugins || return 1
     _setup_log "venvs done ($((SECONDS - t))s)"
 
     t=$SECONDS

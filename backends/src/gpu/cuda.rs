@@ -4,11 +4,11 @@
 //!
 //! `CudaRuntime` is the GPU runtime core calls for GPU ops: it prepares this rank's part
 //! (XLA's stream and its context made current, the arrays checked to be on the rank's GPU,
-//! the context owning the pinned pool, and with a CUDA-aware MPI the stream synchronized),
-//! then runs the op on `Direct` when the MPI is CUDA-aware, else on `Staged`. A failed
-//! preparation is this rank's alone: it goes to the call's start verdict where the call
-//! takes one, so every rank learns it before anyone calls MPI; elsewhere the op still runs,
-//! on host scratch memory (`unusable.rs`), so that no other rank waits for this one.
+//! the context owning the pinned pool), then `call::run_on` waits for the stream and runs
+//! the op on `Direct` when the MPI is CUDA-aware, else on `Staged`. A failed preparation is
+//! this rank's alone: it goes to the call's start verdict where the call takes one, so
+//! every rank learns it before anyone calls MPI; elsewhere the op still runs, on host
+//! scratch memory (`unusable.rs`), so that no other rank waits for this one.
 //!
 //! Pinned staging memory belongs to the context current when it is allocated, and dies
 //! with it. It is allocated in the GPU's primary context (the one XLA uses), which
@@ -23,12 +23,12 @@ use std::sync::{Mutex, OnceLock};
 use jaxmpi_core::gpu::{install_gpu_runtime, Agree, GpuRuntime, Stream};
 use jaxmpi_core::{Backend, Error, Library, Result};
 
+use super::call::run_on;
 use super::driver::{
     self, attribute, CuContext, CuDevice, CuDevicePtr, CuEvent, CuStream, Driver,
     EVENT_DISABLE_TIMING, MEMHOSTALLOC_PORTABLE,
 };
-use super::unusable::without_gpu;
-use super::{Direct, GpuMemory, Marker, PinnedBuffer, PinnedPool, Placement, Staged, Stats};
+use super::{GpuMemory, Marker, PinnedBuffer, PinnedPool, Stats};
 
 const STEP: &str = "cuda";
 
@@ -264,9 +264,9 @@ struct Prepared {
     _current: Pushed<'static>,
 }
 
-/// Makes this rank's part of a call on `stream` ready: everything that can fail on one
-/// rank alone before the op's MPI calls.
-fn prepare(stream: Stream, library: &dyn Library) -> Result<Prepared> {
+/// Makes this rank's part of a call on `stream` ready: what can fail on one rank alone
+/// before the op's MPI calls, but for the wait for XLA's work (`call::run_on`).
+fn prepare(stream: Stream) -> Result<Prepared> {
     let d = driver::driver()?;
     let stream = stream.0 as CuStream;
     let (current, gpu) = Pushed::of_stream(d, stream)?;
@@ -287,11 +287,6 @@ fn prepare(stream: Stream, library: &dyn Library) -> Result<Prepared> {
         owner: owner(d, gpu)?,
         events: Mutex::new(Vec::new()),
     };
-    // Direct's MPI calls wait for the stream anyway; waiting here first lets its failure
-    // reach the verdict, and leaves them nothing to wait for.
-    if library.cuda_aware() {
-        gpu.synchronize()?;
-    }
     Ok(Prepared {
         gpu,
         _current: current,
@@ -306,38 +301,13 @@ impl GpuRuntime for CudaRuntime {
         agree: Option<Agree>,
         body: &mut dyn FnMut(&dyn Backend) -> Result<()>,
     ) -> Result<()> {
-        let prepared = match stream.and_then(|stream| prepare(stream, library)) {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                return match agree {
-                    // Every rank returns an error then; this one its own.
-                    Some(agree) => agree(Some(&err)).and(Err(err)),
-                    None => without_gpu(library, err, body),
-                };
-            }
-        };
-        if let Some(agree) = agree {
-            agree(None)?;
-        }
-        let gpu = &prepared.gpu;
-        let outcome = if library.cuda_aware() {
-            let placement = if library.cuda_aware_checks_buffers() {
-                Placement::IpcShareable
-            } else {
-                Placement::Any
-            };
-            body(&Direct::new(
-                library,
-                gpu,
-                &self.pool,
-                &self.stats,
-                placement,
-            ))
-        } else {
-            body(&Staged::new(library, gpu, &self.pool, &self.stats))
-        };
-        // Events of this call must not be in use after it returns.
-        outcome.and(gpu.synchronize())
+        // Held to the end of the call: XLA's context stays current on this thread.
+        let prepared = stream.and_then(prepare);
+        let gpu = prepared
+            .as_ref()
+            .map(|prepared| &prepared.gpu as &dyn GpuMemory)
+            .map_err(Error::clone);
+        run_on(gpu, library, &self.pool, &self.stats, agree, body)
     }
 }
 

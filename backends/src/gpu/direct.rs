@@ -5,7 +5,10 @@
 //! Some calls are staged all the same, because a CUDA-aware MPI taking GPU pointers
 //! does not make host code able to read them: reductions that run jaxmpi's own functions
 //! or a user's op on the host (float16, bfloat16, user ops, the unsigned MIN/MAX of some
-//! MPICH versions), and a library quirk's workaround that copies a buffer on the host.
+//! MPICH versions), a library quirk's workaround that copies a buffer on the host, and an
+//! in-place sendrecv (`MPI_Sendrecv_replace` packs the buffer into host memory it
+//! allocates, in MPICH and its derivatives, Intel MPI among them: a host read of GPU
+//! memory wherever that pack is not GPU-aware, and no MPI's query says whether it is).
 //! Decided automatically (`Placement::IpcShareable`), buffers that legacy CUDA IPC cannot
 //! share are staged too (`cuda_aware.rs` says why), and so are those whose sharing the
 //! driver cannot say. Every rank cuts allreduce and bcast into the same MPI calls
@@ -213,7 +216,15 @@ impl Backend for Direct<'_> {
         self.run(route, |b| b.recv(comm, buf, source, tag))
     }
     fn sendrecv(&self, sendbuf: Input, recvbuf: BufMut, envelope: Envelope) -> Result<Status> {
-        let route = self.route(&[of_input(&sendbuf), of_mut(&recvbuf)]);
+        let route = match sendbuf {
+            // Staged, the copy through the host is jaxmpi's own, on pinned memory: what the
+            // library would do at best anyway (see the module's note).
+            Input::InPlace => {
+                Stats::bump(&self.stats.staged_in_place);
+                Route::Staged
+            }
+            _ => self.route(&[of_input(&sendbuf), of_mut(&recvbuf)]),
+        };
         self.run(route, |b| b.sendrecv(sendbuf, recvbuf, envelope))
     }
     host_requests_only!();

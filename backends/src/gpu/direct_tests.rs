@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use jaxmpi_core::{Backend, Broadcast, Buf, BufMut, Dtype, Input, ReduceOp};
+use jaxmpi_core::{Backend, Broadcast, Buf, BufMut, Dtype, Envelope, Input, Peer, ReduceOp};
 
 use super::super::fake::FakeGpu;
 use super::super::test_mpi::{count, failed_sum, floats, input, mpi, output};
@@ -125,4 +125,40 @@ fn a_stream_that_cannot_be_waited_for_runs_the_op_staged_and_says_so() {
     // Staged: its chunk's MPI call made, none direct.
     let made = (count(&stats.staged), count(&stats.staged_chunks));
     assert_eq!((made, count(&stats.direct)), ((1, 1), 0));
+}
+
+#[test]
+fn an_in_place_sendrecv_is_staged_and_a_two_buffer_one_goes_direct() {
+    let Some(mpi) = mpi() else { return };
+    let (gpu, pool, stats) = (FakeGpu::default(), PinnedPool::default(), Stats::default());
+    let direct = Direct::new(mpi, &gpu, &pool, &stats, Placement::Any);
+    let to_self = Envelope {
+        comm: mpi.world(),
+        dest: Peer::Rank(0),
+        sendtag: 5,
+        source: Peer::Rank(0),
+        recvtag: Some(5),
+    };
+    let message = floats([1.0, -2.0, 3.0]);
+    let mut buf = message.clone();
+    let status = direct
+        .sendrecv(Input::InPlace, output(&mut buf), to_self)
+        .unwrap();
+    assert_eq!((buf.as_slice(), status.count), (message.as_slice(), 3));
+    // Through jaxmpi's host copy: the buffer went GPU→host, and MPI never saw it.
+    assert_eq!(gpu.bytes_to_host(), message.len());
+    let counted = |s: &Stats| {
+        (
+            count(&s.staged_in_place),
+            count(&s.staged),
+            count(&s.direct),
+        )
+    };
+    assert_eq!(counted(&stats), (1, 1, 0));
+    let mut recv = vec![0u8; message.len()];
+    direct
+        .sendrecv(Input::Data(input(&message)), output(&mut recv), to_self)
+        .unwrap();
+    assert_eq!(recv, message);
+    assert_eq!(counted(&stats), (1, 1, 1));
 }

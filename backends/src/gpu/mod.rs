@@ -28,6 +28,7 @@ macro_rules! host_requests_only {
     };
 }
 
+mod call;
 pub mod cuda;
 pub mod cuda_info;
 mod direct;

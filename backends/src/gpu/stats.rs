@@ -17,6 +17,9 @@ pub struct Stats {
     pub staged_host_code: AtomicU64,
     /// Of `staged`: ops `auto` staged because a buffer cannot be shared by legacy CUDA IPC.
     pub staged_not_ipc: AtomicU64,
+    /// Of `staged`: in-place sendrecvs a CUDA-aware MPI would get, staged because
+    /// `MPI_Sendrecv_replace` copies the buffer through host memory of its own.
+    pub staged_in_place: AtomicU64,
     /// Host buffers that could not be pinned, so pageable memory served instead.
     pub pageable: AtomicU64,
     /// Staging buffers kept out of the pool because a failure left copies queued on them.
@@ -37,6 +40,7 @@ impl Stats {
             ("staged_chunks", get(&self.staged_chunks)),
             ("staged_host_code", get(&self.staged_host_code)),
             ("staged_not_ipc", get(&self.staged_not_ipc)),
+            ("staged_in_place", get(&self.staged_in_place)),
             ("pageable", get(&self.pageable)),
             ("withheld", get(&self.withheld)),
         ]

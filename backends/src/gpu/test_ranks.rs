@@ -1,5 +1,6 @@
 //! Test doubles for staging at any rank: a library that says which rank of how many this
-//! is (all staging asks of it) over a host backend that records what it is asked for.
+//! is (all staging asks of it), and that it is not CUDA-aware (what the GPU runtime asks),
+//! over a host backend that records what it is asked for.
 
 use std::sync::Mutex;
 
@@ -46,13 +47,13 @@ impl<B: Backend> Library for Ranked<B> {
         unreachable!("staging asks only for ranks")
     }
     fn cuda_aware(&self) -> bool {
-        unreachable!("staging asks only for ranks")
+        false
     }
     fn cuda_aware_reason(&self) -> &str {
         unreachable!("staging asks only for ranks")
     }
     fn cuda_aware_checks_buffers(&self) -> bool {
-        unreachable!("staging asks only for ranks")
+        false
     }
     fn reduces_on_host(&self, _: Dtype, _: ReduceOp) -> bool {
         unreachable!("staging asks only for ranks")
