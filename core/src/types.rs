@@ -358,4 +358,9 @@ pub struct LibraryInfo {
     pub any_source: i32,
     pub proc_null: i32,
     pub any_tag: i32,
+    /// The MPI functions jaxmpi calls through a profiling tool loaded ahead of the library
+    /// (an `LD_PRELOAD`ed mpiP, Score-P, TAU, ...) instead of the library's own definition:
+    /// `(function, the file defining what is called)`. None where the linker bound the
+    /// functions (the `linked` backend: a preloaded tool interposes as on any program).
+    pub interposed: Option<Vec<(String, PathBuf)>>,
 }

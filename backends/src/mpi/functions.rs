@@ -7,6 +7,8 @@ use std::ffi::{c_char, c_int, c_void};
 
 use libloading::Library;
 
+use super::interpose::{self, Interposed};
+
 /// `MPI_Count` is a 64-bit integer in every family.
 pub type Count = i64;
 /// `MPI_Aint` is pointer-sized in every family.
@@ -17,19 +19,31 @@ pub type StatusPtr = *mut c_void;
 /// never read it, so one type serves all families.
 pub type UserFunction = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_void);
 
-/// Copies a function pointer of type `F` out of `lib`.
+/// The function `name` of `lib` as jaxmpi calls it: the library's own definition, or that
+/// of a profiling tool loaded ahead of the library (`interpose.rs` says when), noted in
+/// `interposed`. The one place every function pointer of the tables comes from.
 ///
 /// # Safety
 /// `F` must be the exact C prototype of the symbol `name`.
-unsafe fn resolve<F: Copy>(lib: &Library, name: &str) -> Result<F, String> {
+unsafe fn resolve<F: Copy>(
+    lib: &Library,
+    name: &str,
+    interposed: &mut Interposed,
+) -> Result<F, String> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
     let mut cname = name.as_bytes().to_vec();
     cname.push(0);
-    // SAFETY: the caller guarantees `F` matches the symbol; the library outlives the copy
-    // because backends keep it loaded for the life of the process.
-    match unsafe { lib.get::<F>(&cname) } {
-        Ok(symbol) => Ok(*symbol),
-        Err(_) => Err(name.to_string()),
-    }
+    // SAFETY: a lookup of a symbol's address; the library outlives the copy because
+    // backends keep it loaded for the life of the process.
+    let own = match unsafe { lib.get::<*mut c_void>(&cname) } {
+        Ok(symbol) if !symbol.is_null() => *symbol,
+        _ => return Err(name.to_string()),
+    };
+    let chosen = interpose::definition(own, name, interposed);
+    // SAFETY: `chosen` is the address of a definition of `name`, the library's or a tool's
+    // with the same prototype (a tool stands in for the function it defines); the caller
+    // guarantees `F` is that prototype, a function pointer of `chosen`'s size (asserted).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&chosen) })
 }
 
 /// Declares a struct of function pointers and a `load` that resolves all of them, failing
@@ -43,10 +57,12 @@ macro_rules! function_table {
         }
 
         impl<$h: Copy> $table<$h> {
-            pub fn load(lib: &Library) -> Result<Self, String> {
+            /// Resolves every function (`resolve`), noting in `interposed` those a
+            /// profiling tool took over.
+            pub fn load(lib: &Library, interposed: &mut Interposed) -> Result<Self, String> {
                 // SAFETY: every prototype above is the one the MPI standard gives for
                 // that name, with handles as `H`.
-                unsafe { Ok($table { $($name: resolve(lib, stringify!($name))?,)* }) }
+                unsafe { Ok($table { $($name: resolve(lib, stringify!($name), interposed)?,)* }) }
             }
         }
     };
@@ -205,11 +221,12 @@ function_table! {
 }
 
 /// Resolves an optional function that is not part of a table, e.g. `MPI_Abi_get_version`
-/// or the MPIX CUDA queries.
+/// or the MPIX CUDA queries, by the same rule as the tables' (a tool's definition where
+/// `interpose.rs` takes it).
 ///
 /// # Safety
 /// `F` must be the exact C prototype of the symbol `name`.
 pub unsafe fn optional<F: Copy>(lib: &Library, name: &str) -> Option<F> {
     // SAFETY: forwarded to the caller.
-    unsafe { resolve(lib, name).ok() }
+    unsafe { resolve(lib, name, &mut Interposed::new()).ok() }
 }

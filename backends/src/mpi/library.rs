@@ -14,6 +14,7 @@ use libloading::Library;
 use super::abi::{Abi, Predefined};
 use super::cuda_aware::{self, CudaAware, LibraryAnswer};
 use super::functions::{self, Functions, LargeCountFunctions};
+use super::interpose::Interposed;
 use super::own_reductions;
 use super::quirks::Quirks;
 
@@ -50,7 +51,8 @@ impl<A: Abi> MpiLibrary<A> {
     /// Takes over an opened library: resolves every function, checks the MPI version,
     /// initializes MPI unless someone already did, and prepares jaxmpi's own ops.
     pub fn load(lib: Library, path: PathBuf, chosen_by: String) -> Result<Self> {
-        let fns = Functions::<A::Handle>::load(&lib).map_err(|missing| {
+        let mut interposed = Interposed::new();
+        let fns = Functions::<A::Handle>::load(&lib, &mut interposed).map_err(|missing| {
             Error::library(
                 "load MPI",
                 format!(
@@ -59,22 +61,28 @@ impl<A: Abi> MpiLibrary<A> {
                 ),
             )
         })?;
-        Self::with_functions(lib, fns, path, chosen_by)
+        Self::with_functions(lib, fns, path, chosen_by, Some(interposed))
     }
 
     /// As `load`, with the function table already filled (from dlsym or by the linker);
-    /// `lib` serves the optional lookups.
+    /// `lib` serves the optional lookups. `interposed`: the functions a profiling tool took
+    /// over (`interpose.rs`) so far; None where the linker bound them.
     pub(crate) fn with_functions(
         lib: Library,
         fns: Functions<A::Handle>,
         path: PathBuf,
         chosen_by: String,
+        mut interposed: Option<Interposed>,
     ) -> Result<Self> {
         let step = "load MPI";
         let shown = path.display().to_string();
         let pre =
             A::predefined(&lib).map_err(|why| Error::library(step, format!("{shown}: {why}")))?;
-        let large = LargeCountFunctions::load(&lib).ok();
+        let mut large_interposed = Interposed::new();
+        let large = LargeCountFunctions::load(&lib, &mut large_interposed).ok();
+        if let (Some(interposed), Some(_)) = (interposed.as_mut(), &large) {
+            interposed.append(&mut large_interposed);
+        }
 
         let (mut major, mut minor) = (0, 0);
         // SAFETY: MPI_Get_version may be called before MPI_Init; it writes two ints.
@@ -107,6 +115,7 @@ impl<A: Abi> MpiLibrary<A> {
                 any_source: A::ANY_SOURCE,
                 proc_null: A::PROC_NULL,
                 any_tag: A::ANY_TAG,
+                interposed,
             },
             thread_level: ThreadLevel::Single,
             initialized_here: false,

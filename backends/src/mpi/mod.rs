@@ -5,7 +5,9 @@
 //! `collectives`, `vector`, `p2p`); those call the MPI functions of `count_agnostic.rs`,
 //! which pick classic or large-count functions (`counts.rs`), or their non-blocking twins
 //! in starting mode (`starting.rs`); `requests.rs` completes the requests either way.
-//! `handles.rs` converts values, `abi/` holds each family's constants.
+//! `handles.rs` converts values, `abi/` holds each family's constants. `interpose.rs`
+//! decides, for every function the tables take, whether jaxmpi calls the library's own
+//! definition or a profiling tool's loaded ahead of it.
 
 pub mod abi;
 mod collectives;
@@ -18,6 +20,7 @@ mod impl_backend;
 mod impl_library;
 #[cfg(feature = "linked")]
 pub mod inspect;
+mod interpose;
 mod library;
 mod own_reductions;
 mod p2p;

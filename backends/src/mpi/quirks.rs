@@ -62,6 +62,7 @@ mod tests {
             any_source: -2,
             proc_null: -1,
             any_tag: -1,
+            interposed: Some(Vec::new()),
         }
     }
 

@@ -69,7 +69,7 @@ pub fn load() -> Result<MpiLibrary<Linked>> {
         "{} because JAXMPI_MPI=linked (built with {BUILD_MPICC})",
         path.display()
     );
-    let library = MpiLibrary::<Linked>::with_functions(lib, fns, path, reason)?;
+    let library = MpiLibrary::<Linked>::with_functions(lib, fns, path, reason, None)?;
     // A launcher of the same family but another PMI can still start singletons.
     if let Some((size, variable)) = launcher_size() {
         let world = library.comm_size(library.world())?;

@@ -67,8 +67,12 @@ pub fn symbol_file(address: *const c_void) -> Option<PathBuf> {
     }
 }
 
-/// The MPI libraries loaded in this process: objects that define `MPI_Init_thread`
-/// themselves (wrappers such as libmpicxx only depend on one), canonicalized.
+/// The MPI libraries loaded in this process, canonicalized: the files that define
+/// `PMPI_Init_thread`, as every MPI library does, found from the loaded objects whose name
+/// holds "mpi". Not `MPI_Init_thread`: a profiling tool preloaded ahead of MPI (mpiP's
+/// libmpiP.so, ...) defines that one too, and forwards to the library's `PMPI_Init_thread`,
+/// so the lookup from the tool lands in the library it links (wrappers such as libmpicxx
+/// likewise only depend on one).
 pub fn loaded_mpi_libraries() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = Vec::new();
     for object in loaded_objects() {
@@ -79,7 +83,7 @@ pub fn loaded_mpi_libraries() -> Vec<PathBuf> {
         if !looks_like_mpi {
             continue;
         }
-        if let Some(file) = defining_file(&object, c"MPI_Init_thread") {
+        if let Some(file) = defining_file(&object, c"PMPI_Init_thread") {
             let file = canonical(&file);
             if !found.contains(&file) {
                 found.push(file);

@@ -16,6 +16,7 @@ use jaxmpi_core::{install_library, Error, Family, Library, Result};
 use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_NOW};
 
 use crate::mpi::abi::{Mpich, OpenMpi, Standard};
+use crate::mpi::functions;
 use crate::mpi::MpiLibrary;
 use detect::{choose, Choice, Request, SearchPath};
 
@@ -68,9 +69,10 @@ fn open(library: &Path) -> Result<libloading::Library, String> {
 /// Tells the ABI family of an opened library by symbols only that family answers to (below).
 fn family_of(lib: &libloading::Library) -> Option<Family> {
     type AbiVersion = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
-    // SAFETY: symbol lookups only; MPI_Abi_get_version may be called before MPI_Init.
+    // SAFETY: symbol lookups only; MPI_Abi_get_version may be called before MPI_Init (a
+    // call of jaxmpi's like any other: a profiling tool's definition where it has one).
     unsafe {
-        if let Ok(abi_version) = lib.get::<AbiVersion>(b"MPI_Abi_get_version\0") {
+        if let Some(abi_version) = functions::optional::<AbiVersion>(lib, "MPI_Abi_get_version") {
             let (mut major, mut minor) = (-1, -1);
             // Native MPICH 5 exports it too but answers -1.
             if abi_version(&mut major, &mut minor) == 0 && major > 0 {

@@ -31,6 +31,7 @@ impl Simulated {
                 any_source: -2,
                 proc_null: -1,
                 any_tag: -1,
+                interposed: None,
             },
             calls: AtomicUsize::new(0),
         }
