@@ -7,17 +7,22 @@
 # one.
 #
 # OP: allreduce (the default), bcast, reduce, gather or scatter (the rooted ones at root 0).
+# PROFILE=1: the loop runs under JAXMPI_PROFILE (jaxmpi's own profile recording every
+# call): the cost of a call recorded, and, in the "own" column's allocator, whether a call
+# allocates.
 # RANKS: 1 (the default) or 2. At 2 ranks rank 1 shows the path away from the root, and
 # the handler's total includes waiting inside MPI for the other rank, which varies from
 # run to run; the "own" column counts only jaxmpi's extension and the allocator, the
 # work that does not wait.
-# Usage: [OP=allreduce] [RANKS=1] benches/bench_callgrind.sh BEFORE [AFTER]
-#        (revisions; AFTER: the working tree)
+# Usage: [OP=allreduce] [RANKS=1] [PROFILE=1] benches/bench_callgrind.sh BEFORE [AFTER]
+#        (revisions, or folders holding a tree; AFTER: the working tree)
 set -eu -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 before=$1 after=${2:-} op=${OP:-allreduce} ranks=${RANKS:-1}
 work=${TMPDIR:-/tmp}/jaxmpi-callgrind
 mkdir -p "$work"
+profile=()
+[[ ${PROFILE:-} == 1 ]] && profile=("JAXMPI_PROFILE=$work/profile")
 py=$ROOT/.venvs/mpich/bin/python
 
 # shellcheck source=builds.sh
@@ -51,7 +56,7 @@ run() {
     local site=$1 calls=$2 rank
     rm -f "$work/out.$$".*
     (cd "$work" && env -i HOME="$HOME" PATH="$ROOT/.venvs/mpich/bin:$PATH" JAX_PLATFORMS=cpu \
-        PYTHONPATH="$site" mpiexec -n "$ranks" valgrind --tool=callgrind \
+        PYTHONPATH="$site" "${profile[@]}" mpiexec -n "$ranks" valgrind --tool=callgrind \
         --callgrind-out-file="$work/out.$$.%q{PMI_RANK}" \
         --toggle-collect="jaxmpi_core::xla::handlers::exported::$op*" \
         "$py" "$work/loop.py" "$calls" "$op" >"$work/printed.$$" 2>/dev/null) || true
@@ -84,7 +89,7 @@ count() {
 
 slope() { python3 -c "print(f'{($2 - $1) / 10000:,.1f}')"; }
 
-echo "$op at $ranks rank(s), instructions a call inside the handler (slope from 1,000 to 11,000 calls):"
+echo "$op at $ranks rank(s)${profile:+, under JAXMPI_PROFILE}, instructions a call inside the handler (slope from 1,000 to 11,000 calls):"
 echo "| build | rank | total | own (extension + allocator) |"
 echo "|---|---:|---:|---:|"
 for rev in "$before" "$after"; do

@@ -4,10 +4,13 @@
 # Needs ROOT (the checkout) and work (a scratch folder) set by the caller. A revision's
 # tree stays in $TMPDIR/jaxmpi-trees, built once for every benchmark that asks for it.
 
-# extension REV: the folder of REV's tree, its extension built ("" for the working tree).
+# extension REV: the folder of REV's tree, its extension built ("" for the working tree;
+# a folder: that tree as it is, e.g. a copy of the working tree with a change taken out).
 extension() {
     local rev=$1 tree=$ROOT
-    if [[ -n $rev ]]; then
+    if [[ -d $rev ]]; then
+        tree=$(cd "$rev" && pwd)
+    elif [[ -n $rev ]]; then
         tree=${TMPDIR:-/tmp}/jaxmpi-trees/tree-$(git -C "$ROOT" rev-parse --short "$rev")
         mkdir -p "$(dirname "$tree")"
         [[ -d $tree ]] || git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null 2>&1

@@ -28,11 +28,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "python" / "jaxmpi"
 # ".*" for everything below it. The extension module (`jaxmpi._native`, built from
 # python/src) is at the bottom: it is compiled, not read, and imports nothing of ours.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("entry points", ("jaxmpi.__main__", "jaxmpi._mpi4jax", "jaxmpi._as_mpi4jax.*")),
+    ("entry points", ("jaxmpi.__main__", "jaxmpi._mpi4jax", "jaxmpi._as_mpi4jax.*", "jaxmpi._profile_report")),
     ("the package's face", ("jaxmpi",)),
     ("public API: ops", (
         "jaxmpi.distributed", "jaxmpi._nonblocking", "jaxmpi._varcount", "jaxmpi._ragged",
-        "jaxmpi._reductions", "jaxmpi._collectives", "jaxmpi._p2p",
+        "jaxmpi._reductions", "jaxmpi._collectives", "jaxmpi._p2p", "jaxmpi._profile",
     )),
     ("public API: what ops take", (
         "jaxmpi._trees", "jaxmpi._requests", "jaxmpi._args", "jaxmpi._comm", "jaxmpi._errors", "jaxmpi._token",
@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime: its parts", (
         "jaxmpi._runtime.support", "jaxmpi._runtime.agree", "jaxmpi._runtime.errors",
         "jaxmpi._runtime.encodings", "jaxmpi._runtime.slurm", "jaxmpi._runtime.gpu_choice",
+        "jaxmpi._runtime.profile",
     )),
     ("extension module", ("jaxmpi._native",)),
 )  # fmt: skip

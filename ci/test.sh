@@ -54,9 +54,10 @@ step "tests: the suite's selection" selection "$CHECKS/selection.sh"
 # The GPU run's scripts (ci/gpu_run.sh runs only on a GPU machine): syntax, offline
 # installs, and the verdict logic on canned reports.
 step "GPU scripts (no GPU: syntax, offline, verdict logic)" gpu-check bash "$ROOT/ci/gpu_check.sh"
-# jaxmpi's GPU start-up with JAX's real CUDA plugin installed and no GPU, as on a cluster's
-# login node: import, info, a 2-rank allreduce, the start-up on a faked driver (10-15 s).
-step "GPU start-up with JAX's CUDA plugin, no GPU" gpu-startup "$ROOT/tests/gpu_startup.sh"
+# jaxmpi's GPU start-up with JAX's real CUDA plugins installed and no GPU, as on a cluster's
+# login node: import, info, a 2-rank allreduce, the start-up on a faked driver (3 passes,
+# ~50 s each on 2 cores).
+step "GPU start-up with JAX's CUDA 12 and 13 plugins, no GPU" gpu-startup "$ROOT/tests/gpu_startup.sh"
 # setup built the x86_64 wheel (the tests install it); the aarch64 one and the sdist.
 step "wheels: aarch64 and sdist" wheels bash "$ROOT/ci/wheels.sh"
 step "readelf: no DT_NEEDED on MPI/CUDA/Python" readelf "$CHECKS/needed.sh"
@@ -151,6 +152,21 @@ step "JAX's collectives over MPI: jaxmpi and jax in different site directories" 
 # mpi4py, a Slurm allocation's variables) and jaxmpi.distributed.initialize() can (~15 s).
 step "jax.distributed from MPI jobs: Open MPI 5 without mpi4py, Slurm's variables" \
     jax-distributed-jobs "$ROOT/tests/jax_distributed_jobs.sh"
+# Profiling tools see every MPI call: a PMPI interposer preloaded through the launcher
+# counts exactly the calls JAXMPI_DEBUG names (ops, a started op, MeshComm, psum through
+# the pass and through the plug-in), on PyPI MPICH and Open MPI; copies not preloaded are
+# never called (~40 s).
+step "profiling tools: a preloaded PMPI interposer sees every MPI call" interposer-jobs \
+    "$ROOT/tests/interposer_jobs.sh"
+# jaxmpi's own profile (JAXMPI_PROFILE, jaxmpi.profile, python -m jaxmpi profile): a known
+# program on PyPI MPICH and Open MPI (its calls, bytes and call sites in each rank's file
+# and in the merge, the merged trace field by field, the clocks within 1 ms, also with a
+# rank's clock 5 s ahead and 500 ppm fast), records overflowing, the merge's bad input, the
+# shallow-water demo at 4 ranks and a training step at 2x2 through the pass, written,
+# merged and plotted; the plug-in on the oldest JAX (25 s on an idle 2-core machine).
+GROUP=profile
+step "jaxmpi's own profile: recorded, merged, plotted; clocks; bad input" profile-jobs \
+    "$ROOT/tests/profile_jobs.sh"
 # jaxmpi's ops on a MeshComm (ranks are devices), whole jobs on both families: the
 # shallow-water model at 4x1, 2x2 and 1x4 bit for bit, JAXMPI_DEBUG, JAXMPI_TIMEOUT.
 GROUP=mesh-comm

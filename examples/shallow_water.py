@@ -328,29 +328,35 @@ class Model:
         start before the work (`jaxmpi.after` ties its inputs to the requests) and are
         waited for after it (`after=` its result), so they travel while it runs."""
         comm = self.comm
+        # The scope names the exchange's calls in a profile (JAXMPI_PROFILE, jaxmpi.profile).
+        halo = jax.named_scope("halo")
         if not self.overlap:
-            halos = [
-                jaxmpi.sendrecv(s, t, source=src, dest=dst, sendtag=tag, recvtag=tag, comm=comm)
-                for s, t, src, dst, tag in transfers
-            ]
+            with halo:
+                halos = [
+                    jaxmpi.sendrecv(s, t, source=src, dest=dst, sendtag=tag, recvtag=tag, comm=comm)
+                    for s, t, src, dst, tag in transfers
+                ]
             return halos, work(inputs)
         # Beyond a wall (PROC_NULL) nothing travels: the halo is the template, as sendrecv
         # returns it there (an irecv returns a fresh buffer).
-        sends = [
-            jaxmpi.isend(s, dst, tag=tag, comm=comm)
-            for s, _, _, dst, tag in transfers
-            if dst != jaxmpi.PROC_NULL
-        ]
-        receives = [
-            t if src == jaxmpi.PROC_NULL else jaxmpi.irecv(t, src, tag=tag, comm=comm)
-            for _, t, src, _, tag in transfers
-        ]
+        with halo:
+            sends = [
+                jaxmpi.isend(s, dst, tag=tag, comm=comm)
+                for s, _, _, dst, tag in transfers
+                if dst != jaxmpi.PROC_NULL
+            ]
+            receives = [
+                t if src == jaxmpi.PROC_NULL else jaxmpi.irecv(t, src, tag=tag, comm=comm)
+                for _, t, src, _, tag in transfers
+            ]
         started = sends + [r for r in receives if isinstance(r, jaxmpi.Request)]
         result = work(jaxmpi.after(started, inputs))
-        jaxmpi.waitall(sends, after=result)
-        halos = [
-            jaxmpi.wait(r, after=result) if isinstance(r, jaxmpi.Request) else r for r in receives
-        ]
+        with jax.named_scope("halo"):
+            jaxmpi.waitall(sends, after=result)
+            halos = [
+                jaxmpi.wait(r, after=result) if isinstance(r, jaxmpi.Request) else r
+                for r in receives
+            ]
         return halos, result
 
     # --- Dynamics -----------------------------------------------------------------------

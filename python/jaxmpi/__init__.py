@@ -42,6 +42,7 @@ from ._nonblocking import (
     waitall,
 )
 from ._p2p import recv, send, sendrecv
+from ._profile import profile  # starts JAXMPI_PROFILE's recording
 from ._ragged import ragged_all_to_all
 from ._reductions import allreduce, exscan, reduce, reduce_scatter, scan
 from ._requests import Request
@@ -191,6 +192,7 @@ __all__ = [
     "iscatter",
     "iscatterv",
     "isend",
+    "profile",
     "ragged_all_to_all",
     "raise_mpi_errors",
     "recv",

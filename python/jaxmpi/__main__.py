@@ -1,6 +1,7 @@
 """`python -m jaxmpi info`: what a bug report needs — which MPI library jaxmpi chose and
 why, its thread level, the JAX versions, CUDA-awareness, and how jitted calls are
-dispatched."""
+dispatched. `python -m jaxmpi profile DIR`: a profile's files merged and summarized
+(`_profile_report.py`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def info_lines() -> list[str]:
         f"  version       {' '.join(info['version_string'].split())}",
         f"  standard      MPI {major}.{minor}",
         f"  chosen        {info['chosen_by']}",
+        f"  calls go to   {_interposed_line(info['interposed'])}",
         f"  thread level  {info['thread_level']}",
         f"  initialized   {'by jaxmpi' if info['initialized_here'] else 'before jaxmpi (e.g. by mpi4py)'}",
         f"  CUDA-aware    {'yes' if info['cuda_aware'] else 'no'}: {info['cuda_aware_reason']}",
@@ -40,6 +42,25 @@ def info_lines() -> list[str]:
         f"jaxlib          {jaxlib.__version__}",
         f"python          {sys.version.split()[0]} ({sys.executable})",
     ]
+
+
+def _interposed_line(interposed: list[tuple[str, str]] | None) -> str:
+    """Where jaxmpi's MPI calls go: to the library, or to a profiling tool loaded ahead of it
+    for the functions it defines (docs/guides/profiling.md)."""
+    if interposed is None:
+        return "the functions the linker bound (a preloaded profiling tool sees them)"
+    if not interposed:
+        return "the library's own functions (no profiling tool loaded ahead of it defines any)"
+    by_file: dict[str, list[str]] = {}
+    for name, file in interposed:
+        by_file.setdefault(file, []).append(name)
+    shown = 6
+    tools = "; ".join(
+        f"{file} for {len(names)} function{'s' if len(names) != 1 else ''} "
+        f"({', '.join(names[:shown])}{', ...' if len(names) > shown else ''})"
+        for file, names in by_file.items()
+    )
+    return f"{tools}; the library's own for the rest"
 
 
 def _mpi4jax_line() -> str:
@@ -88,8 +109,14 @@ def _version() -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:2] == ["profile"]:
+        from jaxmpi import _profile_report
+
+        return _profile_report.main(argv[2:])
     if argv[1:] != ["info"]:
-        print("usage: python -m jaxmpi info", file=sys.stderr)
+        print(
+            "usage: python -m jaxmpi info | python -m jaxmpi profile DIR [--help]", file=sys.stderr
+        )
         return 2
     print("\n".join(info_lines()))
     return 0

@@ -1,10 +1,11 @@
 //! `jaxmpi._native`: what Python needs from Rust — the handler capsules to register with
 //! XLA, backend selection, communicator management (`comms.rs`), what the GPU side found
-//! (`gpu.rs`) and library information.
+//! (`gpu.rs`), jaxmpi's own profile (`profile.rs`) and library information.
 //! Every call that may block in MPI releases the GIL.
 
 mod comms;
 mod gpu;
+mod profile;
 
 use std::ffi::c_void;
 use std::path::PathBuf;
@@ -225,6 +226,15 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     dict.set_item("any_source", info.any_source)?;
     dict.set_item("proc_null", info.proc_null)?;
     dict.set_item("any_tag", info.any_tag)?;
+    // None: bound by the linker (the `linked` backend); else (function, file) per function
+    // a profiling tool loaded ahead of MPI took over.
+    let interposed = info.interposed.as_ref().map(|functions| {
+        functions
+            .iter()
+            .map(|(name, file)| (name.clone(), file.display().to_string()))
+            .collect::<Vec<_>>()
+    });
+    dict.set_item("interposed", interposed)?;
     let (progress, why) = progress::progress_mode(library);
     dict.set_item("progress", progress)?;
     dict.set_item("progress_reason", why)?;
@@ -420,6 +430,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_error_type, m)?)?;
     comms::register(m)?;
     gpu::register(m)?;
+    profile::register(m)?;
     m.add_function(wrap_pyfunction!(rewrite_hlo, m)?)?;
     m.add_function(wrap_pyfunction!(set_device_owners, m)?)?;
     m.add_function(wrap_pyfunction!(mesh_comm, m)?)?;

@@ -3,6 +3,7 @@
 //! `JAXMPI_DEBUG`, the watchdog behind `JAXMPI_TIMEOUT`). Nothing here is seen by a
 //! backend: backends implement the vocabulary at the crate's root. `plugin_calls` tracks
 //! the same way the MPI calls XLA makes itself through the plug-in (XLA's MPI backend).
+//! `profile` records every call of every route while a profile (`JAXMPI_PROFILE`) runs.
 
 pub mod devices;
 pub mod ffi;
@@ -12,4 +13,5 @@ pub mod hlo;
 pub mod mesh;
 mod monitor;
 pub mod plugin_calls;
+pub mod profile;
 mod watchdog;

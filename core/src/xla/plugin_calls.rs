@@ -3,13 +3,15 @@
 //! forwards them to jaxmpi (XLA's MPI backend, through the plug-in in
 //! `jaxmpi_backends::xla_plugin`). They are tracked by the same monitor as jaxmpi's own ops:
 //! a `JAXMPI_DEBUG` line each, the `JAXMPI_TIMEOUT` watchdog, and the refusal of concurrent
-//! calls below MPI_THREAD_MULTIPLE.
+//! calls below MPI_THREAD_MULTIPLE; and recorded by a profile (`profile/`) as the plug-in's
+//! route.
 
 use std::ffi::c_void;
 use std::fmt;
 
 use super::handlers::monitor_of;
 use super::monitor::Tracked;
+use super::profile::{self, Begun, Fields, Kind, Route};
 use crate::{Comm, Library, Result};
 
 /// One MPI call of XLA's, as the debug line and the watchdog's report name it.
@@ -57,13 +59,15 @@ unsafe fn describe(frame: *const c_void, _name: &'static str) -> String {
     unsafe { &*(frame as *const XlaCall) }.to_string()
 }
 
-/// Runs `body`, the whole of `call`, tracked by the process's monitor.
+/// Runs `body`, the whole of `call`, tracked by the process's monitor, and recorded while
+/// a profile records.
 pub fn track(
     library: &'static dyn Library,
     call: &XlaCall,
     body: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    match monitor_of(library) {
+    let begun = profile::begin();
+    let result = match monitor_of(library) {
         None => body(),
         Some(monitor) => {
             let tracked = Tracked {
@@ -73,7 +77,28 @@ pub fn track(
             };
             monitor.run(tracked, body)
         }
+    };
+    if let Some(begun) = begun {
+        record(begun, call, result.is_ok());
     }
+    result
+}
+
+#[cold]
+fn record(begun: Begun, call: &XlaCall, ok: bool) {
+    begun.record(&Fields {
+        name: call.function,
+        site: "",
+        route: Route::Plugin,
+        kind: Kind::Call,
+        bytes: call.bytes as u64,
+        group: call.comm.0 as u64,
+        comm_id: 0,
+        device: -1,
+        request: 0,
+        waited: 0,
+        failed: !ok,
+    });
 }
 
 /// Shows `line` under `JAXMPI_DEBUG` (and keeps it for the watchdog's report).

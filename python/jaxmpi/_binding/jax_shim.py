@@ -418,6 +418,28 @@ def program_devices(ctx) -> tuple[int, int, tuple | None]:
     return 1, 1, None
 
 
+def lower_each_call(primitives, on: bool) -> None:
+    """Makes JAX lower every equation of `primitives` in place (`on`), instead of once per
+    distinct parameters into a function shared by all of them (JAX >= 0.10's lowering
+    cache), whose lowering context has no name stack: what `call_site` reads. Costs only
+    lowering time, where the same op is called from many places."""
+    uncacheable = getattr(_mlir, "_uncacheable_primitives", None)
+    if uncacheable is None:  # JAX without the cache: every equation is lowered in place
+        return
+    if on:
+        uncacheable.update(primitives)
+    else:
+        uncacheable.difference_update(primitives)
+
+
+def call_site(ctx) -> str:
+    """Where the program names the equation lowered at `ctx`: its name stack, the
+    transformations and `jax.named_scope`s around it ("jit(step)/halo"), as XLA's op_name
+    metadata shows it; "" where the lowering context has none."""
+    stack = getattr(ctx, "name_stack", None)
+    return str(stack) if stack is not None else ""
+
+
 def refuses_ordered_effect_over_devices(err: ValueError) -> bool:
     """Whether `err` is JAX's refusal, at lowering, of an ordered effect in a program over
     more than one device (pxla's check; the same words from JAX 0.6 to 0.12)."""

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from .. import _native
+from .._runtime import profile
 from .._runtime.encodings import PEER_NULL
 from .._runtime.gpu import cuda
 from . import jax_shim, placement
@@ -191,6 +192,10 @@ def define(name: str, shapes, aliases=_none, unread=_none, shape_params=()) -> P
             value = params.get(attr, default)
             if default is None or value != default:
                 attrs[attr] = encode(value)
+        # While a profile records, each call says where the program named it (a handler
+        # reads no attribute it was not declared with but this one, and only then).
+        if profile.recording():
+            attrs["site"] = jax_shim.call_site(ctx)
         skipped = unread(**params)
         kept = [i for i in range(len(operands)) if i not in skipped]
         position = {operand: k for k, operand in enumerate(kept)}
@@ -441,3 +446,14 @@ wait = define(
 # transpose can be allreduce-SUM again (see rules/reductions.py).
 allreduce_transposed = jax_shim.new_identity_primitive("jaxmpi_allreduce_transposed")
 PRIMITIVES["allreduce_transposed"] = allreduce_transposed
+
+
+def _name_call_sites(on: bool) -> None:
+    """While a profile records, every jaxmpi equation is lowered where it stands, so that
+    its lowering sees the program's name stack (its call site)."""
+    jax_shim.lower_each_call(PRIMITIVES.values(), on)
+
+
+profile.on_change.append(_name_call_sites)
+if profile.recording():  # JAXMPI_PROFILE started before this module was imported
+    _name_call_sites(True)

@@ -96,6 +96,14 @@ SETTINGS = (
         why="only the ranks that have it log their calls",
     ),
     Setting(
+        "JAXMPI_PROFILE",
+        refuse=True,
+        # Compared as set or unset (ranks may write to directories of their own): a
+        # profile's ranks measure their clocks against rank 0's at the start and at exit,
+        # where a rank without one would not answer.
+        why="a profile's ranks measure their clocks together, which a rank without one skips",
+    ),
+    Setting(
         "JAXMPI_CUDA_AWARE",
         refuse=False,
         # Staged and direct transfers put the same bytes on the wire.
@@ -120,6 +128,7 @@ def _values(library: str) -> dict[str, str]:
     values = {s.name: os.environ.get(s.name, "").strip() for s in SETTINGS if s.name != "library"}
     values["library"] = library
     values["JAXMPI_GPU"] = _gpu_kind(values["JAXMPI_GPU"])
+    values["JAXMPI_PROFILE"] = "a directory" if values["JAXMPI_PROFILE"] else ""
     return values
 
 

@@ -1,9 +1,11 @@
 //! The one path every exported handler takes: XLA's metadata probe answered, the call frame
 //! checked, the op body run inside `lifecycle::run` with panics caught, and any failure
-//! handed back to XLA as an error that names the op, the rank and the call.
+//! handed back to XLA as an error that names the op, the rank and the call; the whole of
+//! it recorded while a profile records (`profiled.rs`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use super::profiled;
 use super::services::call_info::{with_rank, CallInfo};
 use super::services::lifecycle::{self, on_mesh_comm, Platform};
 use super::services::pending;
@@ -13,6 +15,7 @@ use crate::xla::ffi::{
     METADATA_STRUCT_SIZE,
 };
 use crate::xla::frame::{ffi_error, Attrs, Call};
+use crate::xla::profile;
 use crate::{library, Backend, Error, ErrorKind, Library};
 
 /// Answers XLA's registration-time metadata probe, if this frame is one: API version 0.1,
@@ -42,11 +45,35 @@ unsafe fn answer_metadata_probe(frame: *mut CallFrame) -> bool {
 }
 
 /// The whole life of one handler call; every exported handler is this with its body.
-/// `started`: the call of an op's started form (`Call::starting`).
+/// `started`: the call of an op's started form (`Call::starting`). While a profile
+/// records, the call is recorded around it (`profiled.rs`); while none does, that costs
+/// one load and a branch, and the call's own path is the same code as without profiles.
 ///
 /// # Safety
 /// `frame` must be a call frame from XLA.
+#[inline(always)]
 pub(super) unsafe fn handle<A: Attrs>(
+    frame: *mut CallFrame,
+    name: &'static str,
+    started: bool,
+    platform: Platform,
+    body: Body<A>,
+) -> *mut FfiError {
+    match profile::begin() {
+        // SAFETY: forwarded from the caller.
+        None => unsafe { whole_call(frame, name, started, platform, body) },
+        // SAFETY: forwarded from the caller (twice).
+        Some(begun) => unsafe {
+            profiled::call(begun, frame, name, started, || {
+                whole_call(frame, name, started, platform, body)
+            })
+        },
+    }
+}
+
+/// # Safety
+/// `frame` must be a call frame from XLA.
+unsafe fn whole_call<A: Attrs>(
     frame: *mut CallFrame,
     name: &'static str,
     started: bool,

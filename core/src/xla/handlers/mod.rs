@@ -6,7 +6,8 @@
 //!   device-rank layer `xla/mesh/`), `ragged.rs` (counts computed inside `jit`),
 //!   `received.rs` (what a completed receive leaves);
 //! - `entry.rs`: the one generic path every exported handler takes (metadata probe,
-//!   panics, errors);
+//!   panics, errors), which hands each call to the profile (`profiled.rs`) while one
+//!   records;
 //! - `services/`: what every call does around its body (its lifecycle and monitor,
 //!   checked mode, start verdicts, failures kept for later, the GPU runtime);
 //! - `requests/`: the non-blocking machinery (a started op's requests in flight, the
@@ -21,6 +22,7 @@
 mod entry;
 mod hlo;
 mod ops;
+mod profiled;
 pub mod ragged;
 mod received;
 pub mod requests;

@@ -16,7 +16,7 @@
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::flights::{finish, table, Entry, Table, WAKE};
 use super::progress::progress_mode;
@@ -79,15 +79,16 @@ fn tight_sleeps() {
     unsafe { prctl(PR_SET_TIMERSLACK, 1_000, 0, 0, 0) };
 }
 
-type Completion = (Entry, Deferred);
+/// A request done, its wait's future, and when that wait began.
+type Completion = (Entry, Deferred, Instant);
 
 fn completer(library: &'static dyn Library) -> Option<(Sender<Completion>, JoinHandle<()>)> {
     let (sender, completions) = channel::<Completion>();
     let spawned = std::thread::Builder::new()
         .name("jaxmpi-complete".into())
         .spawn(move || {
-            for (entry, deferred) in completions {
-                complete(library, entry, deferred);
+            for (entry, deferred, since) in completions {
+                complete(library, entry, deferred, since);
             }
         });
     spawned.ok().map(|handle| (sender, handle))
@@ -112,15 +113,15 @@ fn progress_loop(library: &'static dyn Library) {
         }
         let (done, waited) = test_all(&mut table, backend);
         drop(table);
-        for (entry, deferred) in done {
+        for (entry, deferred, since) in done {
             match &completer {
                 Some((sender, _)) => {
-                    if let Err(unsent) = sender.send((entry, deferred)) {
-                        let (entry, deferred) = unsent.0;
-                        complete(library, entry, deferred);
+                    if let Err(unsent) = sender.send((entry, deferred, since)) {
+                        let (entry, deferred, since) = unsent.0;
+                        complete(library, entry, deferred, since);
                     }
                 }
-                None => complete(library, entry, deferred),
+                None => complete(library, entry, deferred, since),
             }
         }
         check_timeouts(library);
@@ -136,7 +137,7 @@ fn progress_loop(library: &'static dyn Library) {
 
 /// Tests every request still in flight; returns the ones done whose wait is waiting, and
 /// whether any wait is still waiting.
-fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>, bool) {
+fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<Completion>, bool) {
     let mut finished = Vec::new();
     for (key, entry) in &mut table.entries {
         if entry.outcome.is_some() {
@@ -150,8 +151,8 @@ fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>
     for key in finished {
         if let Some(index) = table.entries.iter().position(|(k, _)| *k == key) {
             let (_, mut entry) = table.entries.swap_remove(index);
-            if let Some((deferred, _)) = entry.waiter.take() {
-                done.push((entry, deferred));
+            if let Some((deferred, since)) = entry.waiter.take() {
+                done.push((entry, deferred, since));
             }
         }
     }
@@ -161,9 +162,9 @@ fn test_all(table: &mut Table, backend: &dyn Backend) -> (Vec<(Entry, Deferred)>
 
 /// Completes a wait's future. A failure of a send's wait reaches nobody through a result
 /// (the wait's result is unused), so it is kept for Python as other result-less failures.
-fn complete(library: &dyn Library, mut entry: Entry, deferred: Deferred) {
+fn complete(library: &dyn Library, mut entry: Entry, deferred: Deferred, since: Instant) {
     let outcome = entry.outcome.take().unwrap_or(Ok(Progress::Pending));
-    let result = finish(&entry.flight, outcome, library.backend())
+    let result = finish(&entry.flight, outcome, library.backend(), Some(since))
         .map_err(|err| with_rank(err.in_op("wait"), library));
     // Only a wait with results has a reader its failure reaches.
     let result = pending::keep(result, entry.flight.results > 0);

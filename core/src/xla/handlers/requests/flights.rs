@@ -12,6 +12,7 @@ use crate::xla::handlers::received::{fill_status, whole_message};
 use crate::xla::handlers::services::call_info::CallInfo;
 use crate::xla::handlers::services::lifecycle;
 use crate::xla::handlers::signature::Signature;
+use crate::xla::profile::{self, Begun, Fields, Kind, Route};
 use crate::{Backend, BufMut, Dtype, Error, ErrorsReturned, Progress, Request, Result, Status};
 
 /// The buffer a started receive fills, for the whole-message check at completion.
@@ -39,6 +40,9 @@ pub(super) struct Flight {
     /// How many results the op has on this rank: what its wait returns.
     pub results: usize,
     pub started: Instant,
+    /// Its key in the table (set when it enters it): what the profile links its start,
+    /// wait and completion by.
+    pub key: u64,
     /// Errors of the request's communicator come back as codes until it completes.
     pub _errors: Option<ErrorsReturned<'static>>,
 }
@@ -172,12 +176,18 @@ pub(super) fn shut_down_first() -> Error {
 }
 
 /// What a completed request leaves: a receive's whole message checked (a short one, with
-/// no status to read its count from, fails) and its status filled in; its debug line.
+/// no status to read its count from, fails) and its status filled in; its debug line; its
+/// record in the profile, from its start to now, with how long its wait waited for it
+/// (`waited_since`: when the wait began, if it has).
 pub(super) fn finish(
     flight: &Flight,
     outcome: Result<Progress>,
     backend: &dyn Backend,
+    waited_since: Option<Instant>,
 ) -> Result<()> {
+    if let Some(begun) = profile::begin() {
+        record(begun, flight, outcome.is_ok(), waited_since);
+    }
     let outcome = match (outcome, &flight.receive) {
         (Ok(Progress::Received(status)), Some(receive)) => {
             // SAFETY: the receive buffer is alive until the wait completes (XLA keeps a
@@ -204,4 +214,29 @@ pub(super) fn finish(
     outcome
         .map(|_| ())
         .map_err(|err| err.context(flight.what()))
+}
+
+/// A request's record: its span from start to completion, on the requests' track.
+#[cold]
+fn record(begun: Begun, flight: &Flight, ok: bool, waited_since: Option<Instant>) {
+    let (route, group, comm_id, device) = match flight.call.mesh_comm() {
+        Some((id, device)) => (Route::MeshComm, id as u64, (-id - 1) as i32, device as i32),
+        None => (Route::Jaxmpi, flight.call.comm() as u64, 0, -1),
+    };
+    begun.record_from(
+        profile::ns_of(flight.started),
+        &Fields {
+            name: flight.op,
+            site: "",
+            route,
+            kind: Kind::Completed,
+            bytes: flight.call.bytes() as u64,
+            group,
+            comm_id,
+            device,
+            request: flight.key,
+            waited: waited_since.map_or(0, |since| since.elapsed().as_nanos() as u64),
+            failed: !ok,
+        },
+    );
 }

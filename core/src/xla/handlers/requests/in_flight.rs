@@ -19,6 +19,8 @@ pub(super) fn start(library: &'static dyn Library, flight: Flight) -> Result<u64
     }
     let key = table.next;
     table.next += 1;
+    let mut flight = flight;
+    flight.key = key;
     let entry = Entry {
         flight,
         so_far: Outcome::default(),
@@ -87,7 +89,8 @@ pub(super) fn wait(
             return Err(shut_down_first());
         }
         if let Some(deferred) = defer() {
-            entry.waiter = Some((deferred, Instant::now()));
+            // Since the wait began: what its watchdog and the profile count.
+            entry.waiter = Some((deferred, spin));
             table.entries.push((key, entry));
             WAKE.notify_all();
             return Ok(());
@@ -97,7 +100,7 @@ pub(super) fn wait(
         Some(outcome) => outcome,
         None => entry.wait(backend),
     };
-    finish(&entry.flight, outcome, backend)
+    finish(&entry.flight, outcome, backend, Some(spin))
 }
 
 /// How long a wait tests its request itself before handing it to the agent.

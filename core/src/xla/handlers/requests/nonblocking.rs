@@ -61,6 +61,7 @@ pub(in crate::xla::handlers) fn start<A: Attrs>(
         receive,
         results: call.rets_len(),
         started: Instant::now(),
+        key: 0,
         _errors: comm
             .map(|comm| ErrorsReturned::on(library, comm))
             .transpose()?,
@@ -115,6 +116,25 @@ fn encode(key: u64) -> [u32; 2] {
         ONE | (key & MANTISSA) as u32,
         ONE | ((key >> 23) & MANTISSA) as u32,
     ]
+}
+
+/// The request a started op's call or a wait's call is about (0: neither, or none): what
+/// the profile links a start, its wait and its completion by.
+pub(in crate::xla::handlers) fn request_key(call: &Call) -> u64 {
+    let value = match (call.is_start(), call.name()) {
+        (true, _) => call.request().ok(),
+        (false, "wait") => call.arg(0).ok(),
+        _ => None,
+    };
+    match value {
+        Some(value) if value.len_bytes() == 8 => {
+            // SAFETY: 8 bytes: a request value, its start's (written before this runs:
+            // the start's call has returned, or is returning, its request).
+            let bits = unsafe { std::ptr::read_unaligned(value.data().cast::<[u32; 2]>()) };
+            decode(bits).unwrap_or(0)
+        }
+        _ => 0,
+    }
 }
 
 fn decode(value: [u32; 2]) -> Option<u64> {

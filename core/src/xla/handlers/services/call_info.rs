@@ -49,6 +49,23 @@ impl CallInfo {
     }
 }
 
+impl CallInfo {
+    /// The bytes the call sends (or can receive).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Its communicator's handle (0 on a MeshComm).
+    pub fn comm(&self) -> usize {
+        self.comm
+    }
+
+    /// On a MeshComm: its number and the call's device.
+    pub fn mesh_comm(&self) -> Option<(i64, i64)> {
+        self.on_devices.map(|(comm, device, _)| (comm, device))
+    }
+}
+
 impl fmt::Display for CallInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(origin) = &self.origin {
