@@ -390,6 +390,17 @@ jaxmpi_setup() (
     _setup_apt "${JAXMPI_APT_PACKAGES[@]}" || return 1
     _setup_log "apt done ($((SECONDS - t))s)"
 
+    # The build needs no venv: it runs while the venvs install (downloads and unpacking,
+    # one core mostly), its output kept apart and shown when it ends.
+    t=$SECONDS
+    local cargo_log="$JAXMPI_SETUP_ROOT/target/setup-cargo.log" cargo_pid
+    mkdir -p "$JAXMPI_SETUP_ROOT/target"
+    (
+        _setup_cargo || exit 1
+        _setup_log "cargo build (beside the venvs) done ($((SECONDS - t))s)"
+    ) >"$cargo_log" 2>&1 &
+    cargo_pid=$!
+
     t=$SECONDS
     mkdir -p "$JAXMPI_SETUP_ROOT/.venvs"
     local -a newest=("${JAXMPI_PIN_JAX_NEWEST[@]}" "${JAXMPI_PY_TEST[@]}")
@@ -419,8 +430,13 @@ jaxmpi_setup() (
     _setup_log "trixie done ($((SECONDS - t))s)"
 
     t=$SECONDS
-    _setup_cargo || return 1
-    _setup_log "cargo build done ($((SECONDS - t))s)"
+    if ! wait "$cargo_pid"; then
+        cat "$cargo_log"
+        _setup_log "cargo build failed"
+        return 1
+    fi
+    cat "$cargo_log"
+    _setup_log "waiting for the cargo build done ($((SECONDS - t))s)"
 
     t=$SECONDS
     _setup_wheel || return 1

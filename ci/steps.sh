@@ -109,6 +109,22 @@ suite_cells() {
     matrix_cells "$1" suite_cell "${cells[@]}"
 }
 
+# What failed, last, each with the end of its log: where only the end of a run's output
+# is kept (CI's report), it still names what failed and why.
+failures() {
+    local row name ranks result note log
+    ((N_FAIL > 0)) || return 0
+    banner "failed ($N_FAIL)"
+    for row in "${ROWS[@]}"; do
+        IFS='|' read -r name _ _ ranks result note <<<"$row"
+        [[ $result == FAIL ]] || continue
+        printf '%s%s: %s\n' "$name" "$([[ $ranks != - ]] && echo " (n=$ranks)")" "$note"
+        log=$(grep -o '\.ci-out/[^ ;,]*\.log' <<<"$note" | tail -n 1)
+        log=$OUT/${log#.ci-out/}
+        [[ -f $log ]] && sed 's/^/    | /' < <(tail -n 15 "$log")
+    done
+}
+
 # Wall seconds per group (in run order), each group's items slowest first, setup's own
 # parts from its log, and the total: where the time goes, to keep the run under its
 # budget (45 minutes on an idle 2-core machine; CI allows 90).
@@ -153,6 +169,7 @@ summary() {
         printf "$fmt" "$name" "$version" "$family" "$ranks" "$result" "$note"
     done
     time_table
+    failures
     line="$N_PASS passed, $N_FAIL failed"
     ((N_SKIP > 0)) && line+=", $N_SKIP skipped"
     echo "$line"

@@ -96,13 +96,16 @@ suite_cells layouts
 # The device-rank layer against gloo (tests/differential/run.py): generated sharded programs,
 # per-device branches and loops, permutes, MeshComm ops with PROC_NULL ends and GSPMD
 # reshapes among them, each run with JAX's collectives on gloo and on jaxmpi and compared
-# bit for bit: 6 seeds in each of 8 layouts (2x1 to 4x2), then 3 seeds at 3x2 and 4x2 under
-# JAXMPI_MESH_REDUCTIONS=ordered (its 2x2 and 1x4 are pytest cells): ~100 s on 2 cores.
+# bit for bit: 4 seeds in each of 8 layouts (2x1 to 4x2): 3 fixed ones and one of the
+# commit's (its hash's, so each commit explores a program no earlier one ran, and a
+# failure reproduces with `--seeds N`), then 3 seeds at 3x2 and 4x2 under
+# JAXMPI_MESH_REDUCTIONS=ordered (its 2x2 and 1x4 are pytest cells): ~80 s on 2 cores.
 # The soak, thousands of programs: benches/RESULTS.md.
 GROUP=differential
+commit_seed=$((16#$(git -C "$ROOT" rev-parse --short=7 HEAD 2>/dev/null || echo 0) % 100000 + 1000))
 step "device ranks against gloo: generated programs, 8 layouts" differential \
-    "$ROOT/.venvs/mpich/bin/python" "$ROOT/tests/differential/run.py" --seeds 0:6 \
-    --out "$OUT/differential"
+    "$ROOT/.venvs/mpich/bin/python" "$ROOT/tests/differential/run.py" \
+    --seeds "0,1,2,$commit_seed" --out "$OUT/differential"
 step "device ranks against gloo: ordered reductions" differential-ordered \
     "$ROOT/.venvs/mpich/bin/python" "$ROOT/tests/differential/run.py" --seeds 100:103 \
     --layouts 3x2,4x2 --env JAXMPI_MESH_REDUCTIONS=ordered --out "$OUT/differential-ordered"
