@@ -31,8 +31,26 @@ from pathlib import Path
 
 # float32 elements; labelled by count, as issue 58 gives them (4 Mi = 16 MiB, which
 # jaxmpi's allreduce cuts into 4 MPI calls of 4 MiB: `chunks.rs`).
-SIZES = {"1": 1, "1Ki": 1 << 10, "4Ki": 4 << 10, "1Mi": 1 << 20, "4Mi": 4 << 20}
-CALLS = {"1": 2000, "1Ki": 1000, "4Ki": 1000, "1Mi": 20, "4Mi": 10}
+SIZES = {
+    "1": 1,
+    "1Ki": 1 << 10,
+    "4Ki": 4 << 10,
+    "16Ki": 16 << 10,
+    "64Ki": 64 << 10,
+    "256Ki": 256 << 10,
+    "1Mi": 1 << 20,
+    "4Mi": 4 << 20,
+}
+CALLS = {
+    "1": 2000,
+    "1Ki": 1000,
+    "4Ki": 1000,
+    "16Ki": 400,
+    "64Ki": 200,
+    "256Ki": 60,
+    "1Mi": 20,
+    "4Mi": 10,
+}
 OPS = ("MAX", "SUM")
 REPEATS = 7
 

@@ -3,10 +3,13 @@ interposer (tests/interposer/count_mpi.c) preloaded or not, which must see every
 jaxmpi makes, on every route.
 
     python tests/interposer_jobs.py                (2 ranks, one CPU device each, under the launcher)
-    python tests/interposer_jobs.py check LOG OUT [TOOL]  (the verdict: see `check`)
+    python tests/interposer_jobs.py check LOG OUT FAMILY [TOOL]  (the verdict: see `check`)
 
 The block, every op jitted, on 4 float32 a rank: 10 allreduces, a bcast, a sendrecv around
-the ring, an allgather, a barrier; a started allreduce (iallreduce) and its wait; an
+the ring, an allgather, a barrier; a MAX allreduce of 4 MiB (jaxmpi's own op: on MPICH
+round a ring of point-to-point calls, `ring.rs`) on the world and on a communicator split
+off for it and freed (with the private duplicate the ring made); a started allreduce
+(iallreduce) and its wait; an
 allreduce on a MeshComm over every device (on the pass's route: XLA's MPI collectives
 refuse a MeshComm beside them); JAX's psum in shard_map, over the route COLLECTIVES names
 ("jaxmpi": jaxmpi's HLO pass; "mpi": XLA's MPI collectives through jaxmpi's plug-in).
@@ -104,6 +107,11 @@ def job() -> None:
     bcast = jax.jit(lambda v: jaxmpi.bcast(v, 0))
     ring = jax.jit(lambda v: jaxmpi.sendrecv(v, v, source=left, dest=right))
     allgather = jax.jit(jaxmpi.allgather)
+    big = (jnp.arange(RING_BYTES // 4, dtype=jnp.float32) * (1 - 2 * rank)).at[rank].set(jnp.nan)
+    big_max = np.maximum.reduce(
+        [(np.arange(RING_BYTES // 4, dtype=np.float32) * (1 - 2 * r)) for r in range(size)]
+    )
+    big_max[:size] = np.nan
     started = jax.jit(lambda v: jaxmpi.wait(jaxmpi.iallreduce(v, jaxmpi.SUM)))
 
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
@@ -125,7 +133,8 @@ def job() -> None:
         right = {}
 
         def check(name, got, want):
-            right[name] = np.array_equal(np.asarray(jax.block_until_ready(got)), want)
+            got = np.asarray(jax.block_until_ready(got))
+            right[name] = np.array_equal(got, want, equal_nan=True)
 
         for _ in range(10):
             got = allreduce(x)
@@ -133,6 +142,11 @@ def job() -> None:
         check("bcast", bcast(x), base)
         check("sendrecv", ring(x), base + left)
         check("allgather", allgather(x), np.stack([base + r for r in range(size)]))
+        check("allreduce MAX, 4 MiB", jaxmpi.allreduce(big, jaxmpi.MAX), big_max)
+        split = jaxmpi.COMM_WORLD.Split(0, rank)
+        on_split = jaxmpi.allreduce(big, jaxmpi.MAX, comm=split)
+        check("allreduce MAX, 4 MiB, on a split", on_split, big_max)
+        split.Free()
         jaxmpi.barrier()
         right["barrier"] = True
         check("iallreduce + wait", started(x), total)
@@ -183,11 +197,26 @@ MAKES = {
     "hlo_communicators": {},  # communicators of a pass's program: made at its first run
 }
 POLLS = "MPI_Test"
+# A MAX allreduce of RING_BYTES on 2 ranks: on MPICH (which gives a user-defined op
+# recursive doubling) jaxmpi's own op goes round a ring, one exchange and one combine of
+# half the vector, then one exchange of the other half; elsewhere MPI_Allreduce.
+RING_BYTES = 4 << 20
+RING = {
+    "mpich": {"MPI_Sendrecv|MPI_Sendrecv_replace": 2, "MPI_Reduce_local": 1},
+    "openmpi": {"MPI_Allreduce": 1},
+}
+# The communicator split off in the block and freed: on MPICH its first large MAX makes
+# its private duplicate, which freeing it frees. Python calls, with no JAXMPI_DEBUG line.
+SPLIT = {
+    "mpich": {"MPI_Comm_split": 1, "MPI_Comm_dup": 1, "MPI_Comm_free": 2},
+    "openmpi": {"MPI_Comm_split": 1, "MPI_Comm_free": 1},
+}
 
 
-def check(log: str, out: str, tool: str = "") -> int:
-    """The verdict on one job: LOG its output, OUT the prefix of the counts files, TOOL the
-    file name of the preloaded interposer ("": none preloaded).
+def check(log: str, out: str, family: str, tool: str = "") -> int:
+    """The verdict on one job: LOG its output, OUT the prefix of the counts files, FAMILY
+    the MPI's (mpich or openmpi), TOOL the file name of the preloaded interposer ("": none
+    preloaded).
 
     Prints "ok" and what was seen, or the problems. Every result right; the copies not
     preloaded never called; jaxmpi says where its calls go (the tool, or the library's own).
@@ -221,14 +250,17 @@ def check(log: str, out: str, tool: str = "") -> int:
             continue
         got = {k: int(v) for k, v in (item.split("=") for item in measured.group(1).split())}
         block = text[text.index(begin) : text.index(end)]
-        want: dict[str, int] = {}
+        want: dict[str, int] = dict(SPLIT[family])
         for line in re.findall(rf"^jaxmpi: rank {rank}: (.*)$", block, re.M):
             if re.search(r"\) completed after [0-9.]+ us", line):
                 continue  # when a started op's request completed: no call of its own
             op = line.split(" (")[0]
             if op not in MAKES:
                 problems.append(f"rank {rank}: no MAKES entry for '{line}'")
-            for functions, calls in MAKES.get(op, {}).items():
+            makes = MAKES.get(op, {})
+            if op == "allreduce" and f", {RING_BYTES} bytes)" in line:
+                makes = RING[family]
+            for functions, calls in makes.items():
                 want[functions] = want.get(functions, 0) + calls
         for functions, calls in want.items():
             counted = sum(got.get(f, 0) for f in functions.split("|"))
@@ -270,5 +302,5 @@ def check(log: str, out: str, tool: str = "") -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["check"]:
-        sys.exit(check(*sys.argv[2:5]))
+        sys.exit(check(*sys.argv[2:6]))
     job()

@@ -62,7 +62,7 @@ job() {
         "{launcher}" "${put[@]}" "$ROOT/.venvs/$venv/bin/python" "$JOBS" >"$out.log" 2>&1
     local rc=$? verdict
     verdict=$("$ROOT/.venvs/mpich/bin/python" "$JOBS" check "$out.log" "$out" \
-        "$([[ $preload == yes ]] && basename "$lib")" 2>&1)
+        "${JAXMPI_MATRIX_FAMILY[$build]}" "$([[ $preload == yes ]] && basename "$lib")" 2>&1)
     if ((rc == 0)) && [[ $(head -n 1 <<<"$verdict") == ok ]]; then
         echo "pass  $name ($((SECONDS - t0)) s)"
         tail -n +2 <<<"$verdict" | sed 's/^/info    /'

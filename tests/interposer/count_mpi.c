@@ -39,7 +39,10 @@
     X(MPI_Wait)                                                                            \
     X(MPI_Test)                                                                            \
     X(MPI_Test_completing)                                                                 \
-    X(MPI_Comm_split)
+    X(MPI_Comm_split)                                                                      \
+    X(MPI_Comm_dup)                                                                        \
+    X(MPI_Comm_free)                                                                       \
+    X(MPI_Reduce_local)
 
 #define ENUM(name) COUNT_##name,
 enum { COUNTED(ENUM) COUNTED_FUNCTIONS };
@@ -182,4 +185,20 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm) {
     COUNT(MPI_Comm_split);
     return PMPI_Comm_split(comm, color, key, newcomm);
+}
+
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm) {
+    COUNT(MPI_Comm_dup);
+    return PMPI_Comm_dup(comm, newcomm);
+}
+
+int MPI_Comm_free(MPI_Comm *comm) {
+    COUNT(MPI_Comm_free);
+    return PMPI_Comm_free(comm);
+}
+
+int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype,
+                     MPI_Op op) {
+    COUNT(MPI_Reduce_local);
+    return PMPI_Reduce_local(inbuf, inoutbuf, count, datatype, op);
 }

@@ -109,6 +109,10 @@ function_table! {
         MPI_Comm_split(H, c_int, c_int, *mut H);
         MPI_Comm_split_type(H, c_int, c_int, H, *mut H);
         MPI_Comm_free(*mut H);
+        // The callbacks' pointers as addresses: their prototypes take the family's handle.
+        MPI_Comm_create_keyval(*const c_void, *const c_void, *mut c_int, *mut c_void);
+        MPI_Comm_get_attr(H, c_int, *mut c_void, *mut c_int);
+        MPI_Comm_set_attr(H, c_int, *mut c_void);
         MPI_Comm_group(H, *mut H);
         MPI_Group_incl(H, c_int, *const c_int, *mut H);
         MPI_Group_free(*mut H);

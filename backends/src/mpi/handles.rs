@@ -136,6 +136,15 @@ impl<A: Abi> MpiLibrary<A> {
         Ok(count as usize)
     }
 
+    /// Whether `op` on `dtype` is one of jaxmpi's own ops on this library.
+    pub(super) fn is_own_op(&self, op: ReduceOp, dtype: Dtype) -> bool {
+        own_reductions::may_be_own(dtype, op)
+            && self
+                .own_reductions
+                .iter()
+                .any(|&(d, o, _)| d == dtype && o == op)
+    }
+
     /// The send pointer of a reduction: MPI_IN_PLACE or the data.
     pub(super) fn input_ptr(&self, input: &Input) -> *const c_void {
         match input {

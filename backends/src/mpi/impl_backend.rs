@@ -32,6 +32,11 @@ impl<A: Abi> Backend for MpiLibrary<A> {
             blocking: self.fns.MPI_Allreduce,
             started: self.fns.MPI_Iallreduce,
         };
+        // A large one may go round a ring instead (`reductions::large_allreduce`); this
+        // test is all that a small one pays for it.
+        if recv.len_bytes() >= reductions::RING_FROM {
+            return reductions::large_allreduce(self, &f, comm, send, recv, op);
+        }
         let pieces = chunks::spans(recv.count(), recv.dtype().size(), chunks::CHUNK_BYTES);
         chunks::each_span(pieces, |start, n| {
             let part = recv.part(start, n);

@@ -7,6 +7,7 @@
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use jaxmpi_core::{Dtype, Error, LibraryInfo, ReduceOp, Result, ThreadLevel};
 use libloading::Library;
@@ -30,6 +31,9 @@ pub struct MpiLibrary<A: Abi> {
     pub(super) own_reductions: Vec<(Dtype, ReduceOp, A::Handle)>,
     /// Bugs of this library version that the ops work around.
     pub(super) quirks: Quirks,
+    /// The keyval under which a communicator keeps jaxmpi's private duplicate of it
+    /// (`ring.rs`), created at the first.
+    pub(super) private_duplicates: OnceLock<c_int>,
     pub(super) info: LibraryInfo,
     pub(super) thread_level: ThreadLevel,
     pub(super) initialized_here: bool,
@@ -106,6 +110,7 @@ impl<A: Abi> MpiLibrary<A> {
             pre,
             own_reductions: Vec::new(),
             quirks: Quirks::default(),
+            private_duplicates: OnceLock::new(),
             info: LibraryInfo {
                 family: A::FAMILY,
                 path,

@@ -5,6 +5,8 @@
 //! `collectives`, `vector`, `p2p`); those call the MPI functions of `count_agnostic.rs`,
 //! which pick classic or large-count functions (`counts.rs`), or their non-blocking twins
 //! in starting mode (`starting.rs`); `requests.rs` completes the requests either way.
+//! `ring.rs` makes the allreduce of jaxmpi's own ops itself where MPICH would combine the
+//! whole vector on every rank.
 //! `handles.rs` converts values, `abi/` holds each family's constants. `interpose.rs`
 //! decides, for every function the tables take, whether jaxmpi calls the library's own
 //! definition or a profiling tool's loaded ahead of it.
@@ -27,6 +29,7 @@ mod p2p;
 mod quirks;
 mod reductions;
 mod requests;
+mod ring;
 mod starting;
 mod vector;
 

@@ -12,12 +12,11 @@
 //! an order-preserving map of the bits (issue 58, benches/RESULTS.md): the map costs two
 //! more passes over the data (map, map back), each as much local work as a reduction,
 //! and made a float32 MAX allreduce 1.77x a SUM at 1 Mi and 4 Mi elements on 2 ranks of
-//! PyPI MPICH, where these ops cost 1.07-1.18x (MPI_MAX: 1.0x). That remainder is MPICH's
-//! choice of algorithm, not the element loop, which is faster than MPICH's own: MPICH
-//! gives a user-defined op recursive doubling (every rank combines the whole vector),
-//! a predefined one reduce-scatter + allgather (each combines its share); forced to
-//! recursive doubling for both, MAX costs 0.86x a SUM. An allreduce of these ops composed
-//! of MPI_Reduce_scatter_block and MPI_Allgather cost 1.18-1.23x. At 4 and 16 KiB (0.72x
+//! PyPI MPICH. The element loop is faster than MPICH's own; what cost these ops 1.07-1.18x
+//! a SUM there was MPICH's choice of algorithm: recursive doubling for a user-defined op
+//! (every rank combines the whole vector), reduce-scatter + allgather for a predefined
+//! one (each combines its share). So on MPICH a large allreduce of these ops goes round
+//! a ring jaxmpi makes itself (`ring.rs`): 0.86x a SUM at 4 Mi. At 4 and 16 KiB (0.72x
 //! a SUM), and for MPI_Reduce (binomial against reduce-scatter + gather), MPICH's choice
 //! for a user-defined op is the faster one; Open MPI chooses by commutativity alone.
 

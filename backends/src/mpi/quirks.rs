@@ -1,6 +1,7 @@
 //! Bugs of particular MPI library versions that jaxmpi works around, so that users of
-//! those libraries (Debian 12 ships MPICH 4.0.2) still get correct results. Each was
-//! reproduced with a plain C program against the library.
+//! those libraries (Debian 12 ships MPICH 4.0.2) still get correct results, and choices of
+//! a library that cost jaxmpi's own ops speed. Each was reproduced with a plain C program
+//! against the library.
 
 use jaxmpi_core::{Family, LibraryInfo};
 
@@ -15,18 +16,24 @@ pub struct Quirks {
     /// and crashes above a few KiB (pmodels/mpich#6540, MPICH 4.0 to 4.1.1): jaxmpi passes
     /// a copy of the input instead.
     pub reduce_in_place_off_rank_0_crashes: bool,
+    /// MPI_Allreduce of a user-defined op runs by recursive doubling, every rank combining
+    /// the whole vector, where a predefined op's goes by reduce-scatter + allgather, each
+    /// combining its share (MPICH, every version: `maint/tuning/coll/mpir/generic.json`;
+    /// no CVAR chooses per op): jaxmpi makes the two steps itself for its own ops on
+    /// large buffers (`reductions::allreduce`).
+    pub user_op_allreduce_by_recursive_doubling: bool,
 }
 
 impl Quirks {
     pub fn of(info: &LibraryInfo) -> Quirks {
-        let mpich = match info.family {
-            Family::Mpich => mpich_version(&info.version_string),
-            _ => None,
-        };
+        // MPICH under any ABI (its standard-ABI library says the same version).
+        let any_mpich = mpich_version(&info.version_string);
+        let mpich = any_mpich.filter(|_| info.family == Family::Mpich);
         let between = |from: Version, to: Version| mpich.is_some_and(|v| from <= v && v < to);
         Quirks {
             unsigned_min_max_as_signed: between((4, 0, 0), (4, 1, 0)),
             reduce_in_place_off_rank_0_crashes: between((4, 0, 0), (4, 1, 2)),
+            user_op_allreduce_by_recursive_doubling: any_mpich.is_some(),
         }
     }
 }
@@ -85,8 +92,22 @@ mod tests {
             !mpich_4_1_1.unsigned_min_max_as_signed
                 && mpich_4_1_1.reduce_in_place_off_rank_0_crashes
         );
+        let mpich_5 = Quirks {
+            user_op_allreduce_by_recursive_doubling: true,
+            ..Quirks::default()
+        };
         assert_eq!(
             Quirks::of(&info(Family::Mpich, "MPICH Version: 5.0.2\n")),
+            mpich_5
+        );
+        // The standard ABI's library of MPICH chooses as MPICH does; Intel MPI is not
+        // MPICH's tuning.
+        assert_eq!(
+            Quirks::of(&info(Family::MpiAbi, "MPICH Version: 5.0.2\n")),
+            mpich_5
+        );
+        assert_eq!(
+            Quirks::of(&info(Family::Mpich, "Intel(R) MPI Library 2021.18")),
             Quirks::default()
         );
         assert_eq!(

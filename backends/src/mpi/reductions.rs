@@ -9,7 +9,8 @@ use super::abi::Abi;
 use super::counts::INT_MAX;
 use super::handles::{expect_len, same_dtype};
 use super::library::MpiLibrary;
-use super::starting;
+use super::{ring, starting};
+use crate::chunks;
 
 /// A reduction's MPI function, with its root (if any) bound, as called on one segment:
 /// (send, recv, count, datatype, op, comm, request) -> MPI return code; given a request,
@@ -98,6 +99,49 @@ pub(super) fn elementwise<A: Abi>(
         Some(q) => unsafe { started(s, r, n, t, o, c, q) },
     };
     reduction(lib, (pair.names, call), comm, send, &recv, op)
+}
+
+/// From this many bytes a rank's block, an allreduce of one of jaxmpi's own ops goes
+/// round a ring (`ring.rs`) on a library that gives user-defined ops recursive doubling;
+/// below it, recursive doubling's log2(ranks) exchanges beat the ring's 2 (ranks - 1)
+/// (benches/RESULTS.md, issue 58).
+const RING_BLOCK_FROM: usize = 64 << 10;
+/// The smallest allreduce that may go round a ring: two ranks' blocks.
+pub(super) const RING_FROM: usize = 2 * RING_BLOCK_FROM;
+
+/// An allreduce of at least `RING_FROM` bytes, in the chunks every rank cuts (`chunks`),
+/// each round a ring where that is what the library would do for a predefined op, else
+/// `pair`'s call. Out of line: the small calls' path stays as it was.
+#[inline(never)]
+pub(super) fn large_allreduce<A: Abi>(
+    lib: &MpiLibrary<A>,
+    pair: &Pair<A::Handle>,
+    comm: Comm,
+    send: Input,
+    mut recv: BufMut,
+    op: ReduceOp,
+) -> Result<()> {
+    let ring = lib.quirks.user_op_allreduce_by_recursive_doubling
+        && !starting::active()
+        && lib.is_own_op(op, recv.dtype());
+    let ranks = if ring {
+        lib.size_of(lib.comm(comm)?)?
+    } else {
+        1
+    };
+    let pieces = chunks::spans(recv.count(), recv.dtype().size(), chunks::CHUNK_BYTES);
+    chunks::each_span(pieces, |start, n| {
+        let (send, part) = (send.part(start, n), recv.part(start, n));
+        if ranks > 1 && part.len_bytes() / ranks >= RING_BLOCK_FROM {
+            let handle = lib.comm(comm)?;
+            let dtype = part.dtype();
+            let datatype = (lib.pre.datatype(dtype), dtype.size());
+            let op = lib.op(op, dtype)?;
+            let (out, count) = (part.ptr().cast(), part.count());
+            return ring::allreduce(lib, handle, &send, out, count, datatype, op);
+        }
+        elementwise(lib, pair, comm, send, part, op)
+    })
 }
 
 /// A segment's call as `ReduceFn` takes it, as a value of its own.
