@@ -31,28 +31,47 @@ impl<'a> Call<'a> {
     /// # Safety
     /// `frame` must be a call frame from XLA, valid for `'a`.
     pub unsafe fn new(frame: *mut CallFrame, name: &'static str) -> Result<Self> {
-        let raw = frame;
-        // SAFETY: the caller guarantees a valid frame.
-        let frame = unsafe { &*frame };
+        // SAFETY: forwarded from the caller.
+        match unsafe { Self::observed(frame, name) } {
+            Some(call) => Ok(call),
+            // SAFETY: as above.
+            None => Err(unsafe { Self::unusable(&*frame, name) }),
+        }
+    }
+
+    /// Why `observed` refused `frame`.
+    #[cold]
+    fn unusable(frame: &CallFrame, name: &'static str) -> Error {
         // Frames smaller than the declared size come from an XLA this file does not know.
         if frame.struct_size < CALL_FRAME_STRUCT_SIZE {
-            return Err(Error::unsupported(
+            return Error::unsupported(
                 name,
                 format!(
                     "XLA call frame of {} bytes is older than XLA FFI API 0.1",
                     frame.struct_size
                 ),
-            ));
+            );
         }
-        if frame.stage != ExecutionStage::EXECUTE {
-            return Err(Error::unsupported(
-                name,
-                format!("called for execution stage {}, not EXECUTE", frame.stage.0),
-            ));
-        }
-        Ok(Call {
-            frame,
-            raw,
+        Error::unsupported(
+            name,
+            format!("called for execution stage {}, not EXECUTE", frame.stage.0),
+        )
+    }
+
+    /// The call on `frame`, None where XLA's frame is one this file cannot read (`new`
+    /// says why): for a reader beside the handler's path (the profile,
+    /// `handlers/profiled.rs`), which has no error to report.
+    ///
+    /// # Safety
+    /// As `new`'s.
+    pub unsafe fn observed(frame: *mut CallFrame, name: &'static str) -> Option<Self> {
+        // SAFETY: forwarded from the caller.
+        let checked = unsafe { &*frame };
+        let usable = checked.struct_size >= CALL_FRAME_STRUCT_SIZE
+            && checked.stage == ExecutionStage::EXECUTE;
+        usable.then_some(Call {
+            frame: checked,
+            raw: frame,
             name,
             started: None,
             rank_on_devices: None,

@@ -46,34 +46,13 @@ unsafe fn answer_metadata_probe(frame: *mut CallFrame) -> bool {
 
 /// The whole life of one handler call; every exported handler is this with its body.
 /// `started`: the call of an op's started form (`Call::starting`). While a profile
-/// records, the call is recorded around it (`profiled.rs`); while none does, that costs
-/// one load and a branch, and the call's own path is the same code as without profiles.
+/// records, the call is recorded once it is over (`profiled.rs`); while none does, that
+/// costs a load and a branch (benches/RESULTS.md: the calls' path split in two around the
+/// profile, or the record taken in a closure, cost 50 instructions a call).
 ///
 /// # Safety
 /// `frame` must be a call frame from XLA.
-#[inline(always)]
 pub(super) unsafe fn handle<A: Attrs>(
-    frame: *mut CallFrame,
-    name: &'static str,
-    started: bool,
-    platform: Platform,
-    body: Body<A>,
-) -> *mut FfiError {
-    match profile::begin() {
-        // SAFETY: forwarded from the caller.
-        None => unsafe { whole_call(frame, name, started, platform, body) },
-        // SAFETY: forwarded from the caller (twice).
-        Some(begun) => unsafe {
-            profiled::call(begun, frame, name, started, || {
-                whole_call(frame, name, started, platform, body)
-            })
-        },
-    }
-}
-
-/// # Safety
-/// `frame` must be a call frame from XLA.
-unsafe fn whole_call<A: Attrs>(
     frame: *mut CallFrame,
     name: &'static str,
     started: bool,
@@ -84,6 +63,7 @@ unsafe fn whole_call<A: Attrs>(
     if unsafe { answer_metadata_probe(frame) } {
         return std::ptr::null_mut();
     }
+    let begun = profile::begin();
     // A panic must not unwind into XLA's C++ frames: it becomes an error instead.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: forwarded from the caller.
@@ -108,23 +88,31 @@ unsafe fn whole_call<A: Attrs>(
         pending::keep(result, call.optional_ret(0).is_some())
     }));
     let error = match outcome {
-        Ok(Ok(())) => return std::ptr::null_mut(),
-        Ok(Err(err)) => err,
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(err)) => {
+            // SAFETY: forwarded from the caller.
+            unsafe { create_error(frame, &err) }
+        }
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            Error::new(
+            let err = Error::new(
                 ErrorKind::Unsupported,
                 name,
                 format!("internal error (panic): {what}"),
-            )
+            );
+            // SAFETY: forwarded from the caller.
+            unsafe { create_error(frame, &err) }
         }
     };
-    // SAFETY: forwarded from the caller.
-    unsafe { create_error(frame, &error) }
+    if let Some(begun) = begun {
+        // SAFETY: forwarded from the caller; the call is over, its frame still alive.
+        unsafe { profiled::record(begun, frame, name, started, error) };
+    }
+    error
 }
 
 /// # Safety

@@ -1,57 +1,43 @@
-//! A handler call as the profile records it (`xla/profile/`): the one piece of code every
-//! exported handler's path (`entry.rs`) runs its call through while a profile records. Its route (a jaxmpi op on an MPI communicator or on a MeshComm, or one of
-//! JAX's collectives through the pass), the communicator or device, the bytes it sends,
-//! the call site the program named, and a started op's request.
+//! A handler call as the profile records it (`xla/profile/`): what every exported handler's
+//! path (`entry.rs`) hands each call to, once it has returned, while a profile records. Its
+//! route (a jaxmpi op on an MPI communicator or on a MeshComm, or one of JAX's collectives
+//! through the pass), the communicator or device, the bytes it sends, the call site the
+//! program named, and a started op's request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::requests::nonblocking::request_key;
 use super::signature::Signature;
-use crate::xla::ffi::{AttrType, ByteSpan, CallFrame, DataType, ExtensionType, FfiError, Scalar};
+use crate::xla::ffi::{AttrType, ByteSpan, CallFrame, DataType, FfiError, Scalar};
 use crate::xla::frame::{handles, Call};
 use crate::xla::mesh::is_mesh_comm;
 use crate::xla::profile::{Begun, Fields, Kind, Route};
 
-/// Runs `whole`, the whole handler call on `frame` (of the op `name`, its started form
-/// where `started`), begun at `begun`, and records it. Out of line: the handlers' own
-/// code stays what it is without profiles.
+/// Records the handler call on `frame` that has just returned `error` (of the op `name`,
+/// its started form where `started`), begun at `begun`. Out of line and cold: the
+/// handlers' own code stays what it is without profiles.
 ///
 /// # Safety
-/// `frame` must be a call frame from XLA, the one `whole` runs on.
+/// `frame` must be the call frame from XLA the call ran on, still alive.
+#[cold]
 #[inline(never)]
-pub(super) unsafe fn call(
+pub(super) unsafe fn record(
     begun: Begun,
     frame: *mut CallFrame,
     name: &'static str,
     started: bool,
-    whole: impl FnOnce() -> *mut FfiError,
-) -> *mut FfiError {
-    let error = whole();
-    // XLA's metadata probe (when it registers a handler) is no call: it has no context
-    // to ask a device of.
-    // SAFETY: forwarded from the caller: XLA's frame, alive until the handler returns;
-    // its extension chain is read as `entry.rs` reads it to answer the probe.
-    let probe = unsafe {
-        let extension = (*frame).extension_start;
-        !extension.is_null() && (*extension).kind == ExtensionType::METADATA
-    };
-    if probe {
-        return error;
+    error: *mut FfiError,
+) {
+    // SAFETY: forwarded from the caller: XLA's frame (not its metadata probe, which
+    // `entry.rs` answers before), alive until the handler returns.
+    if let Some(call) = unsafe { Call::observed(frame, name) } {
+        record_call(begun, &call, started, error.is_null());
     }
-    // SAFETY: as above.
-    let call = unsafe { Call::new(frame, name) };
-    let call = match call {
-        Ok(call) if started => call.starting(),
-        call => call,
-    };
-    if let Ok(call) = call {
-        record(begun, &call, error.is_null());
-    }
-    error
 }
 
-/// Records `call`, begun at `begun`; `ok`: whether it succeeded.
-fn record(begun: Begun, call: &Call, ok: bool) {
+/// Records `call` (an op's started form where `started`), begun at `begun`; `ok`: whether
+/// it succeeded. The call is read as it is: where its results begin is no concern here.
+fn record_call(begun: Begun, call: &Call, started: bool, ok: bool) {
     let name = call.name();
     let pass = name.starts_with("hlo_");
     // What the program named it by: a jax.named_scope (the lowering's `site`, passed
@@ -64,7 +50,7 @@ fn record(begun: Begun, call: &Call, ok: bool) {
     } else {
         Route::Jaxmpi
     };
-    let kind = match (call.is_start(), name) {
+    let kind = match (started, name) {
         (true, _) => Kind::Start,
         (false, "wait") => Kind::Wait,
         _ => Kind::Call,
@@ -92,7 +78,7 @@ fn record(begun: Begun, call: &Call, ok: bool) {
         comm_id: comm_id as i32,
         device: device as i32,
         request: match kind {
-            Kind::Start | Kind::Wait => request_key(call),
+            Kind::Start | Kind::Wait => request_key(call, started),
             _ => 0,
         },
         waited: 0,

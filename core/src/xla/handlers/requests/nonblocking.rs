@@ -118,10 +118,10 @@ fn encode(key: u64) -> [u32; 2] {
     ]
 }
 
-/// The request a started op's call or a wait's call is about (0: neither, or none): what
-/// the profile links a start, its wait and its completion by.
-pub(in crate::xla::handlers) fn request_key(call: &Call) -> u64 {
-    let value = match (call.is_start(), call.name()) {
+/// The request a started op's call (`started`) or a wait's call is about (0: neither, or
+/// none): what the profile links a start, its wait and its completion by.
+pub(in crate::xla::handlers) fn request_key(call: &Call, started: bool) -> u64 {
+    let value = match (started, call.name()) {
         (true, _) => call.request().ok(),
         (false, "wait") => call.arg(0).ok(),
         _ => None,
