@@ -99,7 +99,8 @@ suite_cells layouts
 # bit for bit: 4 seeds in each of 8 layouts (2x1 to 4x2): 3 fixed ones and one of the
 # commit's (its hash's, so each commit explores a program no earlier one ran, and a
 # failure reproduces with `--seeds N`), then 3 seeds at 3x2 and 4x2 under
-# JAXMPI_MESH_REDUCTIONS=ordered (its 2x2 and 1x4 are pytest cells): ~80 s on 2 cores.
+# JAXMPI_MESH_REDUCTIONS=ordered (its 2x2 and 1x4 are pytest cells): ~140 s on 2 cores
+# (117 s and 25 s; with 6 fixed seeds it was 121 s and 25 s).
 # The soak, thousands of programs: benches/RESULTS.md.
 GROUP=differential
 commit_seed=$((16#$(git -C "$ROOT" rev-parse --short=7 HEAD 2>/dev/null || echo 0) % 100000 + 1000))
