@@ -75,15 +75,8 @@ impl<A: Abi> MpiLibrary<A> {
             return A::handle_from_raw(raw)
                 .map_err(|why| Error::invalid_argument(name, format!("op {why}")));
         }
-        let own = own_reductions::may_be_own(dtype, op)
-            .then(|| {
-                self.own_reductions
-                    .iter()
-                    .find(|&&(d, o, _)| d == dtype && o == op)
-            })
-            .flatten();
-        match (own, self.pre.op(op)) {
-            (Some(&(_, _, handle)), _) => Ok(handle),
+        match (self.own_op(op, dtype), self.pre.op(op)) {
+            (Some(handle), _) => Ok(handle),
             (None, Some(handle)) if !dtype.is_half() => Ok(handle),
             _ => Err(Error::unsupported(
                 name,
@@ -136,13 +129,15 @@ impl<A: Abi> MpiLibrary<A> {
         Ok(count as usize)
     }
 
-    /// Whether `op` on `dtype` is one of jaxmpi's own ops on this library.
-    pub(super) fn is_own_op(&self, op: ReduceOp, dtype: Dtype) -> bool {
-        own_reductions::may_be_own(dtype, op)
-            && self
-                .own_reductions
-                .iter()
-                .any(|&(d, o, _)| d == dtype && o == op)
+    /// jaxmpi's own op for `op` on `dtype` on this library, where it brings one.
+    pub(super) fn own_op(&self, op: ReduceOp, dtype: Dtype) -> Option<A::Handle> {
+        if !own_reductions::may_be_own(dtype, op) {
+            return None;
+        }
+        self.own_reductions
+            .iter()
+            .find(|&&(d, o, _)| d == dtype && o == op)
+            .map(|&(_, _, handle)| handle)
     }
 
     /// The send pointer of a reduction: MPI_IN_PLACE or the data.

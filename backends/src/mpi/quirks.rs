@@ -20,7 +20,7 @@ pub struct Quirks {
     /// the whole vector, where a predefined op's goes by reduce-scatter + allgather, each
     /// combining its share (MPICH, every version: `maint/tuning/coll/mpir/generic.json`;
     /// no CVAR chooses per op): jaxmpi makes the two steps itself for its own ops on
-    /// large buffers (`reductions::allreduce`).
+    /// large buffers (`reductions::large_allreduce`, `ring.rs`).
     pub user_op_allreduce_by_recursive_doubling: bool,
 }
 

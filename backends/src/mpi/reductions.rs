@@ -121,26 +121,27 @@ pub(super) fn large_allreduce<A: Abi>(
     mut recv: BufMut,
     op: ReduceOp,
 ) -> Result<()> {
-    let ring = lib.quirks.user_op_allreduce_by_recursive_doubling
-        && !starting::active()
-        && lib.is_own_op(op, recv.dtype());
-    let ranks = if ring {
-        lib.size_of(lib.comm(comm)?)?
-    } else {
-        1
-    };
+    // The communicator, its size and the own op, where the ring may serve.
+    let mut ring = None;
+    if lib.quirks.user_op_allreduce_by_recursive_doubling && !starting::active() {
+        if let Some(own) = lib.own_op(op, recv.dtype()) {
+            let handle = lib.comm(comm)?;
+            ring = Some((handle, lib.size_of(handle)?, own));
+        }
+    }
+    let datatype = (lib.pre.datatype(recv.dtype()), recv.dtype().size());
     let pieces = chunks::spans(recv.count(), recv.dtype().size(), chunks::CHUNK_BYTES);
     chunks::each_span(pieces, |start, n| {
         let (send, part) = (send.part(start, n), recv.part(start, n));
-        if ranks > 1 && part.len_bytes() / ranks >= RING_BLOCK_FROM {
-            let handle = lib.comm(comm)?;
-            let dtype = part.dtype();
-            let datatype = (lib.pre.datatype(dtype), dtype.size());
-            let op = lib.op(op, dtype)?;
-            let (out, count) = (part.ptr().cast(), part.count());
-            return ring::allreduce(lib, handle, &send, out, count, datatype, op);
+        match ring {
+            Some((handle, ranks, own))
+                if ranks > 1 && part.len_bytes() / ranks >= RING_BLOCK_FROM =>
+            {
+                let (out, count) = (part.ptr().cast(), part.count());
+                ring::allreduce(lib, handle, &send, out, count, datatype, own)
+            }
+            _ => elementwise(lib, pair, comm, send, part, op),
         }
-        elementwise(lib, pair, comm, send, part, op)
     })
 }
 

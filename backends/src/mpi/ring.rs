@@ -2,8 +2,8 @@
 //! reduce-scatter, then allgather, so that each rank combines only its share of the
 //! vector. MPICH gives a user-defined op recursive doubling instead, in which every rank
 //! combines the whole vector (`Quirks::user_op_allreduce_by_recursive_doubling`): float
-//! MIN/MAX, which propagate NaN through jaxmpi's own op, cost 1.07-1.24x a SUM at 1 Mi
-//! and 4 Mi elements on 2 ranks, where this ring costs 0.9-1.0x (benches/RESULTS.md,
+//! MIN/MAX, which propagate NaN through jaxmpi's own op, cost 1.08-1.10x a SUM at 1 Mi
+//! and 4 Mi elements on 2 ranks, where this ring costs 0.86-0.88x (benches/RESULTS.md,
 //! issue 58). MPI's own reduce-scatter and allgather cannot do it for the same price: MPICH
 //! copies the whole vector for a user-defined op's reduce-scatter.
 //!
