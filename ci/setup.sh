@@ -54,7 +54,10 @@ JAXMPI_PY_TEST=("mpi4py==4.1.2" "pytest==9.2.0" "numpy")
 JAXMPI_CUDA_PLUGIN_MAJORS=(12 13)
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_PIN_MATURIN="maturin==1.16.0"
-JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1")
+# matplotlib: the profile's picture (python -m jaxmpi profile; tests/profile_jobs.sh) and
+# mypy's check of jaxmpi/_profile_report.py, which imports it (ci/docs.sh and ci/demo.sh
+# pin the same version).
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1" "matplotlib==3.11.2")
 # What ci/wheels.sh builds the release wheels with (.venvs/wheels): zig links them
 # against glibc 2.17's symbols (manylinux2014, as jaxlib 0.6.2's wheels), auditwheel
 # checks the tag they claim.

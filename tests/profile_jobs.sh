@@ -27,11 +27,9 @@ py=$ROOT/.venvs/mpich/bin/python
 site=()
 [[ -n ${PYTHONPATH:-} ]] && site=("PYTHONPATH=$PYTHONPATH")
 
-# The PNGs need matplotlib, which ci/demo.sh installs for the demo's picture; pip does
-# nothing where it is.
+# The PNGs need matplotlib, which ci/setup.sh installs into this venv.
 "$py" -c "import matplotlib" 2>/dev/null ||
-    "$py" -m pip install --quiet --disable-pip-version-check --no-input "matplotlib==3.11.2" ||
-    echo "info  matplotlib could not be installed: the PNG checks will fail"
+    echo "info  no matplotlib in .venvs/mpich (run ci/setup.sh): the PNG checks will fail"
 
 # job NAME BUILD N ENV... -- ARGS...: python ARGS under BUILD's launcher with N ranks;
 # output in $work/NAME.out, exit status in $rc.
