@@ -3,6 +3,8 @@
 # and the summary it ends with. Sourced (not executable on its own) after OUT, the log
 # folder, is set; matrix_cells and suite_cells also need ci/matrix.sh. Defines:
 #   step NAME LOGNAME CMD...     runs CMD, its output on the console and in OUT/LOGNAME.log
+#   step_beside NAME LOGNAME CMD...  the same in the background, beside the next steps;
+#                                steps_joined waits for it and shows its output
 #   matrix_cells GROUP RUNNER CELL...  runs each "BUILD N [ARG...]" cell as
 #                                RUNNER BUILD N LOG [ARG...] (run_cell, suite_cell, ...)
 #   suite_cells GROUP            the Python suite's cells of GROUP (ci/matrix.sh's
@@ -17,18 +19,37 @@
 # run; the others are recorded as skipped (e.g. 'checks: ruff|^pytest pypi-mpich-5 n=2').
 
 ROWS=()  # "name|version|family|ranks|result|note" (result: pass, FAIL, skip)
-TIMES=() # "group|seconds|name|ranks", one per row, for the time table
+TIMES=() # "group|seconds|name|ranks|busy", one per row, for the time table
 GROUP=setup
 N_PASS=0 N_FAIL=0 N_SKIP=0
 T_START=$SECONDS
 MATRIX_BUDGET=${JAXMPI_MATRIX_BUDGET:-3000}
 MATRIX_T0= # set by the first matrix cell
 
-record() { # record NAME VERSION FAMILY RANKS RESULT NOTE SECONDS
+# cpu_ticks: the machine's busy and total CPU ticks so far (/proc/stat's first line; idle
+# and iowait are the idle ones), "BUSY TOTAL". busy_percent T0 says how busy every core was,
+# in percent, since cpu_ticks printed T0: the time table shows it, as where a step leaves
+# cores idle (waits on a timeout, a download, one process) is where steps could overlap.
+cpu_ticks() {
+    local _cpu user nice system idle iowait rest
+    read -r _cpu user nice system idle iowait rest </proc/stat
+    local total=$((user + nice + system + idle + iowait))
+    for rest in $rest; do total=$((total + rest)); done
+    echo "$((total - idle - iowait)) $total"
+}
+busy_percent() {
+    local busy0 total0 busy1 total1
+    read -r busy0 total0 <<<"$1"
+    read -r busy1 total1 < <(cpu_ticks)
+    ((total1 > total0)) && echo $((100 * (busy1 - busy0) / (total1 - total0))) || echo -
+}
+T_TICKS=$(cpu_ticks)
+
+record() { # record NAME VERSION FAMILY RANKS RESULT NOTE SECONDS [BUSY]
     local f=("$@")
     f=("${f[@]//|//}") # "|" separates the fields of a row
     ROWS+=("${f[0]}|${f[1]}|${f[2]}|${f[3]}|${f[4]}|${f[5]}")
-    TIMES+=("$GROUP|${f[6]}|${f[0]}|${f[3]}")
+    TIMES+=("$GROUP|${f[6]}|${f[0]}|${f[3]}|${f[7]:--}")
     case $5 in
     pass) N_PASS=$((N_PASS + 1)) ;;
     skip) N_SKIP=$((N_SKIP + 1)) ;;
@@ -42,28 +63,65 @@ selected() { [[ -z ${JAXMPI_STEPS:-} || $1 =~ $JAXMPI_STEPS ]]; }
 
 # The output goes both to the console (CI shows progress) and to the log.
 step() {
-    local name=$1 log="$OUT/$2.log" t0=$SECONDS rc
+    local name=$1 log="$OUT/$2.log" t0=$SECONDS rc ticks
     shift 2
     if ! selected "$GROUP: $name"; then
         record "$name" - - - skip "not in JAXMPI_STEPS" 0
         return 0
     fi
     banner "$name"
+    ticks=$(cpu_ticks)
     "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
+    step_ended "$name" "$log" "$t0" "$ticks" "$rc"
+}
+
+step_ended() { # NAME LOG T0 TICKS RC: records the step and prints its last line
+    local name=$1 log=$2 t0=$3 ticks=$4 rc=$5
     if ((rc == 0)); then
-        record "$name" - - - pass "$((SECONDS - t0))s" "$((SECONDS - t0))"
+        record "$name" - - - pass "$((SECONDS - t0))s" "$((SECONDS - t0))" "$(busy_percent "$ticks")"
     else
-        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}" "$((SECONDS - t0))"
+        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}" "$((SECONDS - t0))" "$(busy_percent "$ticks")"
     fi
     printf -- '----- %s: %s (%ss)\n' "$name" "$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)")" "$((SECONDS - t0))"
+}
+
+# step_beside NAME LOGNAME CMD...: a step started in the background, beside the steps that
+# follow until steps_joined; its output goes to its log alone, shown when it is joined. For
+# steps that leave the cores idle much of the time (waiting on a launcher, a time limit, a
+# watchdog), beside others of the kind; they must share no resource. Its busy percentage
+# is then the machine's, both steps' work.
+BESIDE=() # "pid|name|log|t0|ticks|group" of each step still beside
+step_beside() {
+    local name=$1 log="$OUT/$2.log"
+    shift 2
+    if ! selected "$GROUP: $name"; then
+        record "$name" - - - skip "not in JAXMPI_STEPS" 0
+        return 0
+    fi
+    printf '\n===== %s: started beside the next steps (its output when it ends) =====\n' "$name"
+    "$@" </dev/null >"$log" 2>&1 &
+    BESIDE+=("$!|$name|$log|$SECONDS|$(cpu_ticks)|$GROUP")
+}
+
+steps_joined() { # waits for every step_beside, then shows and records each
+    local entry pid name log t0 ticks group rc
+    for entry in "${BESIDE[@]}"; do
+        IFS='|' read -r pid name log t0 ticks group <<<"$entry"
+        wait "$pid"
+        rc=$?
+        banner "$name (ran beside others)"
+        cat "$log"
+        GROUP=$group step_ended "$name" "$log" "$t0" "$ticks" "$rc"
+    done
+    BESIDE=()
 }
 
 # Each cell is capped by its own timeout, but many hanging cells would still add up: past
 # the budget the remaining cells fail unrun. The runner sets CELL_RESULT (pass, skip or
 # fail), CELL_NOTE, and CELL_VERSION and CELL_FAMILY where it knows them.
 matrix_cells() {
-    local group=$1 runner=$2 cell build n log t0 result note
+    local group=$1 runner=$2 cell build n log t0 result note ticks
     local -a args
     shift 2
     [[ -n $MATRIX_T0 ]] || MATRIX_T0=$SECONDS
@@ -71,7 +129,7 @@ matrix_cells() {
         read -r build n _ <<<"$cell"
         read -r -a args <<<"$cell"
         log="$OUT/matrix/$group-$build-n$n.log"
-        t0=$SECONDS
+        t0=$SECONDS ticks=$(cpu_ticks)
         if ! selected "$group $build n=$n"; then
             CELL_RESULT=skip CELL_VERSION="" CELL_FAMILY="" CELL_NOTE="not in JAXMPI_STEPS"
         elif ((SECONDS - MATRIX_T0 > MATRIX_BUDGET)); then
@@ -89,7 +147,7 @@ matrix_cells() {
         note="$CELL_NOTE"
         [[ $result == FAIL ]] && note="$note; log .ci-out/matrix/${log##*/}"
         [[ $result == pass ]] && note="${note:+$note, }$((SECONDS - t0))s"
-        GROUP=$group record "$group $build" "${CELL_VERSION:--}" "${CELL_FAMILY:-${JAXMPI_MATRIX_FAMILY[$build]}}" "$n" "$result" "$note" "$((SECONDS - t0))"
+        GROUP=$group record "$group $build" "${CELL_VERSION:--}" "${CELL_FAMILY:-${JAXMPI_MATRIX_FAMILY[$build]}}" "$n" "$result" "$note" "$((SECONDS - t0))" "$(busy_percent "$ticks")"
         printf '%-28s n=%s  %s  %s\n' "$group $build" "$n" "$result" "$note"
         # Enough of the log to diagnose without opening the file.
         [[ $result == FAIL ]] && sed 's/^/    | /' < <(tail -n 40 "$log")
@@ -131,27 +189,28 @@ failures() {
 time_table() {
     local -a groups=()
     local -A sum=()
-    local row group secs name ranks
+    local row group secs name ranks busy
     for row in "${TIMES[@]}"; do
         IFS='|' read -r group secs _ <<<"$row"
         [[ -v sum[$group] ]] || groups+=("$group")
         sum[$group]=$((${sum[$group]:-0} + secs))
     done
-    banner "time table (wall seconds)"
+    banner "time table (wall seconds; busy: how busy the cores were, in percent)"
     for group in "${groups[@]}"; do
-        printf '%6ss  %s\n' "${sum[$group]}" "$group"
+        printf '%6ss       %s\n' "${sum[$group]}" "$group"
         for row in "${TIMES[@]}"; do
-            IFS='|' read -r _ secs name ranks <<<"$row"
-            [[ $row == "$group|"* ]] && printf '%s|%s|%s\n' "$secs" "$name" "$ranks"
-        done | sort -t'|' -k1,1nr | while IFS='|' read -r secs name ranks; do
-            printf '%6ss      %s%s\n' "$secs" "$name" "$([[ $ranks != - ]] && echo " (n=$ranks)")"
+            IFS='|' read -r _ secs name ranks busy <<<"$row"
+            [[ $row == "$group|"* ]] && printf '%s|%s|%s|%s\n' "$secs" "$name" "$ranks" "$busy"
+        done | sort -t'|' -k1,1nr | while IFS='|' read -r secs name ranks busy; do
+            printf '%6ss %4s%%      %s%s\n' "$secs" "$busy" "$name" "$([[ $ranks != - ]] && echo " (n=$ranks)")"
         done
         if [[ $group == setup && -f $OUT/setup.log ]]; then
             sed -n '/^setup: all done/d; s/^setup: \(.*\) done (\([0-9]*\)s)$/\2|\1/p' "$OUT/setup.log" |
-                while IFS='|' read -r secs name; do printf '%6ss          %s\n' "$secs" "$name"; done
+                while IFS='|' read -r secs name; do printf '%6ss               %s\n' "$secs" "$name"; done
         fi
     done
-    printf '%6ss  total (wall, %s min)\n' "$((SECONDS - T_START))" "$(((SECONDS - T_START + 30) / 60))"
+    printf '%6ss %4s%%  total (wall, %s min)\n' "$((SECONDS - T_START))" "$(busy_percent "$T_TICKS")" \
+        "$(((SECONDS - T_START + 30) / 60))"
 }
 
 summary() {

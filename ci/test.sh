@@ -124,25 +124,13 @@ step "across hosts: 16 device ranks, settings, lost host, cut link" multihost-fa
 
 # Under Slurm (ci/slurm.sh: 2 nodes on the simulated hosts; needs root): srun, sbatch and
 # salloc + mpiexec/mpirun on both PyPI wheels, the wrong --mpi, --export, then scancel,
-# --time and a node lost. 2m15s-2m20s on 2 cores shared with another job's tests, most of
-# it JAX starting in each rank and Slurm noticing the lost node (~30 s); the --time case's
-# 95 s run beside the others.
+# --time and a node lost: 2m15s, the cores half idle (Slurm noticing a lost node, a time
+# limit's minute, launches), so it runs beside JAX's collectives' jobs (below; 58% busy
+# alone), which use neither the simulated hosts nor anything else of Slurm's: ~2m30s for
+# both, where one after the other took 4m30s.
 GROUP=slurm
-step "under Slurm: srun, sbatch, salloc; wrong --mpi; scancel, --time, node lost" slurm \
+step_beside "under Slurm: srun, sbatch, salloc; wrong --mpi; scancel, --time, node lost" slurm \
     "$ROOT/tests/slurm_jobs.sh"
-
-# Messages over 2^31-1 elements, one cell at a time.
-suite_cells large
-
-GROUP=linked
-step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
-# The documentation (ci/docs.sh): the site built with -W, its internal links and anchors,
-# every example under mpirun -n 2 with its output compared (one job per environment, not
-# one per block), three pages rendered by headless chromium: 24-29 s once .venvs/docs and
-# chromium are installed (measured on the shared 2-core VM); the first run on a machine
-# installs them, about 2-3 minutes more.
-GROUP=docs
-step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROOT/ci/docs.sh"
 # JAX's collectives over MPI, a job per check: import and initialization orders on every
 # family (the usual order on every build), exit status, JAXMPI_DEBUG's lines, a stuck
 # collective under JAXMPI_TIMEOUT, the refusals, a program without MPI collectives; then
@@ -162,6 +150,20 @@ step "jax.distributed from MPI jobs: Open MPI 5 without mpi4py, Slurm's variable
 # never called (~40 s).
 step "profiling tools: a preloaded PMPI interposer sees every MPI call" interposer-jobs \
     "$ROOT/tests/interposer_jobs.sh"
+steps_joined
+
+# Messages over 2^31-1 elements, one cell at a time.
+suite_cells large
+
+GROUP=linked
+step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
+# The documentation (ci/docs.sh): the site built with -W, its internal links and anchors,
+# every example under mpirun -n 2 with its output compared (one job per environment, not
+# one per block), three pages rendered by headless chromium: 24-29 s once .venvs/docs and
+# chromium are installed (measured on the shared 2-core VM); the first run on a machine
+# installs them, about 2-3 minutes more.
+GROUP=docs
+step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROOT/ci/docs.sh"
 # jaxmpi's own profile (JAXMPI_PROFILE, jaxmpi.profile, python -m jaxmpi profile): a known
 # program on PyPI MPICH and Open MPI (its calls, bytes and call sites in each rank's file
 # and in the merge, the merged trace field by field, the clocks within 1 ms, also with a
