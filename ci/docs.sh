@@ -30,7 +30,6 @@ cd "$ROOT" || exit 1
 source ci/setup.sh # the pins and _setup_* functions; sourcing runs nothing
 JAXMPI_SETUP_ROOT=$ROOT
 PYTHON=${PYTHON:-python3}
-DOCS_PINS=("sphinx==9.0.4" "myst-parser==5.2.0" "furo==2025.12.19" "matplotlib==3.11.2")
 BUILD="$ROOT/docs/_build"
 PY="$ROOT/.venvs/docs/bin/python"
 failed=()
@@ -63,9 +62,9 @@ install() {
     fi
     local wheel
     wheel=$(compgen -G "dist/jaxmpi-*_$(uname -m).whl") || return 1
-    _setup_venv docs bin/sphinx-build "${DOCS_PINS[@]}" "$JAXMPI_PIN_MPICH" "${JAXMPI_PIN_JAX_NEWEST[@]}" &&
+    _setup_venv docs bin/sphinx-build "${JAXMPI_DOCS_PINS[@]}" "$JAXMPI_PIN_MPICH" "${JAXMPI_PIN_JAX_NEWEST[@]}" &&
         _setup_install_wheel docs "$ROOT/$wheel" "$PY" &&
-        _setup_apt chromium fonts-dejavu-core
+        _setup_apt "${JAXMPI_DOCS_APT_PACKAGES[@]}"
 }
 
 # Sphinx imports jaxmpi (a 1-rank MPI job of its own): the docs venv's MPICH, JAX on the CPU.

@@ -74,6 +74,14 @@ JAXMPI_WHEEL_TRIXIE_PACKAGES=(rustc-web cargo-web libstd-rust-web-dev:arm64)
 # (ci/oracle.sh, ci/linked_python.sh).
 # debootstrap builds the trixie chroot.
 JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils libclang-dev debootstrap)
+# What later steps use, installed here beside the venvs so that a fresh machine's
+# downloads overlap other work (each step still installs what is missing itself): the
+# docs' venv and Chromium (ci/docs.sh), Slurm (ci/slurm.sh: daemons, clients, the mpi
+# plugins pmi2 and pmix, munge; the pmix plugin dlopens .../pmix2/lib/libpmix.so, a link
+# only libpmix-dev installs: without it --mpi=pmix fails).
+JAXMPI_DOCS_PINS=("sphinx==9.0.4" "myst-parser==5.2.0" "furo==2025.12.19" "matplotlib==3.11.2")
+JAXMPI_DOCS_APT_PACKAGES=(chromium fonts-dejavu-core)
+JAXMPI_SLURM_PACKAGES=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
 # The trixie chroot (ci/trixie.sh): Debian 13's Python 3.13 (python3-venv brings
 # ensurepip). Its binaries need a newer glibc than bookworm's, hence a chroot
 # rather than a venv. Changing any of these builds a new chroot (its folder name
@@ -393,19 +401,44 @@ jaxmpi_setup() (
     _setup_apt "${JAXMPI_APT_PACKAGES[@]}" || return 1
     _setup_log "apt done ($((SECONDS - t))s)"
 
-    # The build needs no venv: it runs while the venvs install (downloads and unpacking,
-    # one core mostly), its output kept apart and shown when it ends.
-    t=$SECONDS
-    local cargo_log="$JAXMPI_SETUP_ROOT/target/setup-cargo.log" cargo_pid
-    mkdir -p "$JAXMPI_SETUP_ROOT/target"
+    # Four lines of work run side by side, each but the first into a log of its own shown
+    # when it ends: the host's venvs (downloads, unpacking, bytecode: one core mostly), the
+    # Rust build then the release wheel (no venv needed but the wheel tools' own), the
+    # trixie chroot and its venvs (a fresh machine downloads the chroot too), and what
+    # later steps use. Only the wheel's install waits, for all four.
+    mkdir -p "$JAXMPI_SETUP_ROOT/target" "$JAXMPI_SETUP_ROOT/.venvs"
+    local logs="$JAXMPI_SETUP_ROOT/target" build_pid trixie_pid later_pid
     (
+        t=$SECONDS
         _setup_cargo || exit 1
         _setup_log "cargo build (beside the venvs) done ($((SECONDS - t))s)"
-    ) >"$cargo_log" 2>&1 &
-    cargo_pid=$!
+        t=$SECONDS
+        if [[ -z ${JAXMPI_SKIP_BUILD:-} ]]; then
+            _setup_build_wheel || exit 1
+            _setup_log "wheel build (beside the venvs) done ($((SECONDS - t))s)"
+        fi
+    ) >"$logs/setup-build.log" 2>&1 &
+    build_pid=$!
+    (
+        t=$SECONDS
+        _setup_trixie || exit 1
+        if [[ -z ${JAXMPI_SKIP_TRIXIE:-} ]]; then
+            (_SETUP_IN=(bash "$JAXMPI_SETUP_ROOT/ci/trixie.sh" run) &&
+                _setup_apt "${JAXMPI_WHEEL_TRIXIE_PACKAGES[@]}") || exit 1
+        fi
+        _setup_log "trixie (beside the venvs) done ($((SECONDS - t))s)"
+    ) >"$logs/setup-trixie.log" 2>&1 &
+    trixie_pid=$!
+    (
+        t=$SECONDS
+        _setup_apt "${JAXMPI_DOCS_APT_PACKAGES[@]}" "${JAXMPI_SLURM_PACKAGES[@]}" || exit 1
+        _setup_venv docs bin/sphinx-build "${JAXMPI_DOCS_PINS[@]}" "$JAXMPI_PIN_MPICH" \
+            "${JAXMPI_PIN_JAX_NEWEST[@]}" || exit 1
+        _setup_log "later steps' packages (beside the venvs) done ($((SECONDS - t))s)"
+    ) >"$logs/setup-later.log" 2>&1 &
+    later_pid=$!
 
     t=$SECONDS
-    mkdir -p "$JAXMPI_SETUP_ROOT/.venvs"
     local -a newest=("${JAXMPI_PIN_JAX_NEWEST[@]}" "${JAXMPI_PY_TEST[@]}")
     _setup_venv mpich bin/mpiexec "$JAXMPI_PIN_MPICH" "${newest[@]}" "${JAXMPI_DEV_TOOLS[@]}" || return 1
     _setup_venv openmpi bin/mpirun "$JAXMPI_PIN_OPENMPI" "${newest[@]}" || return 1
@@ -429,17 +462,19 @@ jaxmpi_setup() (
     _setup_log "venvs done ($((SECONDS - t))s)"
 
     t=$SECONDS
-    _setup_trixie || return 1
-    _setup_log "trixie done ($((SECONDS - t))s)"
-
-    t=$SECONDS
-    if ! wait "$cargo_pid"; then
-        cat "$cargo_log"
-        _setup_log "cargo build failed"
+    local pid failed=0
+    for pid in "$build_pid" "$trixie_pid"; do
+        wait "$pid" || failed=1
+    done
+    cat "$logs/setup-build.log" "$logs/setup-trixie.log"
+    if ((failed)); then
+        _setup_log "the build or the trixie chroot failed (their logs above)"
         return 1
     fi
-    cat "$cargo_log"
-    _setup_log "waiting for the cargo build done ($((SECONDS - t))s)"
+    # Not setup's failure: the steps that use these install what is missing, or fail.
+    wait "$later_pid" || _setup_log "WARNING: later steps' packages not all installed (below)"
+    cat "$logs/setup-later.log"
+    _setup_log "waiting for the lines beside the venvs done ($((SECONDS - t))s)"
 
     t=$SECONDS
     _setup_wheel || return 1

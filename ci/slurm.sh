@@ -46,20 +46,18 @@ NODES=(jxh1 jxh2)
 CONTROLLER=jxh1
 # munged's socket: a path in each host's own /tmp, so each host talks to its own munged.
 MUNGE_DIR=/tmp/munge
-# Debian's packages: daemons, clients, the mpi plugins (pmi2, pmix) and munge. Slurm's
-# pmix plugin dlopens .../pmix2/lib/libpmix.so, a link only libpmix-dev installs; nothing
-# depends on it, and without it --mpi=pmix fails.
-SLURM_PACKAGES=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
 
 die() {
     echo "slurm.sh: $*" >&2
     exit 2
 }
 
+# Debian's packages (daemons, clients, the mpi plugins pmi2 and pmix, munge):
+# JAXMPI_SLURM_PACKAGES in ci/setup.sh, which installs them ahead of this step.
 install_packages() {
     # shellcheck source=setup.sh source-path=SCRIPTDIR
     source "$ROOT/ci/setup.sh" # defines _setup_apt, does nothing else when sourced
-    _setup_apt "${SLURM_PACKAGES[@]}" >/dev/null || die "could not install ${SLURM_PACKAGES[*]}"
+    _setup_apt "${JAXMPI_SLURM_PACKAGES[@]}" >/dev/null || die "could not install ${JAXMPI_SLURM_PACKAGES[*]}"
 }
 
 write_conf() {
