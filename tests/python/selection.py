@@ -5,10 +5,12 @@ module's `pytestmark`, or a test's decorator) is all the selection reads; a file
 declares nothing runs wherever the suite runs: on every build of the matrix, at every
 number of ranks. `ci/suite_cells.sh which FILE` says which cells run a file.
 
-Two facts need no marker: the dtypes a test is parametrized over (the names of ALL_DTYPES
-among its parameters' ids), and whether its file imports sharding.py or layouts.py (it
-needs jax.distributed started before any JAX computation, so it runs in cells of its own,
-and elsewhere those modules skip it at import).
+Three facts need no marker: the dtypes a test is parametrized over (the names of ALL_DTYPES
+among its parameters' ids), whether it is the eager form of a test also collected under
+jit (an "eager" among its parameters' ids, "jit" in the twin's), and whether its file
+imports sharding.py or layouts.py (it needs jax.distributed started before any JAX
+computation, so it runs in cells of its own, and elsewhere those modules skip it at
+import).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from helpers import ALL_DTYPES, FEW_DTYPES
 # What a test may declare, and what each kind of cell does with it.
 MARKERS = {
     "same_on_every_mpi": "no MPI library can change the outcome: run where the whole suite "
-    "runs (a build of each family, the oldest and newest JAX), not on the other MPIs",
+    "runs (the first build, the oldest and newest JAX), not on the other MPIs",
     "same_at_every_size": "a number of ranks above 2 cannot change the outcome: not run at "
     "3 and 4 ranks",
     "dtype_sweep": "sweeps ops over every dtype: on the other MPIs only FEW_DTYPES (the "
@@ -39,13 +41,17 @@ HOSTS_DTYPES = ("int32", "float64")
 
 
 class Test:
-    """What the selection knows of one collected test."""
+    """What the selection knows of one collected test; `collected` holds the node ids of
+    every test collected with it."""
 
-    def __init__(self, item) -> None:
+    def __init__(self, item, collected: frozenset[str] = frozenset()) -> None:
         self.markers = {mark.name for mark in item.iter_markers()}
         callspec = getattr(item, "callspec", None)
-        words = set(callspec.id.split("-")) if callspec else set()
-        self.dtypes = words & set(ALL_DTYPES)
+        words = callspec.id.split("-") if callspec else []
+        self.dtypes = set(words) & set(ALL_DTYPES)
+        # The eager form of a test whose jit form was collected too: the same op and
+        # arguments through JAX's other dispatch path.
+        self.has_jit_twin = jit_form(item) in collected
 
     def has(self, marker: str) -> bool:
         assert marker in MARKERS, f"{marker}: not one of MARKERS"
@@ -60,6 +66,17 @@ class Test:
     def suite(self) -> bool:
         """Runs in the suite's own cells (not only in cells of its own)."""
         return not self.has("large_messages")
+
+
+def jit_form(item) -> str | None:
+    """The node id of `item`'s jit form, if `item` is parametrized eager: its parameters'
+    id with "jit" for "eager"."""
+    callspec = getattr(item, "callspec", None)
+    words = callspec.id.split("-") if callspec else []
+    if "eager" not in words:
+        return None
+    jit_id = "-".join("jit" if word == "eager" else word for word in words)
+    return item.nodeid.removesuffix(f"[{callspec.id}]") + f"[{jit_id}]"
 
 
 @functools.cache
@@ -100,24 +117,37 @@ def suite_files(path: Path) -> bool:
 
 
 KINDS: dict[str, Kind] = {
-    # The first build at 2 ranks, the other family, the oldest and newest JAX.
+    # The first build at 2 ranks, the oldest and newest JAX.
     "whole": Kind(lambda t: t.suite, suite_files),
+    # The other family's first build, with the first build's JAX: all that its MPI can
+    # change, every dtype (its handles and datatypes are its own); what no MPI changes has
+    # run whole on the first build, with the same JAX and Python.
+    "family": Kind(lambda t: t.suite and not t.has("same_on_every_mpi"), suite_files),
     # Another MPI: what the library can change (its family's tables and errors, threads,
-    # how it is found and started, transfers of every kind).
+    # how it is found and started, transfers of every kind). Eager and jit are JAX's two
+    # ways to the same handler call with the same arguments: the jit form runs.
     "other-mpi": Kind(
         lambda t: (
             t.suite
             and not t.has("same_on_every_mpi")
             and not (t.has("dtype_sweep") and t.more_dtypes)
+            and not t.has_jit_twin
         ),
         suite_files,
     ),
     # A JAX between the oldest and newest, over the first build's MPI: the dtype does not
-    # meet JAX's version; and the first build at 1 rank, where the dtype meets no peer.
+    # meet JAX's version.
     "other-jax": Kind(lambda t: t.suite and not t.more_dtypes, suite_files),
-    # 3 ranks (odd, and more ranks than cores): what the number of ranks can change.
+    # The first build at 1 rank (a world of one: sends to itself, every root and count its
+    # own): the dtype meets no peer, and eager and jit hand an op the same arguments.
+    "one-rank": Kind(lambda t: t.suite and not t.more_dtypes and not t.has_jit_twin, suite_files),
+    # 3 ranks (odd, and more ranks than cores): what the number of ranks can change. Eager
+    # and jit hand an op the same arguments, which is where the number of ranks enters:
+    # the jit form runs.
     "ranks": Kind(
-        lambda t: t.suite and not t.has("same_at_every_size") and not t.more_dtypes,
+        lambda t: (
+            t.suite and not t.has("same_at_every_size") and not t.more_dtypes and not t.has_jit_twin
+        ),
         suite_files,
     ),
     "hosts": Kind(lambda t: t.has("across_hosts") and t.dtypes <= set(HOSTS_DTYPES), suite_files),
@@ -129,6 +159,8 @@ KINDS: dict[str, Kind] = {
     "sharded-ranks": Kind(lambda t: not t.has("same_at_every_size"), imports_sharding),
     # JAX's collectives through jaxmpi's pass, in one layout of devices per process.
     "layouts": Kind(lambda t: True, imports_layouts),
+    # The same on another MPI or in another layout: FEW_DTYPES (ci/matrix.sh says why).
+    "layouts-few": Kind(lambda t: not t.more_dtypes, imports_layouts),
     # JAXMPI_MESH_REDUCTIONS=ordered: the MeshComm's results compared bit for bit with the
     # rank-order fold (the other cells compare reductions to rounding).
     "ordered": Kind(lambda t: True, lambda path: path.name == "test_mesh_comm.py"),
@@ -143,6 +175,7 @@ def ignores(kind: str, path: Path) -> bool:
 def split(kind: str, items: list) -> tuple[list, list]:
     """The collected tests a cell of `kind` runs, and those it leaves out."""
     kept, left = [], []
+    collected = frozenset(item.nodeid for item in items)
     for item in items:
-        (kept if KINDS[kind].runs(Test(item)) else left).append(item)
+        (kept if KINDS[kind].runs(Test(item, collected)) else left).append(item)
     return kept, left
