@@ -37,10 +37,10 @@ cpu_ticks() {
     for rest in $rest; do total=$((total + rest)); done
     echo "$((total - idle - iowait)) $total"
 }
-busy_percent() {
+busy_percent() { # T0 [T1]: from cpu_ticks's T0 to T1 (default: now)
     local busy0 total0 busy1 total1
     read -r busy0 total0 <<<"$1"
-    read -r busy1 total1 < <(cpu_ticks)
+    read -r busy1 total1 <<<"${2:-$(cpu_ticks)}"
     ((total1 > total0)) && echo $((100 * (busy1 - busy0) / (total1 - total0))) || echo -
 }
 T_TICKS=$(cpu_ticks)
@@ -76,14 +76,19 @@ step() {
     step_ended "$name" "$log" "$t0" "$ticks" "$rc"
 }
 
-step_ended() { # NAME LOG T0 TICKS RC: records the step and prints its last line
-    local name=$1 log=$2 t0=$3 ticks=$4 rc=$5
+# step_ended NAME LOG T0 TICKS RC [T1 TICKS1]: records the step, from T0 and TICKS (SECONDS
+# and cpu_ticks at its start) to T1 and TICKS1 (at its end; default: now), and prints its
+# last line.
+step_ended() {
+    local name=$1 log=$2 t0=$3 ticks=$4 rc=$5 t1=${6:-$SECONDS} ticks1=${7:-$(cpu_ticks)}
+    local secs=$((t1 - t0)) busy
+    busy=$(busy_percent "$ticks" "$ticks1")
     if ((rc == 0)); then
-        record "$name" - - - pass "$((SECONDS - t0))s" "$((SECONDS - t0))" "$(busy_percent "$ticks")"
+        record "$name" - - - pass "${secs}s" "$secs" "$busy"
     else
-        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}" "$((SECONDS - t0))" "$(busy_percent "$ticks")"
+        record "$name" - - - FAIL "exit status $rc, log .ci-out/${log##*/}" "$secs" "$busy"
     fi
-    printf -- '----- %s: %s (%ss)\n' "$name" "$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)")" "$((SECONDS - t0))"
+    printf -- '----- %s: %s (%ss)\n' "$name" "$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)")" "$secs"
 }
 
 # step_beside NAME LOGNAME CMD...: a step started in the background, beside the steps that
@@ -100,19 +105,27 @@ step_beside() {
         return 0
     fi
     printf '\n===== %s: started beside the next steps (its output when it ends) =====\n' "$name"
-    "$@" </dev/null >"$log" 2>&1 &
+    {
+        "$@" </dev/null >"$log" 2>&1
+        local rc=$?
+        echo "$SECONDS $(cpu_ticks)" >"$log.end" # when it ended, not when it is joined
+        exit "$rc"
+    } &
     BESIDE+=("$!|$name|$log|$SECONDS|$(cpu_ticks)|$GROUP")
 }
 
 steps_joined() { # waits for every step_beside, then shows and records each
-    local entry pid name log t0 ticks group rc
+    local entry pid name log t0 ticks group rc t1 ticks1
     for entry in "${BESIDE[@]}"; do
         IFS='|' read -r pid name log t0 ticks group <<<"$entry"
         wait "$pid"
         rc=$?
+        t1=$SECONDS ticks1=
+        [[ -s $log.end ]] && read -r t1 ticks1 <"$log.end"
+        rm -f "$log.end"
         banner "$name (ran beside others)"
         cat "$log"
-        GROUP=$group step_ended "$name" "$log" "$t0" "$ticks" "$rc"
+        GROUP=$group step_ended "$name" "$log" "$t0" "$ticks" "$rc" "$t1" "${ticks1:+$ticks1}"
     done
     BESIDE=()
 }

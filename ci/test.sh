@@ -87,7 +87,15 @@ step "linked oracle (Debian Open MPI + MPICH)" oracle bash "$ROOT/ci/oracle.sh"
 # every build (and 1 on the first), at 3 where the number of ranks enters, the files under
 # jax.distributed in processes of their own, non-blocking ops with the progress thread.
 banner "MPI matrix: Python suite"
+# The documentation (ci/docs.sh): the site built with -W, its internal links and anchors,
+# every example under mpirun -n 2 with its output compared (one job per environment, not
+# one per block), three pages rendered by headless chromium: ~40 s (73% busy), setup having
+# installed .venvs/docs and chromium. It runs beside the suite's first cell, one rank on
+# two cores (54% busy alone), and ends within it.
+GROUP=docs
+step_beside "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROOT/ci/docs.sh"
 suite_cells pytest
+steps_joined
 suite_cells pytest-ranks
 suite_cells sharded
 suite_cells nonblocking-agent
@@ -157,13 +165,6 @@ suite_cells large
 
 GROUP=linked
 step "Python suite, linked build on Debian MPICH" linked-python bash "$ROOT/ci/linked_python.sh"
-# The documentation (ci/docs.sh): the site built with -W, its internal links and anchors,
-# every example under mpirun -n 2 with its output compared (one job per environment, not
-# one per block), three pages rendered by headless chromium: 24-29 s once .venvs/docs and
-# chromium are installed (measured on the shared 2-core VM); the first run on a machine
-# installs them, about 2-3 minutes more.
-GROUP=docs
-step "docs: build -W, links, examples under mpirun, screenshots" docs bash "$ROOT/ci/docs.sh"
 # jaxmpi's own profile (JAXMPI_PROFILE, jaxmpi.profile, python -m jaxmpi profile): a known
 # program on PyPI MPICH and Open MPI (its calls, bytes and call sites in each rank's file
 # and in the merge, the merged trace field by field, the clocks within 1 ms, also with a
