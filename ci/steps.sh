@@ -26,16 +26,16 @@ T_START=$SECONDS
 MATRIX_BUDGET=${JAXMPI_MATRIX_BUDGET:-3000}
 MATRIX_T0= # set by the first matrix cell
 
-# cpu_ticks: the machine's busy and total CPU ticks so far (/proc/stat's first line; idle
-# and iowait are the idle ones), "BUSY TOTAL". busy_percent T0 says how busy every core was,
-# in percent, since cpu_ticks printed T0: the time table shows it, as where a step leaves
-# cores idle (waits on a timeout, a download, one process) is where steps could overlap.
+# cpu_ticks: the machine's busy and total CPU ticks so far (/proc/stat's first line: idle
+# and iowait are the idle ones; guest time, after steal, is in user's already), "BUSY
+# TOTAL". busy_percent T0 says how busy every core was, in percent, since cpu_ticks printed
+# T0: the time table shows it, as where a step leaves cores idle (waits on a timeout, a
+# download, one process) is where steps could overlap.
 cpu_ticks() {
-    local _cpu user nice system idle iowait rest
-    read -r _cpu user nice system idle iowait rest </proc/stat
-    local total=$((user + nice + system + idle + iowait))
-    for rest in $rest; do total=$((total + rest)); done
-    echo "$((total - idle - iowait)) $total"
+    local _cpu user nice system idle iowait irq softirq steal _guest busy
+    read -r _cpu user nice system idle iowait irq softirq steal _guest </proc/stat
+    busy=$((user + nice + system + irq + softirq + steal))
+    echo "$busy $((busy + idle + iowait))"
 }
 busy_percent() { # T0 [T1]: from cpu_ticks's T0 to T1 (default: now)
     local busy0 total0 busy1 total1
@@ -61,14 +61,18 @@ banner() { printf '\n===== %s =====\n' "$*"; }
 
 selected() { [[ -z ${JAXMPI_STEPS:-} || $1 =~ $JAXMPI_STEPS ]]; }
 
+# left_out NAME: records the step NAME as skipped where JAXMPI_STEPS leaves it out (status
+# 0), else does nothing (status 1).
+left_out() {
+    selected "$GROUP: $1" && return 1
+    record "$1" - - - skip "not in JAXMPI_STEPS" 0
+}
+
 # The output goes both to the console (CI shows progress) and to the log.
 step() {
     local name=$1 log="$OUT/$2.log" t0=$SECONDS rc ticks
     shift 2
-    if ! selected "$GROUP: $name"; then
-        record "$name" - - - skip "not in JAXMPI_STEPS" 0
-        return 0
-    fi
+    left_out "$name" && return 0
     banner "$name"
     ticks=$(cpu_ticks)
     "$@" 2>&1 | tee "$log"
@@ -100,10 +104,7 @@ BESIDE=() # "pid|name|log|t0|ticks|group" of each step still beside
 step_beside() {
     local name=$1 log="$OUT/$2.log"
     shift 2
-    if ! selected "$GROUP: $name"; then
-        record "$name" - - - skip "not in JAXMPI_STEPS" 0
-        return 0
-    fi
+    left_out "$name" && return 0
     printf '\n===== %s: started beside the next steps (its output when it ends) =====\n' "$name"
     {
         "$@" </dev/null >"$log" 2>&1
@@ -125,7 +126,7 @@ steps_joined() { # waits for every step_beside, then shows and records each
         rm -f "$log.end"
         banner "$name (ran beside others)"
         cat "$log"
-        GROUP=$group step_ended "$name" "$log" "$t0" "$ticks" "$rc" "$t1" "${ticks1:+$ticks1}"
+        GROUP=$group step_ended "$name" "$log" "$t0" "$ticks" "$rc" "$t1" "$ticks1"
     done
     BESIDE=()
 }
