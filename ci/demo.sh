@@ -10,9 +10,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$ROOT/.venvs/mpich"
 
 bash "$ROOT/ci/setup.sh"
+# shellcheck source=setup.sh source-path=SCRIPTDIR
+source "$ROOT/ci/setup.sh" # the pins; sourcing runs nothing
 # The example needs them only for the bar and the PNG; pip does nothing if they are there.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    "tqdm==4.70.1" "matplotlib==3.11.2"
+    "tqdm==4.70.1" "$JAXMPI_PIN_MATPLOTLIB"
 
 mkdir -p "$ROOT/target/demo"
 png="$ROOT/target/demo/shallow_water.png"

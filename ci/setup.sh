@@ -55,9 +55,10 @@ JAXMPI_CUDA_PLUGIN_MAJORS=(12 13)
 # Developer tools; they live in .venvs/mpich (the "main" venv).
 JAXMPI_PIN_MATURIN="maturin==1.16.0"
 # matplotlib: the profile's picture (python -m jaxmpi profile; tests/profile_jobs.sh) and
-# mypy's check of jaxmpi/_profile_report.py, which imports it (ci/docs.sh and ci/demo.sh
-# pin the same version).
-JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1" "matplotlib==3.11.2")
+# mypy's check of jaxmpi/_profile_report.py, which imports it; the docs' plots and the
+# demo's picture take the same.
+JAXMPI_PIN_MATPLOTLIB="matplotlib==3.11.2"
+JAXMPI_DEV_TOOLS=("ruff==0.17.6" "$JAXMPI_PIN_MATURIN" "mypy==2.4.1" "$JAXMPI_PIN_MATPLOTLIB")
 # What ci/wheels.sh builds the release wheels with (.venvs/wheels): zig links them
 # against glibc 2.17's symbols (manylinux2014, as jaxlib 0.6.2's wheels), auditwheel
 # checks the tag they claim.
@@ -79,7 +80,7 @@ JAXMPI_APT_PACKAGES=(openmpi-bin libopenmpi-dev mpich libmpich-dev binutils libc
 # docs' venv and Chromium (ci/docs.sh), Slurm (ci/slurm.sh: daemons, clients, the mpi
 # plugins pmi2 and pmix, munge; the pmix plugin dlopens .../pmix2/lib/libpmix.so, a link
 # only libpmix-dev installs: without it --mpi=pmix fails).
-JAXMPI_DOCS_PINS=("sphinx==9.0.4" "myst-parser==5.2.0" "furo==2025.12.19" "matplotlib==3.11.2")
+JAXMPI_DOCS_PINS=("sphinx==9.0.4" "myst-parser==5.2.0" "furo==2025.12.19" "$JAXMPI_PIN_MATPLOTLIB")
 JAXMPI_DOCS_APT_PACKAGES=(chromium fonts-dejavu-core)
 JAXMPI_SLURM_PACKAGES=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
 # The trixie chroot (ci/trixie.sh): Debian 13's Python 3.13 (python3-venv brings
