@@ -134,8 +134,8 @@ step "across hosts: 16 device ranks, settings, lost host, cut link" multihost-fa
 # salloc + mpiexec/mpirun on both PyPI wheels, the wrong --mpi, --export, then scancel,
 # --time and a node lost: 2m15s, the cores half idle (Slurm noticing a lost node, a time
 # limit's minute, launches), so it runs beside JAX's collectives' jobs (below; 58% busy
-# alone), which use neither the simulated hosts nor anything else of Slurm's: ~2m30s for
-# both, where one after the other took 4m30s.
+# alone), which use neither the simulated hosts nor anything else of Slurm's: 206-254 s
+# for both in three runs, where one after the other took 305 s.
 GROUP=slurm
 step_beside "under Slurm: srun, sbatch, salloc; wrong --mpi; scancel, --time, node lost" slurm \
     "$ROOT/tests/slurm_jobs.sh"
