@@ -44,14 +44,14 @@ class Test:
     """What the selection knows of one collected test; `collected` holds the node ids of
     every test collected with it."""
 
-    def __init__(self, item, collected: frozenset[str] = frozenset()) -> None:
+    def __init__(self, item, collected: frozenset[str]) -> None:
         self.markers = {mark.name for mark in item.iter_markers()}
         callspec = getattr(item, "callspec", None)
         words = callspec.id.split("-") if callspec else []
         self.dtypes = set(words) & set(ALL_DTYPES)
         # The eager form of a test whose jit form was collected too: the same op and
         # arguments through JAX's other dispatch path.
-        self.has_jit_twin = jit_form(item) in collected
+        self.has_jit_twin = "eager" in words and jit_form(item.nodeid, words) in collected
 
     def has(self, marker: str) -> bool:
         assert marker in MARKERS, f"{marker}: not one of MARKERS"
@@ -68,15 +68,11 @@ class Test:
         return not self.has("large_messages")
 
 
-def jit_form(item) -> str | None:
-    """The node id of `item`'s jit form, if `item` is parametrized eager: its parameters'
-    id with "jit" for "eager"."""
-    callspec = getattr(item, "callspec", None)
-    words = callspec.id.split("-") if callspec else []
-    if "eager" not in words:
-        return None
+def jit_form(nodeid: str, words: list[str]) -> str:
+    """The node id of the jit form of the test `nodeid`, whose parameters' id is `words`
+    joined by "-": "jit" for "eager"."""
     jit_id = "-".join("jit" if word == "eager" else word for word in words)
-    return item.nodeid.removesuffix(f"[{callspec.id}]") + f"[{jit_id}]"
+    return nodeid.removesuffix(f"[{'-'.join(words)}]") + f"[{jit_id}]"
 
 
 @functools.cache
